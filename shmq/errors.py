@@ -1,0 +1,144 @@
+"""The exception tree of shmq: one root, ``ShmqError``.
+
+Every error a user can meet is a subclass with structured fields. Broker response
+codes (RocketMQ's ``ResponseCode``) and C core status codes map to classes through the
+two tables at the bottom, so a code is turned into an exception in exactly one place.
+"""
+from __future__ import annotations
+
+
+class ShmqError(Exception):
+    """Root of every shmq error. ``code`` is the RocketMQ response code when there is one."""
+
+    code: int = 1  # SYSTEM_ERROR
+    retriable: bool = False
+
+    def __init__(self, message: str = "", *, code: int | None = None, remark: str | None = None):
+        super().__init__(message or remark or self.__class__.__name__)
+        if code is not None:
+            self.code = code
+        self.remark = remark if remark is not None else message
+
+
+# ---- bad input: the caller's fault, nothing was changed -------------------------------
+class InvalidMessage(ShmqError):
+    """A message, topic or property that RocketMQ would refuse (MESSAGE_ILLEGAL)."""
+    code = 13
+
+
+class MessageTooLarge(InvalidMessage):
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"message of {size} bytes exceeds maxMessageSize {limit}")
+        self.size, self.limit = size, limit
+
+
+class InvalidTopic(InvalidMessage):
+    def __init__(self, topic: object, why: str):
+        super().__init__(f"invalid topic {topic!r}: {why}")
+        self.topic = topic
+
+
+# ---- the store -------------------------------------------------------------------------
+class StoreError(ShmqError):
+    """Something in the store refused or failed the operation."""
+
+
+class StoreClosed(StoreError):
+    def __init__(self, what: str = "store"):
+        super().__init__(f"{what} is closed")
+
+
+class StoreReadOnly(StoreError):
+    """A flush failed (EIO/ENOSPC); the store refuses writes from then on (no retry of a failed flush)."""
+    code = 14  # SERVICE_NOT_AVAILABLE
+
+
+class StoreCorrupt(StoreError):
+    """A file or the shared control block failed a check it must pass."""
+
+
+class StoreLocked(StoreError):
+    """Another live broker owns this store (flock on store/lock)."""
+
+
+class StaleSegment(StoreError):
+    """The control block this handle maps was fenced by a newer owner; re-attach."""
+    retriable = True
+
+
+class LockTimeout(StoreError):
+    """The append lock is held by a live process that did not release it in time. Nothing was stored."""
+    code = 2  # SYSTEM_BUSY
+    retriable = True
+
+
+class TableFull(StoreError):
+    """The shared topic-queue or consumer-offset table has no free slot."""
+
+
+class FlushDiskTimeout(StoreError):
+    """SYNC_FLUSH: the message is stored but was not flushed within syncFlushTimeout."""
+    code = 10
+
+    def __init__(self, message: str = "flush disk timeout", *, result=None, **kw):
+        super().__init__(message, **kw)
+        self.result = result
+
+
+class DiskFull(StoreError):
+    code = 14
+
+
+# ---- remoting ----------------------------------------------------------------------------
+class RemotingError(ShmqError):
+    """Transport-level failure: connection, timeout, malformed frame."""
+    retriable = True
+
+
+class RemotingTimeout(RemotingError):
+    pass
+
+
+class RemotingConnectError(RemotingError):
+    pass
+
+
+class FrameError(RemotingError):
+    """A frame that cannot be decoded (bad length, header, serialize type)."""
+    retriable = False
+
+
+class BrokerError(ShmqError):
+    """A broker or NameServer answered with a non-success response code."""
+
+    def __init__(self, code: int, remark: str | None = None):
+        super().__init__(f"code {code}: {remark}" if remark else f"code {code}", code=code, remark=remark)
+
+
+class TopicNotExist(BrokerError):
+    pass
+
+
+class NoPermission(BrokerError):
+    pass
+
+
+class ServiceNotAvailable(BrokerError):
+    retriable = True
+
+
+class SystemBusy(BrokerError):
+    retriable = True
+
+
+# Response code -> exception class, the one table used to raise from a broker answer.
+RESPONSE_CODE_ERRORS: dict[int, type[BrokerError]] = {
+    2: SystemBusy,
+    14: ServiceNotAvailable,
+    16: NoPermission,
+    17: TopicNotExist,
+}
+
+
+def error_for_response(code: int, remark: str | None) -> BrokerError:
+    return RESPONSE_CODE_ERRORS.get(code, BrokerError)(code, remark)
