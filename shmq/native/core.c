@@ -1,6 +1,975 @@
+/*
+ * shmq/native/core.c -- the small C core: the append lock, the append (single and batch),
+ * the repair of a dead writer's append, CRC32, futex waits and record checks.
+ *
+ * Rules that hold for everything between shmq_lock() and shmq_unlock() on the hot path:
+ * no allocation, no logging, no call into Python, no unmapping. The one exception is the
+ * repair path (a previous holder died inside the append), which is rare, runs holding the
+ * lock, and does file I/O with pread/pwrite so that it needs no mapping of its own.
+ *
+ * Memory ordering: commit_pos and each queue's next_offset are published with release
+ * stores and read with acquire loads; readers never look past commit_pos, so a writer that
+ * dies anywhere leaves the log as if its append fully happened or never did.
+ */
+#define _GNU_SOURCE
 #include "core.h"
-uint32_t shmq_crc32(uint32_t crc, const uint8_t *buf, size_t len) {
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ====================================================================== atomics == */
+#define LOAD_ACQ(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define LOAD_RLX(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define LOAD_SC(p) __atomic_load_n((p), __ATOMIC_SEQ_CST)
+#define STORE_REL(p, v) __atomic_store_n((p), (v), __ATOMIC_RELEASE)
+#define STORE_SC(p, v) __atomic_store_n((p), (v), __ATOMIC_SEQ_CST)
+#define ADD_SC(p, v) __atomic_add_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define SUB_SC(p, v) __atomic_sub_fetch((p), (v), __ATOMIC_SEQ_CST)
+#define CAS(p, expp, v) \
+    __atomic_compare_exchange_n((p), (expp), (v), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+
+#if defined(__x86_64__) || defined(__i386__)
+#define CPU_RELAX() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define CPU_RELAX() __asm__ __volatile__("yield")
+#else
+#define CPU_RELAX() do {} while (0)
+#endif
+
+_Static_assert(sizeof(shmq_ctl_header) == 64, "header is one cache line");
+_Static_assert(sizeof(shmq_owner) == 64, "owner is one cache line");
+_Static_assert(sizeof(shmq_lockword) == 64, "lock is one cache line");
+_Static_assert(sizeof(shmq_intent) == 64, "intent is one cache line");
+_Static_assert(sizeof(shmq_positions) == 192, "positions are three cache lines");
+_Static_assert(sizeof(shmq_queue_slot) == 160, "queue slot size");
+_Static_assert(sizeof(shmq_offset_slot) == 416, "offset slot size");
+_Static_assert(offsetof(shmq_ctl, queues) == SHMQ_QUEUE_TABLE_OFFSET, "queue table offset");
+_Static_assert(offsetof(shmq_positions, flushed_pos) == 64, "flusher line");
+
+/* ================================================================= byte order == */
+static inline void be32(uint8_t *p, uint32_t v) { v = __builtin_bswap32(v); memcpy(p, &v, 4); }
+static inline void be64(uint8_t *p, uint64_t v) { v = __builtin_bswap64(v); memcpy(p, &v, 8); }
+static inline void be16(uint8_t *p, uint16_t v) { v = __builtin_bswap16(v); memcpy(p, &v, 2); }
+static inline uint32_t rd32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v); }
+static inline uint64_t rd64(const uint8_t *p) { uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v); }
+static inline uint16_t rd16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return __builtin_bswap16(v); }
+
+/* ====================================================================== CRC32 == */
+/* zlib polynomial, slice-by-8; tables built once when the library loads. */
+static uint32_t crc_table[8][256];
+
+__attribute__((constructor)) static void crc_init(void) {
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
     crc = ~crc;
-    while (len--) { crc ^= *buf++; for (int k = 0; k < 8; k++) crc = (crc >> 1) ^ (0xEDB88320u & -(crc & 1)); }
+    while (len && ((uintptr_t)p & 7)) { crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF]; len--; }
+    while (len >= 8) {
+        uint32_t a, b;
+        memcpy(&a, p, 4); memcpy(&b, p + 4, 4);
+        a ^= crc;
+        crc = crc_table[7][a & 0xFF] ^ crc_table[6][(a >> 8) & 0xFF] ^ crc_table[5][(a >> 16) & 0xFF] ^
+              crc_table[4][a >> 24] ^ crc_table[3][b & 0xFF] ^ crc_table[2][(b >> 8) & 0xFF] ^
+              crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
+        p += 8; len -= 8;
+    }
+    while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
     return ~crc;
+}
+
+/* ============================================================ Java hashCode == */
+/* String.hashCode over the UTF-16 code units of a UTF-8 string; invalid bytes count as
+ * U+FFFD, as Java's decoder would make them. Wraps like Java's int. */
+int32_t shmq_java_hash(const uint8_t *s, size_t n) {
+    uint32_t h = 0;
+    size_t i = 0;
+    while (i < n) {
+        uint32_t c = s[i], cp;
+        size_t k;
+        if (c < 0x80) { h = 31u * h + c; i++; continue; }
+        else if ((c & 0xE0) == 0xC0) { cp = c & 0x1F; k = 1; }
+        else if ((c & 0xF0) == 0xE0) { cp = c & 0x0F; k = 2; }
+        else if ((c & 0xF8) == 0xF0) { cp = c & 0x07; k = 3; }
+        else { h = 31u * h + 0xFFFD; i++; continue; }
+        size_t j;
+        for (j = 1; j <= k; j++) {
+            if (i + j >= n || (s[i + j] & 0xC0) != 0x80) break;
+            cp = (cp << 6) | (s[i + j] & 0x3F);
+        }
+        if (j <= k) { h = 31u * h + 0xFFFD; i++; continue; }
+        i += k + 1;
+        if (cp >= 0x10000) {
+            cp -= 0x10000;
+            h = 31u * h + (0xD800 + (cp >> 10));
+            h = 31u * h + (0xDC00 + (cp & 0x3FF));
+        } else {
+            h = 31u * h + cp;
+        }
+    }
+    return (int32_t)h;
+}
+
+/* The ConsumeQueue tag code: hashCode of the TAGS property, 0 when absent or empty.
+ * Properties are "name\1value\2name\1value" with an optional trailing \2. */
+int64_t shmq_tag_code_of_props(const uint8_t *p, size_t n) {
+    size_t i = 0;
+    while (i < n) {
+        size_t name = i;
+        while (i < n && p[i] != 1 && p[i] != 2) i++;
+        if (i >= n || p[i] == 2) { i++; continue; }
+        size_t name_len = i - name;
+        size_t val = ++i;
+        while (i < n && p[i] != 2) i++;
+        if (name_len == 4 && memcmp(p + name, "TAGS", 4) == 0)
+            return i > val ? (int64_t)shmq_java_hash(p + val, i - val) : 0;
+        i++;
+    }
+    return 0;
+}
+
+/* ================================================================ identity == */
+int64_t shmq_now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Reads state (field 3) and starttime (field 22) of /proc/<pid>/stat.
+ * Returns 0, -1 when the process does not exist, -2 when /proc cannot tell (hidden). */
+static int proc_stat(int pid, char *state, uint64_t *starttime) {
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return errno == ENOENT || errno == ESRCH ? -1 : -2;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0) return -2;
+    buf[n] = 0;
+    char *p = strrchr(buf, ')'); /* comm may hold spaces and parentheses */
+    if (!p || p[1] != ' ') return -2;
+    p += 2;
+    *state = *p;
+    for (int field = 3; field < 22; field++) {
+        p = strchr(p, ' ');
+        if (!p) return -2;
+        p++;
+    }
+    *starttime = strtoull(p, NULL, 10);
+    return 0;
+}
+
+uint64_t shmq_self_token(void) {
+    char st;
+    uint64_t start = 0;
+    int pid = getpid();
+    proc_stat(pid, &st, &start);
+    return ((uint64_t)(uint32_t)pid << 32) | (start & 0xFFFFFFFFu);
+}
+
+/* 1 alive, 0 provably dead. Dead only when kill(pid,0) says ESRCH, /proc says the process
+ * is a zombie, or its start time differs (the pid was reused). Anything unclear: alive. */
+int shmq_pid_alive(uint64_t token) {
+    int pid = (int)(token >> 32);
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 0;
+    char st;
+    uint64_t start;
+    int rc = proc_stat(pid, &st, &start);
+    if (rc == -1) return 0;
+    if (rc == -2) return 1;
+    if (st == 'Z' || st == 'X' || st == 'x') return 0;
+    return (start & 0xFFFFFFFFu) == (token & 0xFFFFFFFFu);
+}
+
+/* =================================================================== futexes == */
+static int futex_wait(uint32_t *addr, uint32_t val, int64_t timeout_ns) {
+    struct timespec ts;
+    if (timeout_ns < 0) timeout_ns = 0;
+    ts.tv_sec = timeout_ns / 1000000000LL;
+    ts.tv_nsec = timeout_ns % 1000000000LL;
+    /* shared (not FUTEX_PRIVATE): the word lives in a mapping several processes share */
+    return (int)syscall(SYS_futex, addr, FUTEX_WAIT, val, &ts, NULL, 0);
+}
+
+static void futex_wake(uint32_t *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE, n, NULL, NULL, 0); }
+
+/* ============================================================ control block == */
+uint32_t shmq_layout_fingerprint(void) {
+    /* Sizes and offsets of everything shared, folded so that two builds that disagree on
+     * any of them (other compiler flags, another version) refuse to share a segment. */
+    uint32_t parts[] = {
+        SHMQ_LAYOUT_VERSION, sizeof(shmq_ctl_header), sizeof(shmq_owner), sizeof(shmq_lockword),
+        sizeof(shmq_intent), sizeof(shmq_positions), sizeof(shmq_queue_slot),
+        sizeof(shmq_offset_slot), offsetof(shmq_ctl, queues), offsetof(shmq_ctl, pos),
+        offsetof(shmq_positions, flushed_pos), offsetof(shmq_queue_slot, topic),
+        offsetof(shmq_offset_slot, key), sizeof(void *),
+    };
+    return shmq_crc32(0, (const uint8_t *)parts, sizeof parts);
+}
+
+shmq_offset_slot *shmq_offset_table(shmq_ctl *ctl) {
+    return (shmq_offset_slot *)((uint8_t *)ctl + SHMQ_QUEUE_TABLE_OFFSET +
+                                (uint64_t)ctl->header.queue_capacity * sizeof(shmq_queue_slot));
+}
+
+int shmq_ctl_init(shmq_ctl *ctl, uint64_t size, uint32_t qcap, uint32_t ocap) {
+    uint64_t need = SHMQ_QUEUE_TABLE_OFFSET + (uint64_t)qcap * sizeof(shmq_queue_slot) +
+                    (uint64_t)ocap * sizeof(shmq_offset_slot);
+    if (size < need || qcap == 0 || ocap == 0) return SHMQ_EINVAL;
+    memset(ctl, 0, SHMQ_QUEUE_TABLE_OFFSET);
+    ctl->header.magic = SHMQ_CTL_MAGIC;
+    ctl->header.layout_version = SHMQ_LAYOUT_VERSION;
+    ctl->header.fingerprint = shmq_layout_fingerprint();
+    ctl->header.ctl_size = size;
+    ctl->header.queue_capacity = qcap;
+    ctl->header.offset_capacity = ocap;
+    ctl->owner.state = SHMQ_STATE_INIT;
+    return SHMQ_OK;
+}
+
+/* ================================================================== repair == */
+/* A stealer holds the lock and finds intent.active: the previous holder died inside an
+ * append. If every record it meant to write verifies (magic, lengths, PHYSICALOFFSET, CRC,
+ * queue id and offset) the append is completed: missing ConsumeQueue entries are written
+ * and both positions published. Otherwise it is erased: the bytes and CQ entries are
+ * zeroed and nothing is published. Both leave the log as if the append was atomic. */
+static int open_log(shmq_ctl *c, int64_t index) {
+    char path[SHMQ_ROOT_MAX + 64];
+    snprintf(path, sizeof path, "%s/commitlog/%020lld", c->root,
+             (long long)(index * (int64_t)c->header.file_size));
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+static int open_cq(shmq_ctl *c, shmq_queue_slot *qs, int64_t file_index) {
+    char path[SHMQ_ROOT_MAX + 256];
+    snprintf(path, sizeof path, "%s/consumequeue/%.*s/%d/%020lld", c->root, (int)qs->topic_len,
+             qs->topic, qs->queue_id,
+             (long long)(file_index * (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE));
+    return open(path, O_RDWR | O_CLOEXEC);
+}
+
+static int pread_all(int fd, uint8_t *buf, size_t n, off_t off) {
+    while (n) {
+        ssize_t r = pread(fd, buf, n, off);
+        if (r <= 0) return -1;
+        buf += r; n -= (size_t)r; off += r;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const uint8_t *buf, size_t n, off_t off) {
+    while (n) {
+        ssize_t r = pwrite(fd, buf, n, off);
+        if (r <= 0) return -1;
+        buf += r; n -= (size_t)r; off += r;
+    }
+    return 0;
+}
+
+static int repair_verify(shmq_ctl *c, shmq_intent *in, shmq_queue_slot *qs, int write_cq) {
+    int64_t fsize = (int64_t)c->header.file_size;
+    int64_t len = in->phys_end - in->rec_start;
+    if (len <= 0 || in->rec_start / fsize != (in->phys_end - 1) / fsize) return 0;
+    if (in->rec_start != in->phys_start) { /* a filler must close the previous file */
+        int fd = open_log(c, in->phys_start / fsize);
+        uint8_t f[8];
+        int ok = fd >= 0 && pread_all(fd, f, 8, in->phys_start % fsize) == 0 &&
+                 rd32(f + 4) == SHMQ_BLANK_MAGIC && (int64_t)rd32(f) == fsize - in->phys_start % fsize;
+        if (fd >= 0) close(fd);
+        if (!ok) return 0;
+    }
+    uint8_t *buf = malloc((size_t)len);
+    if (!buf) return 0;
+    int fd = open_log(c, in->rec_start / fsize);
+    int ok = fd >= 0 && pread_all(fd, buf, (size_t)len, in->rec_start % fsize) == 0;
+    if (fd >= 0) close(fd);
+    uint32_t per = c->header.cq_entries_per_file;
+    int64_t p = 0;
+    for (uint32_t i = 0; ok && i < in->count; i++) {
+        int64_t phys = in->rec_start + p;
+        int64_t sz = shmq_check_record(buf + p, (uint64_t)(len - p), phys, 1);
+        if (sz <= 0) { ok = 0; break; }
+        const uint8_t *r = buf + p;
+        uint32_t blen = rd32(r + SHMQ_R_BODYLEN);
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + blen;
+        if ((int32_t)rd32(r + SHMQ_R_QUEUEID) != qs->queue_id || t[0] != qs->topic_len ||
+            memcmp(t + 1, qs->topic, qs->topic_len) != 0) { ok = 0; break; }
+        if (in->has_cq) {
+            int64_t qoff = in->queue_offset + i;
+            if ((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET) != qoff) { ok = 0; break; }
+            if (write_cq) {
+                uint32_t tl = t[0];
+                uint32_t plen = rd16(t + 1 + tl);
+                int64_t tag = shmq_tag_code_of_props(t + 3 + tl, plen);
+                uint8_t e[SHMQ_CQ_ENTRY_SIZE], old[SHMQ_CQ_ENTRY_SIZE];
+                be64(e, (uint64_t)phys); be32(e + 8, (uint32_t)sz); be64(e + 12, (uint64_t)tag);
+                int cfd = open_cq(c, qs, qoff / per);
+                off_t at = (off_t)(qoff % per) * SHMQ_CQ_ENTRY_SIZE;
+                /* keep a tag code the writer already put there (it may be a delay due time) */
+                if (cfd < 0 || pread_all(cfd, old, sizeof old, at) != 0) { ok = 0; }
+                else if (memcmp(old, e, 12) != 0 && pwrite_all(cfd, e, sizeof e, at) != 0) { ok = 0; }
+                if (cfd >= 0) close(cfd);
+            }
+        }
+        p += sz;
+    }
+    free(buf);
+    return ok && p == len;
+}
+
+static void zero_range(shmq_ctl *c, int64_t from, int64_t to) {
+    int64_t fsize = (int64_t)c->header.file_size;
+    static const uint8_t zeros[4096];
+    while (from < to) {
+        int64_t idx = from / fsize, end = (idx + 1) * fsize;
+        if (end > to) end = to;
+        int fd = open_log(c, idx);
+        if (fd >= 0) {
+            for (int64_t p = from; p < end; p += (int64_t)sizeof zeros) {
+                int64_t n = end - p < (int64_t)sizeof zeros ? end - p : (int64_t)sizeof zeros;
+                if (pwrite_all(fd, zeros, (size_t)n, p % fsize) != 0) break;
+            }
+            close(fd);
+        }
+        from = end;
+    }
+}
+
+static void zero_cq(shmq_ctl *c, shmq_queue_slot *qs, int64_t qoff, uint32_t count) {
+    uint32_t per = c->header.cq_entries_per_file;
+    static const uint8_t zeros[SHMQ_CQ_ENTRY_SIZE];
+    for (uint32_t i = 0; i < count; i++) {
+        int64_t q = qoff + i;
+        int fd = open_cq(c, qs, q / per);
+        if (fd < 0) continue;
+        pwrite_all(fd, zeros, sizeof zeros, (off_t)(q % per) * SHMQ_CQ_ENTRY_SIZE);
+        close(fd);
+    }
+}
+
+static void repair(shmq_ctl *c) {
+    shmq_intent *in = &c->intent;
+    if (in->slot >= c->header.queue_capacity) { STORE_REL(&in->active, 0); return; }
+    shmq_queue_slot *qs = &c->queues[in->slot];
+    int64_t commit = LOAD_ACQ(&c->pos.commit_pos);
+    if (commit >= in->phys_end) { /* died after publishing commit_pos: finish the rest */
+        if (in->has_cq && LOAD_ACQ(&qs->next_offset) < in->queue_offset + in->count)
+            STORE_REL(&qs->next_offset, in->queue_offset + in->count);
+        c->lock.repairs_completed++;
+    } else if (repair_verify(c, in, qs, 1)) {
+        if (in->has_cq) STORE_REL(&qs->next_offset, in->queue_offset + in->count);
+        STORE_REL(&c->pos.commit_pos, in->phys_end);
+        c->pos.appends += in->count;
+        c->lock.repairs_completed++;
+        ADD_SC(&c->pos.data_seq, 1);
+        if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+    } else {
+        zero_range(c, in->phys_start, in->phys_end);
+        if (in->has_cq) {
+            zero_cq(c, qs, in->queue_offset, in->count);
+            STORE_REL(&qs->next_offset, in->queue_offset);
+        }
+        c->lock.repairs_rolled_back++;
+    }
+    STORE_REL(&in->active, 0);
+}
+
+/* ==================================================================== lock == */
+#define SPIN_TRIES 256
+#define LIVENESS_EVERY_NS 2000000LL /* check a holder's liveness every 2 ms of waiting */
+#define SLEEP_SLICE_NS 2000000LL
+
+int shmq_lock(shmq_writer *w) {
+    shmq_lockword *L = &w->ctl->lock;
+    uint64_t expect = 0;
+    if (CAS(&L->word, &expect, w->token)) goto acquired;
+    for (int i = 0; i < SPIN_TRIES; i++) {
+        CPU_RELAX();
+        expect = 0;
+        if (LOAD_RLX(&L->word) == 0 && CAS(&L->word, &expect, w->token)) goto acquired;
+    }
+    int64_t start = mono_ns();
+    int64_t deadline = start + (int64_t)w->lock_timeout_ms * 1000000LL;
+    int64_t next_check = start;
+    for (;;) {
+        uint64_t cur = LOAD_ACQ(&L->word);
+        if (cur == 0) {
+            expect = 0;
+            if (CAS(&L->word, &expect, w->token)) goto acquired;
+            continue;
+        }
+        int64_t now = mono_ns();
+        if (now >= next_check) {
+            if (cur != w->token && !shmq_pid_alive(cur)) {
+                expect = cur; /* steal only the exact dead word we judged; a CAS race has one winner */
+                if (CAS(&L->word, &expect, w->token)) {
+                    L->steals++;
+                    goto acquired;
+                }
+                continue;
+            }
+            next_check = now + LIVENESS_EVERY_NS;
+        }
+        if (now >= deadline) return SHMQ_ETIMEDOUT;
+        uint32_t seq = LOAD_SC(&L->wake_seq);
+        ADD_SC(&L->sleepers, 1);
+        if (LOAD_SC(&L->word) != 0) {
+            int64_t slice = deadline - now < SLEEP_SLICE_NS ? deadline - now : SLEEP_SLICE_NS;
+            futex_wait(&L->wake_seq, seq, slice);
+        }
+        SUB_SC(&L->sleepers, 1);
+    }
+acquired:
+    /* A holder may have died inside an append (or inside a previous repair). */
+    if (LOAD_ACQ(&w->ctl->intent.active)) repair(w->ctl);
+    L->acquires++;
+    return SHMQ_OK;
+}
+
+void shmq_unlock(shmq_writer *w) {
+    shmq_lockword *L = &w->ctl->lock;
+    STORE_SC(&L->word, 0);
+    if (LOAD_SC(&L->sleepers)) {
+        ADD_SC(&L->wake_seq, 1);
+        futex_wake(&L->wake_seq, 1);
+    }
+}
+
+static inline void fault(shmq_writer *w, int point) {
+    if (__builtin_expect(w->fault_point == point, 0)) {
+        if (w->fault_action == SHMQ_FA_KILL) kill(getpid(), SIGKILL);
+        for (;;) pause(); /* SHMQ_FA_PAUSE: hold the lock until killed */
+    }
+}
+
+/* ================================================================== tables == */
+static uint32_t fnv1a(const uint8_t *s, size_t n, int32_t qid) {
+    uint32_t h = 2166136261u;
+    for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 16777619u;
+    h = (h ^ (uint32_t)qid) * 16777619u;
+    return h ? h : 1;
+}
+
+int64_t shmq_queue_find(shmq_ctl *c, const uint8_t *topic, size_t tlen, int32_t qid) {
+    uint32_t cap = c->header.queue_capacity, h = fnv1a(topic, tlen, qid);
+    for (uint32_t i = 0, idx = h % cap; i < cap; i++, idx = (idx + 1) % cap) {
+        shmq_queue_slot *s = &c->queues[idx];
+        if (LOAD_ACQ(&s->state) == 0) return -1;
+        if (s->hash == h && s->queue_id == qid && s->topic_len == tlen && memcmp(s->topic, topic, tlen) == 0)
+            return idx;
+    }
+    return -1;
+}
+
+int64_t shmq_queue_create(shmq_writer *w, const uint8_t *topic, size_t tlen, int32_t qid) {
+    shmq_ctl *c = w->ctl;
+    if (tlen == 0 || tlen > SHMQ_TOPIC_MAX) return SHMQ_EINVAL;
+    int64_t found = shmq_queue_find(c, topic, tlen, qid);
+    if (found >= 0) return found;
+    int rc = shmq_lock(w);
+    if (rc) return rc;
+    found = shmq_queue_find(c, topic, tlen, qid);
+    if (found < 0) {
+        uint32_t cap = c->header.queue_capacity, h = fnv1a(topic, tlen, qid);
+        found = SHMQ_EFULL;
+        for (uint32_t i = 0, idx = h % cap; i < cap; i++, idx = (idx + 1) % cap) {
+            shmq_queue_slot *s = &c->queues[idx];
+            if (s->state == 0) {
+                memset(s, 0, sizeof *s);
+                memcpy(s->topic, topic, tlen);
+                s->topic_len = (uint8_t)tlen;
+                s->queue_id = qid;
+                s->hash = h;
+                STORE_REL(&s->state, 1);
+                found = idx;
+                break;
+            }
+        }
+    }
+    shmq_unlock(w);
+    return found;
+}
+
+int64_t shmq_offset_find(shmq_ctl *c, const uint8_t *key, size_t klen, int32_t qid) {
+    shmq_offset_slot *t = shmq_offset_table(c);
+    uint32_t cap = c->header.offset_capacity, h = fnv1a(key, klen, qid);
+    for (uint32_t i = 0, idx = h % cap; i < cap; i++, idx = (idx + 1) % cap) {
+        shmq_offset_slot *s = &t[idx];
+        if (LOAD_ACQ(&s->state) == 0) return -1;
+        if (s->hash == h && s->queue_id == qid && s->key_len == klen && memcmp(s->key, key, klen) == 0)
+            return idx;
+    }
+    return -1;
+}
+
+int64_t shmq_offset_create(shmq_writer *w, const uint8_t *key, size_t klen, int32_t qid) {
+    shmq_ctl *c = w->ctl;
+    if (klen == 0 || klen > SHMQ_OFFSET_KEY_MAX) return SHMQ_EINVAL;
+    int64_t found = shmq_offset_find(c, key, klen, qid);
+    if (found >= 0) return found;
+    int rc = shmq_lock(w);
+    if (rc) return rc;
+    found = shmq_offset_find(c, key, klen, qid);
+    if (found < 0) {
+        shmq_offset_slot *t = shmq_offset_table(c);
+        uint32_t cap = c->header.offset_capacity, h = fnv1a(key, klen, qid);
+        found = SHMQ_EFULL;
+        for (uint32_t i = 0, idx = h % cap; i < cap; i++, idx = (idx + 1) % cap) {
+            shmq_offset_slot *s = &t[idx];
+            if (s->state == 0) {
+                memset(s, 0, sizeof *s);
+                memcpy(s->key, key, klen);
+                s->key_len = (uint16_t)klen;
+                s->queue_id = qid;
+                s->hash = h;
+                s->offset = -1;
+                STORE_REL(&s->state, 1);
+                found = idx;
+                break;
+            }
+        }
+    }
+    shmq_unlock(w);
+    return found;
+}
+
+/* ================================================================== append == */
+static inline uint8_t *log_map(shmq_writer *w, int64_t index) {
+    shmq_map *m = &w->logs[index % SHMQ_LOG_RING];
+    return m->index == index ? m->addr : NULL;
+}
+
+static inline uint8_t *cq_map(shmq_writer *w, uint32_t slot, int64_t file_index) {
+    shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(file_index & 1)];
+    return m->index == file_index ? m->addr : NULL;
+}
+
+static inline int is_prepared_or_rollback(int32_t sysflag) {
+    int32_t t = sysflag & 0xC;
+    return t == 0x4 || t == 0xC;
+}
+
+/* Writes one record at dst (which is the position phys). props2 (may be empty) is appended
+ * to props, with a \2 separator inserted when props does not end with one. */
+static void write_record(shmq_writer *w, uint8_t *dst, int64_t phys, uint32_t size,
+                         const shmq_queue_slot *qs, const shmq_meta *m, uint32_t crc,
+                         int32_t flag, int64_t qoff, int64_t store_ts,
+                         const uint8_t *body, uint32_t blen,
+                         const uint8_t *props, uint32_t plen,
+                         const uint8_t *props2, uint32_t plen2, int sep) {
+    const shmq_owner *o = &w->ctl->owner;
+    be32(dst + SHMQ_R_TOTALSIZE, size);
+    be32(dst + SHMQ_R_MAGIC, SHMQ_MESSAGE_MAGIC);
+    be32(dst + SHMQ_R_BODYCRC, crc);
+    be32(dst + SHMQ_R_QUEUEID, (uint32_t)qs->queue_id);
+    be32(dst + SHMQ_R_FLAG, (uint32_t)flag);
+    be64(dst + SHMQ_R_QUEUEOFFSET, (uint64_t)qoff);
+    be64(dst + SHMQ_R_PHYSOFFSET, (uint64_t)phys);
+    be32(dst + SHMQ_R_SYSFLAG, (uint32_t)m->sysflag);
+    be64(dst + SHMQ_R_BORNTS, (uint64_t)m->born_ts);
+    be32(dst + SHMQ_R_BORNHOST, m->born_ip);
+    be32(dst + SHMQ_R_BORNHOST + 4, (uint32_t)m->born_port);
+    fault(w, SHMQ_FP_MID_RECORD);
+    be64(dst + SHMQ_R_STORETS, (uint64_t)store_ts);
+    be32(dst + SHMQ_R_STOREHOST, o->store_ip);
+    be32(dst + SHMQ_R_STOREHOST + 4, (uint32_t)o->store_port);
+    be32(dst + SHMQ_R_RECONSUME, (uint32_t)m->reconsume_times);
+    be64(dst + SHMQ_R_PREPARED, (uint64_t)m->prepared_offset);
+    be32(dst + SHMQ_R_BODYLEN, blen);
+    uint8_t *p = dst + SHMQ_R_BODYLEN + 4;
+    memcpy(p, body, blen);
+    p += blen;
+    *p++ = qs->topic_len;
+    memcpy(p, qs->topic, qs->topic_len);
+    p += qs->topic_len;
+    be16(p, (uint16_t)(plen + (uint32_t)sep + plen2));
+    p += 2;
+    memcpy(p, props, plen);
+    p += plen;
+    if (sep) *p++ = 2;
+    if (plen2) memcpy(p, props2, plen2);
+}
+
+static inline void write_cq(uint8_t *e, int64_t phys, uint32_t size, int64_t tag) {
+    be64(e, (uint64_t)phys);
+    be32(e + 8, size);
+    be64(e + 12, (uint64_t)tag);
+}
+
+static inline void notify_data(shmq_ctl *c) {
+    ADD_SC(&c->pos.data_seq, 1);
+    if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+}
+
+/* Under the lock: the fence and the place of an append of `total` bytes. On success
+ * *cur (the file holding pos, for a filler) and *dst (the file holding the records) are set. */
+static int place(shmq_writer *w, int64_t total, int64_t *pos_out, int64_t *rec_out,
+                 uint8_t **cur, uint8_t **dst) {
+    shmq_ctl *c = w->ctl;
+    uint32_t state = LOAD_ACQ(&c->owner.state);
+    if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
+        return state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
+    int64_t fsize = (int64_t)c->header.file_size;
+    int64_t pos = c->pos.commit_pos, idx = pos / fsize, off = pos % fsize, rec = pos;
+    if (off + total + SHMQ_BLANK_MIN > fsize) rec = (idx + 1) * fsize;
+    *cur = rec != pos ? log_map(w, idx) : NULL;
+    if (rec != pos && !*cur) { w->need_index = idx; return SHMQ_ENEEDLOG; }
+    *dst = log_map(w, rec / fsize);
+    if (!*dst) { w->need_index = rec / fsize; return SHMQ_ENEEDLOG; }
+    *dst += rec % fsize;
+    *pos_out = pos;
+    *rec_out = rec;
+    return SHMQ_OK;
+}
+
+static inline int64_t next_store_ts(shmq_ctl *c) {
+    int64_t ts = shmq_now_ms();
+    if (ts < c->pos.last_store_ts) ts = c->pos.last_store_ts;
+    c->pos.last_store_ts = ts;
+    return ts;
+}
+
+static inline void begin_intent(shmq_ctl *c, int64_t pos, int64_t rec, int64_t end, int64_t qoff,
+                                uint32_t slot, uint32_t count, int has_cq) {
+    shmq_intent *in = &c->intent;
+    in->phys_start = pos;
+    in->rec_start = rec;
+    in->phys_end = end;
+    in->queue_offset = qoff;
+    in->slot = slot;
+    in->count = count;
+    in->has_cq = (uint32_t)has_cq;
+    STORE_REL(&in->active, 1);
+}
+
+static inline void write_filler(shmq_ctl *c, uint8_t *cur, int64_t pos) {
+    int64_t fsize = (int64_t)c->header.file_size, off = pos % fsize;
+    be32(cur + off, (uint32_t)(fsize - off));
+    be32(cur + off + 4, SHMQ_BLANK_MAGIC);
+}
+
+int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+             const uint8_t *props, uint32_t plen, shmq_result *out) {
+    shmq_ctl *c = w->ctl;
+    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
+    if (plen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
+    shmq_queue_slot *qs = &c->queues[slot];
+    uint64_t size = SHMQ_RECORD_FIXED + (uint64_t)blen + qs->topic_len + plen;
+    if (blen > c->header.max_message_size || size + SHMQ_BLANK_MIN > c->header.file_size)
+        return SHMQ_ETOOBIG;
+    uint32_t crc = shmq_crc32(0, body, blen) & 0x7FFFFFFFu;
+    int has_cq = !is_prepared_or_rollback(m->sysflag);
+    int64_t tag = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, plen) : m->tag_code;
+
+    int rc = shmq_lock(w);
+    if (rc) return rc;
+    fault(w, SHMQ_FP_AFTER_LOCK);
+    int64_t pos, rec;
+    uint8_t *cur, *dst, *cqe = NULL;
+    rc = place(w, (int64_t)size, &pos, &rec, &cur, &dst);
+    if (rc) goto unlock;
+    int64_t qoff = 0;
+    if (has_cq) {
+        uint32_t per = c->header.cq_entries_per_file;
+        qoff = qs->next_offset;
+        cqe = cq_map(w, slot, qoff / per);
+        if (!cqe) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+        cqe += (qoff % per) * SHMQ_CQ_ENTRY_SIZE;
+    }
+    int64_t ts = next_store_ts(c);
+    if (m->tag_mode == SHMQ_TAG_STORE_PLUS) tag = ts + m->tag_code;
+    begin_intent(c, pos, rec, rec + (int64_t)size, qoff, slot, 1, has_cq);
+    fault(w, SHMQ_FP_AFTER_INTENT);
+    if (cur) write_filler(c, cur, pos);
+    write_record(w, dst, rec, (uint32_t)size, qs, m, crc, m->flag, qoff, ts, body, blen, props, plen,
+                 NULL, 0, 0);
+    fault(w, SHMQ_FP_AFTER_RECORD);
+    if (cqe) write_cq(cqe, rec, (uint32_t)size, tag);
+    fault(w, SHMQ_FP_AFTER_CQ);
+    if (has_cq) STORE_REL(&qs->next_offset, qoff + 1);
+    fault(w, SHMQ_FP_MID_PUBLISH);
+    STORE_REL(&c->pos.commit_pos, rec + (int64_t)size);
+    c->pos.appends++;
+    fault(w, SHMQ_FP_AFTER_PUBLISH);
+    STORE_REL(&c->intent.active, 0);
+    out->phys_offset = rec;
+    out->queue_offset = qoff;
+    out->end = rec + (int64_t)size;
+    out->store_ts = ts;
+    out->size = (int32_t)size;
+    out->count = 1;
+unlock:
+    shmq_unlock(w);
+    if (rc == SHMQ_OK) notify_data(c);
+    return rc;
+}
+
+/* A batch body (RocketMQ MessageDecoder.encodeMessages) is a run of entries:
+ *   totalSize i32 | magic i32 (ignored) | bodyCRC i32 (ignored) | flag i32 |
+ *   bodyLen i32 | body | propsLen i16 | props
+ * Each entry becomes its own record with consecutive queue offsets on one queue; the
+ * batch-level properties (extra) are appended to each entry's properties. */
+#define BATCH_ENTRY_FIXED 22
+
+static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta *m,
+                      const uint8_t *b, uint32_t n, uint32_t extra_len, uint32_t *count,
+                      uint64_t *total) {
+    uint32_t i = 0, k = 0;
+    uint64_t sum = 0;
+    while (i < n) {
+        if (n - i < BATCH_ENTRY_FIXED) return SHMQ_EBADBATCH;
+        const uint8_t *e = b + i;
+        int32_t blen = (int32_t)rd32(e + 16);
+        if (blen < 0 || (uint64_t)blen + BATCH_ENTRY_FIXED > n - i) return SHMQ_EBADBATCH;
+        int16_t plen = (int16_t)rd16(e + 20 + blen);
+        if (plen < 0 || (uint64_t)blen + BATCH_ENTRY_FIXED + (uint64_t)plen > n - i) return SHMQ_EBADBATCH;
+        const uint8_t *props = e + 22 + blen;
+        int sep = extra_len && plen && props[plen - 1] != 2;
+        uint64_t merged = (uint64_t)plen + (uint64_t)sep + extra_len;
+        if (merged > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
+        if ((uint32_t)blen > w->ctl->header.max_message_size) return SHMQ_ETOOBIG;
+        if (k >= w->scratch_cap) return SHMQ_EBADBATCH;
+        w->scratch_crc[k] = shmq_crc32(0, e + 20, (size_t)blen) & 0x7FFFFFFFu;
+        w->scratch_tag[k] = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, (size_t)plen)
+                                                               : m->tag_code;
+        sum += SHMQ_RECORD_FIXED + (uint64_t)blen + qs->topic_len + merged;
+        i += BATCH_ENTRY_FIXED + (uint32_t)blen + (uint32_t)plen;
+        k++;
+    }
+    if (k == 0) return SHMQ_EBADBATCH;
+    *count = k;
+    *total = sum;
+    return SHMQ_OK;
+}
+
+int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                   const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
+    shmq_ctl *c = w->ctl;
+    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
+    if (is_prepared_or_rollback(m->sysflag) || extra_len > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
+    shmq_queue_slot *qs = &c->queues[slot];
+    uint32_t count;
+    uint64_t total;
+    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total);
+    if (rc) return rc;
+    if (total + SHMQ_BLANK_MIN > c->header.file_size) return SHMQ_ETOOBIG;
+
+    rc = shmq_lock(w);
+    if (rc) return rc;
+    fault(w, SHMQ_FP_AFTER_LOCK);
+    int64_t pos, rec;
+    uint8_t *cur, *dst;
+    rc = place(w, (int64_t)total, &pos, &rec, &cur, &dst);
+    if (rc) goto unlock;
+    uint32_t per = c->header.cq_entries_per_file;
+    int64_t qoff = qs->next_offset, last = qoff + count - 1;
+    /* a batch may cross one CQ file boundary: both files must be mapped (ring of two) */
+    if (!cq_map(w, slot, qoff / per)) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+    if (!cq_map(w, slot, last / per)) { w->need_slot = slot; w->need_index = last / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+    int64_t ts = next_store_ts(c);
+    begin_intent(c, pos, rec, rec + (int64_t)total, qoff, slot, count, 1);
+    fault(w, SHMQ_FP_AFTER_INTENT);
+    if (cur) write_filler(c, cur, pos);
+    int64_t phys = rec;
+    uint32_t i = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        const uint8_t *e = b + i;
+        int32_t flag = (int32_t)rd32(e + 12);
+        uint32_t blen = rd32(e + 16);
+        uint32_t plen = rd16(e + 20 + blen);
+        const uint8_t *props = e + 22 + blen;
+        int sep = extra_len && plen && props[plen - 1] != 2;
+        uint32_t size = SHMQ_RECORD_FIXED + blen + qs->topic_len + plen + (uint32_t)sep + extra_len;
+        int64_t q = qoff + k;
+        write_record(w, dst, phys, size, qs, m, w->scratch_crc[k], flag, q, ts, e + 20, blen, props, plen,
+                     extra, extra_len, sep);
+        uint8_t *cqe = cq_map(w, slot, q / per) + (q % per) * SHMQ_CQ_ENTRY_SIZE;
+        int64_t tag = m->tag_mode == SHMQ_TAG_STORE_PLUS ? ts + m->tag_code : w->scratch_tag[k];
+        write_cq(cqe, phys, size, tag);
+        if (k == 0) { out->size = (int32_t)size; }
+        dst += size;
+        phys += size;
+        i += BATCH_ENTRY_FIXED + blen + plen;
+    }
+    fault(w, SHMQ_FP_AFTER_CQ);
+    STORE_REL(&qs->next_offset, qoff + count);
+    fault(w, SHMQ_FP_MID_PUBLISH);
+    STORE_REL(&c->pos.commit_pos, phys);
+    c->pos.appends += count;
+    fault(w, SHMQ_FP_AFTER_PUBLISH);
+    STORE_REL(&c->intent.active, 0);
+    out->phys_offset = rec;
+    out->queue_offset = qoff;
+    out->end = phys;
+    out->store_ts = ts;
+    out->count = (int32_t)count;
+unlock:
+    shmq_unlock(w);
+    if (rc == SHMQ_OK) notify_data(c);
+    return rc;
+}
+
+int shmq_batch_encode(const uint8_t *bodies, const uint32_t *blens, const uint8_t *props,
+                      const uint32_t *plens, const int32_t *flags, uint32_t n, uint8_t *out,
+                      uint64_t cap, uint64_t *out_len) {
+    uint64_t need = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (plens[k] > SHMQ_PROPS_MAX || blens[k] > INT32_MAX) return SHMQ_EINVAL;
+        need += BATCH_ENTRY_FIXED + (uint64_t)blens[k] + plens[k];
+    }
+    *out_len = need;
+    if (need > cap) return SHMQ_ETOOBIG;
+    uint8_t *p = out;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t total = BATCH_ENTRY_FIXED + blens[k] + plens[k];
+        be32(p, total);
+        be32(p + 4, 0);
+        be32(p + 8, 0);
+        be32(p + 12, flags ? (uint32_t)flags[k] : 0);
+        be32(p + 16, blens[k]);
+        memcpy(p + 20, bodies, blens[k]);
+        bodies += blens[k];
+        p += 20 + blens[k];
+        be16(p, (uint16_t)plens[k]);
+        memcpy(p + 2, props, plens[k]);
+        props += plens[k];
+        p += 2 + plens[k];
+    }
+    return SHMQ_OK;
+}
+
+/* ================================================================= records == */
+/* >0: the record's size; 0: a BLANK filler; <0: not a valid record here. phys < 0 skips the
+ * PHYSICALOFFSET check. */
+int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int check_crc) {
+    if (avail < 8) return -1;
+    uint32_t total = rd32(p), magic = rd32(p + 4);
+    if (magic == SHMQ_BLANK_MAGIC) return 0;
+    if (magic != SHMQ_MESSAGE_MAGIC) return -2;
+    if (total < SHMQ_RECORD_FIXED || total > avail) return -3;
+    if (phys >= 0 && (int64_t)rd64(p + SHMQ_R_PHYSOFFSET) != phys) return -4;
+    uint32_t blen = rd32(p + SHMQ_R_BODYLEN);
+    if ((uint64_t)blen + SHMQ_RECORD_FIXED > total) return -5;
+    uint32_t tlen = p[SHMQ_R_BODYLEN + 4 + blen];
+    if ((uint64_t)blen + tlen + SHMQ_RECORD_FIXED > total) return -5;
+    uint32_t plen = rd16(p + SHMQ_R_BODYLEN + 5 + blen + tlen);
+    if ((uint64_t)SHMQ_RECORD_FIXED + blen + tlen + plen != total) return -5;
+    if (check_crc && (shmq_crc32(0, p + SHMQ_R_BODYLEN + 4, blen) & 0x7FFFFFFFu) != rd32(p + SHMQ_R_BODYCRC))
+        return -6;
+    return total;
+}
+
+/* ========================================================== waits and flush == */
+int64_t shmq_load_i64(const int64_t *p) { return LOAD_ACQ(p); }
+
+int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns) {
+    int64_t t0 = mono_ns(), cpos;
+    if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
+    while (spin_ns > 0) {
+        for (int i = 0; i < 64; i++) {
+            CPU_RELAX();
+            if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
+        }
+        if (mono_ns() - t0 >= spin_ns) break;
+    }
+    int64_t deadline = t0 + timeout_ns;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&c->pos.data_seq);
+        if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen) return cpos;
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return cpos;
+        ADD_SC(&c->pos.data_waiters, 1);
+        if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED)
+            futex_wait(&c->pos.data_seq, seq, left);
+        SUB_SC(&c->pos.data_waiters, 1);
+        if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return LOAD_ACQ(&c->pos.commit_pos);
+    }
+}
+
+int shmq_wait_flushed(shmq_ctl *c, int64_t target, int64_t timeout_ns) {
+    shmq_positions *p = &c->pos;
+    if (LOAD_ACQ(&p->flushed_pos) >= target) return SHMQ_OK;
+    int64_t cur = LOAD_RLX(&p->flush_request_pos);
+    while (cur < target && !CAS(&p->flush_request_pos, &cur, target)) {}
+    ADD_SC(&p->flush_request_seq, 1);
+    if (LOAD_SC(&p->flusher_waiting)) futex_wake(&p->flush_request_seq, INT_MAX);
+    int64_t deadline = mono_ns() + timeout_ns;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&p->flushed_seq);
+        if (LOAD_SC(&p->flushed_pos) >= target) return SHMQ_OK;
+        if (LOAD_ACQ(&p->io_error)) return SHMQ_EIO;
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return SHMQ_ETIMEDOUT;
+        ADD_SC(&p->flushed_waiters, 1);
+        if (LOAD_SC(&p->flushed_pos) < target) futex_wait(&p->flushed_seq, seq, left);
+        SUB_SC(&p->flushed_waiters, 1);
+    }
+}
+
+int64_t shmq_flusher_wait(shmq_ctl *c, int64_t timeout_ns) {
+    shmq_positions *p = &c->pos;
+    int64_t deadline = mono_ns() + timeout_ns;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&p->flush_request_seq);
+        int64_t req = LOAD_SC(&p->flush_request_pos);
+        if (req > LOAD_ACQ(&p->flushed_pos)) return req;
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return req;
+        STORE_SC(&p->flusher_waiting, 1);
+        if (LOAD_SC(&p->flush_request_pos) <= LOAD_ACQ(&p->flushed_pos))
+            futex_wait(&p->flush_request_seq, seq, left);
+        STORE_SC(&p->flusher_waiting, 0);
+    }
+}
+
+void shmq_set_flushed(shmq_ctl *c, int64_t pos, int io_errno) {
+    shmq_positions *p = &c->pos;
+    if (io_errno) {
+        STORE_SC(&p->io_error, (uint32_t)io_errno);
+        STORE_SC(&c->owner.state, SHMQ_STATE_READONLY);
+    } else {
+        int64_t cur = LOAD_RLX(&p->flushed_pos);
+        while (cur < pos && !CAS(&p->flushed_pos, &cur, pos)) {}
+        __atomic_add_fetch(&p->flush_count, 1, __ATOMIC_RELAXED);
+    }
+    ADD_SC(&p->flushed_seq, 1);
+    if (LOAD_SC(&p->flushed_waiters)) futex_wake(&p->flushed_seq, INT_MAX);
+}
+
+void shmq_publish_recovered(shmq_ctl *c, int64_t commit_pos) {
+    STORE_SC(&c->pos.commit_pos, commit_pos);
+    STORE_SC(&c->pos.flushed_pos, commit_pos);
+    STORE_SC(&c->pos.flush_request_pos, commit_pos);
+}
+
+int shmq_msync(uint8_t *addr, uint64_t len) {
+    long page = sysconf(_SC_PAGESIZE);
+    uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(page - 1);
+    uint64_t n = len + ((uintptr_t)addr - start);
+    if (n == 0) return 0;
+    return msync((void *)start, n, MS_SYNC) == 0 ? 0 : errno;
 }

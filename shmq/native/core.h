@@ -1,4 +1,59 @@
-#pragma once
-#include <stdint.h>
+/*
+ * shmq/native/core.h -- the C core's functions. Everything here returns SHMQ_* status codes
+ * (layout.h); nothing raises, logs or calls back into Python. The CDEF block is fed to cffi.
+ */
+#ifndef SHMQ_CORE_H
+#define SHMQ_CORE_H
 #include <stddef.h>
+#include <stdint.h>
+#include "layout.h"
+
+/* CDEF-BEGIN */
+uint32_t shmq_layout_fingerprint(void);
 uint32_t shmq_crc32(uint32_t crc, const uint8_t *buf, size_t len);
+int32_t shmq_java_hash(const uint8_t *utf8, size_t len);
+int64_t shmq_tag_code_of_props(const uint8_t *props, size_t len);
+uint64_t shmq_self_token(void);
+int shmq_pid_alive(uint64_t token);
+int64_t shmq_now_ms(void);
+
+/* control block */
+shmq_offset_slot *shmq_offset_table(shmq_ctl *ctl);
+int shmq_ctl_init(shmq_ctl *ctl, uint64_t size, uint32_t queue_capacity, uint32_t offset_capacity);
+
+/* the lock (normally taken inside the put functions) */
+int shmq_lock(shmq_writer *w);
+void shmq_unlock(shmq_writer *w);
+
+/* tables */
+int64_t shmq_queue_find(shmq_ctl *ctl, const uint8_t *topic, size_t tlen, int32_t qid);
+int64_t shmq_queue_create(shmq_writer *w, const uint8_t *topic, size_t tlen, int32_t qid);
+int64_t shmq_offset_find(shmq_ctl *ctl, const uint8_t *key, size_t klen, int32_t qid);
+int64_t shmq_offset_create(shmq_writer *w, const uint8_t *key, size_t klen, int32_t qid);
+
+/* the append */
+int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
+             const uint8_t *body, uint32_t body_len,
+             const uint8_t *props, uint32_t props_len, shmq_result *out);
+int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
+                   const uint8_t *batch, uint32_t batch_len,
+                   const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
+int shmq_batch_encode(const uint8_t *bodies, const uint32_t *body_lens,
+                      const uint8_t *props, const uint32_t *props_lens,
+                      const int32_t *flags, uint32_t n, uint8_t *out, uint64_t out_cap,
+                      uint64_t *out_len);
+
+/* records */
+int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int check_crc);
+
+/* waiting and flushing */
+int64_t shmq_wait_data(shmq_ctl *ctl, int64_t seen, int64_t spin_ns, int64_t timeout_ns);
+int shmq_wait_flushed(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
+int64_t shmq_flusher_wait(shmq_ctl *ctl, int64_t timeout_ns);
+void shmq_set_flushed(shmq_ctl *ctl, int64_t pos, int io_errno);
+void shmq_publish_recovered(shmq_ctl *ctl, int64_t commit_pos);
+int shmq_msync(uint8_t *addr, uint64_t len);
+int64_t shmq_load_i64(const int64_t *p);
+/* CDEF-END */
+
+#endif
