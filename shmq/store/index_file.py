@@ -1,0 +1,386 @@
+"""One IndexFile: RocketMQ's hash index from message key to commit-log offset.
+
+The file is RocketMQ 4.x's ``store/index/<yyyyMMddHHmmssSSS>`` byte for byte
+(``IndexFile.java``, ``IndexHeader.java``; ``docs/remoting-protocol.md`` §8), so a RocketMQ
+broker can read an shmq store and the other way round. All integers are big-endian and signed.
+Because the format is RocketMQ's, it has no magic or fingerprint header (style rule 2 yields
+to compatibility); ``IndexFile.open`` checks the file size against the configured geometry.
+
+    offset                          size  field
+    ------------------------------  ----  ---------------------------------------------------
+    0                                  8  beginTimestamp  store time (ms) of entry 1
+    8                                  8  endTimestamp    store time (ms) of the newest entry
+    16                                 8  beginPhyOffset  commit-log offset of entry 1
+    24                                 8  endPhyOffset    commit-log offset of the newest entry
+    32                                 4  hashSlotCount   slots that ever became non-empty
+    36                                 4  indexCount      next entry number; starts at 1
+    40 + s*4                           4  slot s          newest entry number in slot s, 0 = none
+    40 + hashSlotNum*4 + n*20          4    keyHash       |String.hashCode(key)|, MIN_VALUE -> 0
+                                  +4   8    phyOffset     commit-log offset of the record
+                                  +12  4    timeDiff      (storeTimestamp - beginTimestamp)/1000 s
+                                  +16  4    prevIndex     previous entry of the slot, 0 ends it
+
+Entry 0 is never used: entry number 0 means "no entry", which is why indexCount starts at 1
+and a file with ``indexNum`` entries holds ``indexNum - 1`` keys ("full" is
+``indexCount >= indexNum``). Slot of a key: ``keyHash % hashSlotNum``. Each slot heads a chain
+through ``prevIndex`` from its newest entry to its oldest, so a chain is in put order reversed
+and (store timestamps being monotonic) in time order reversed; a query stops at the first
+entry older than the asked range.
+
+Publication order (one writer, lock-free readers): the entry is written first, then the slot
+is pointed at it, then indexCount is advanced. A reader trusts a slot value only when it is in
+``1..indexCount`` and follows ``prevIndex`` only downwards, so whatever point a concurrent put,
+or a kill -9, stopped at, readers see the key either fully indexed or not at all.
+
+Deviations from RocketMQ, each for a reason:
+- the first entry of a file stores timeDiff 0. RocketMQ computes it against the previous
+  file's endTimestamp (passed to the constructor) and only then resets beginTimestamp to the
+  entry's own time, so entry 1 of a rolled file reads back later than it was stored;
+- a chain is followed only to strictly smaller entry numbers (RocketMQ stops only on a self
+  loop), so a corrupt file cannot make a query loop forever, and a put ignores a slot naming
+  the entry it is about to write (left by a put that died halfway) instead of chaining the
+  entry to itself;
+- a query returns each commit-log offset once, and ``max_num`` counts distinct offsets (RocketMQ
+  repeats an offset indexed twice, e.g. ``KEYS="a a"`` or a record re-dispatched after recovery).
+"""
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+from typing import Iterable
+
+from shmq.errors import DiskFull, StoreClosed, StoreCorrupt
+
+from .javahash import java_string_hash
+
+__all__ = [
+    "IndexFile", "index_key_hash", "file_size",
+    "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_SIZE", "INVALID_INDEX",
+    "DEFAULT_HASH_SLOT_NUM", "DEFAULT_INDEX_NUM",
+]
+
+HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_SIZE = 20
+INVALID_INDEX = 0          # entry number meaning "none"; entry 0 is never written
+DEFAULT_HASH_SLOT_NUM = 5_000_000     # MessageStoreConfig.maxHashSlotNum
+DEFAULT_INDEX_NUM = 20_000_000        # MessageStoreConfig.maxIndexNum (5,000,000 * 4)
+
+# Header field offsets (IndexHeader.java).
+OFF_BEGIN_TIMESTAMP = 0
+OFF_END_TIMESTAMP = 8
+OFF_BEGIN_PHY_OFFSET = 16
+OFF_END_PHY_OFFSET = 24
+OFF_HASH_SLOT_COUNT = 32
+OFF_INDEX_COUNT = 36
+
+_HEADER = struct.Struct(">qqqqii")
+_ENTRY = struct.Struct(">iqii")       # keyHash, phyOffset, timeDiff, prevIndex
+_I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
+_INT32_MIN = -0x80000000
+_INT32_MAX = 0x7FFFFFFF
+
+assert _HEADER.size == HEADER_SIZE and _ENTRY.size == INDEX_SIZE
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile.indexKeyHashMethod: ``Math.abs(key.hashCode())``, and 0 for Integer.MIN_VALUE
+    (whose Math.abs is itself, still negative). Always in ``0..2^31-1``; stored in the entry."""
+    h = java_string_hash(key)
+    return 0 if h == _INT32_MIN else abs(h)
+
+
+def file_size(hash_slot_num: int, index_num: int) -> int:
+    return HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_SIZE
+
+
+def _check_geometry(hash_slot_num: int, index_num: int) -> None:
+    # index_num >= 2: a file must hold at least one entry (entry 0 is reserved), otherwise a
+    # writer that rolls to a fresh file because the old one is full would roll forever.
+    if not 1 <= hash_slot_num <= _INT32_MAX or not 2 <= index_num <= _INT32_MAX:
+        raise ValueError(f"bad index geometry: hash_slot_num={hash_slot_num} index_num={index_num}")
+
+
+class IndexFile:
+    """One memory-mapped index file. One writer thread (``put_key``) and any number of reader
+    threads (``select_phy_offsets``); ``close`` must not race either (IndexService's lock sees
+    to it).
+
+    The header is cached in attributes, written through to the mapping on every change (as
+    IndexHeader's AtomicLongs are); the cache is what readers consult, so a reader never
+    decodes a header that is being rewritten.
+    """
+
+    __slots__ = ("path", "hash_slot_num", "index_num", "_mm", "_entries_at",
+                 "_begin_timestamp", "_end_timestamp", "_begin_phy_offset", "_end_phy_offset",
+                 "_hash_slot_count", "_index_count", "dirty")
+
+    def __init__(self, path: str, mm: mmap.mmap, hash_slot_num: int, index_num: int):
+        # Use create() or open(); this only wires an already validated mapping.
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self._mm: mmap.mmap | None = mm
+        self._entries_at = HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        (self._begin_timestamp, self._end_timestamp, self._begin_phy_offset,
+         self._end_phy_offset, self._hash_slot_count, self._index_count) = _HEADER.unpack_from(mm, 0)
+        # IndexHeader.load: a file whose count was never written (RocketMQ writes it at the
+        # first put or flush) is empty, i.e. count 1.
+        if self._index_count <= 0:
+            self._index_count = 1
+        # True when the mapping has writes that no flush() has covered yet. Set by the writer
+        # after a put, cleared by the flusher before msync, so a put racing the flush leaves
+        # it set (one extra msync at worst, never a missed one).
+        self.dirty = False
+
+    # ---- opening ----------------------------------------------------------------------------
+    @classmethod
+    def create(cls, path: str | os.PathLike, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+               index_num: int = DEFAULT_INDEX_NUM, begin_phy_offset: int = 0,
+               begin_timestamp: int = 0) -> "IndexFile":
+        """Create a new file (never overwrites: FileExistsError) of the full size, zeroed.
+
+        ``begin_phy_offset``/``begin_timestamp`` are the previous file's end values, as
+        RocketMQ's constructor takes them: they become this file's begin *and* end (when
+        positive) until the first put replaces begin, so an empty rolled file still reports
+        where the index stands. A full disk raises DiskFull here, never SIGBUS at a later put.
+        """
+        _check_geometry(hash_slot_num, index_num)
+        path = os.fspath(path)
+        size = file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+        try:
+            try:
+                os.fchmod(fd, 0o600)          # the umask may have widened or narrowed it
+                os.posix_fallocate(fd, 0, size)
+            except OSError as e:
+                if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                    raise DiskFull(f"no space for index file {path} ({size} bytes): {e}") from e
+                raise
+            mm = mmap.mmap(fd, size)          # MAP_SHARED, read-write
+        except BaseException:
+            os.close(fd)
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+            raise
+        os.close(fd)                          # the mapping keeps the file referenced
+        b, e = max(begin_timestamp, 0), max(begin_phy_offset, 0)
+        _HEADER.pack_into(mm, 0, b, b, e, e, 0, 1)
+        f = cls(path, mm, hash_slot_num, index_num)
+        f.dirty = True
+        return f
+
+    @classmethod
+    def open(cls, path: str | os.PathLike, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
+             index_num: int = DEFAULT_INDEX_NUM) -> "IndexFile":
+        """Map an existing file. The header does not record the geometry (hashSlotCount is the
+        number of used slots, not of slots), so it must be the one the file was created with;
+        a file of any other size raises StoreCorrupt."""
+        _check_geometry(hash_slot_num, index_num)
+        path = os.fspath(path)
+        size = file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                raise StoreCorrupt(f"index file {path} is {actual} bytes, expected {size} for "
+                                   f"hash_slot_num={hash_slot_num} index_num={index_num}")
+            mm = mmap.mmap(fd, size)
+        finally:
+            os.close(fd)
+        f = cls(path, mm, hash_slot_num, index_num)
+        if f._index_count > index_num or f._hash_slot_count < 0:
+            f.close()
+            raise StoreCorrupt(f"index file {path}: indexCount {f._index_count} exceeds "
+                               f"indexNum {index_num} or hashSlotCount is negative")
+        return f
+
+    # ---- header -----------------------------------------------------------------------------
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def begin_timestamp(self) -> int:
+        return self._begin_timestamp
+
+    @property
+    def end_timestamp(self) -> int:
+        return self._end_timestamp
+
+    @property
+    def begin_phy_offset(self) -> int:
+        return self._begin_phy_offset
+
+    @property
+    def end_phy_offset(self) -> int:
+        return self._end_phy_offset
+
+    @property
+    def hash_slot_count(self) -> int:
+        return self._hash_slot_count
+
+    @property
+    def index_count(self) -> int:
+        """Next entry number (1 in an empty file); the file holds ``index_count - 1`` keys."""
+        return self._index_count
+
+    @property
+    def closed(self) -> bool:
+        return self._mm is None
+
+    def is_full(self) -> bool:
+        """IndexFile.isWriteFull: no entry number left below ``index_num``."""
+        return self._index_count >= self.index_num
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        """IndexFile.isTimeMatched: does [begin, end] (ms) overlap this file's time range?"""
+        b, e = self._begin_timestamp, self._end_timestamp
+        return (begin < b and end > e) or b <= begin <= e or b <= end <= e
+
+    def _map(self) -> mmap.mmap:
+        mm = self._mm
+        if mm is None:
+            raise StoreClosed(f"index file {self.path}")
+        return mm
+
+    # ---- writing ----------------------------------------------------------------------------
+    def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
+        """Index ``key`` -> ``phy_offset``. False, and nothing written, when the file is full."""
+        mm = self._map()
+        count = self._index_count
+        if count >= self.index_num:
+            return False
+        key_hash = index_key_hash(key)
+        slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
+        prev = _I32.unpack_from(mm, slot_pos)[0]
+        if prev <= INVALID_INDEX or prev >= count:
+            # A valid slot names an entry older than the one being written. Anything else
+            # was left by a put that died between its slot store and its count store (the
+            # slot then names entry ``count``, which this put overwrites): treat it as empty
+            # rather than chain the entry to itself, as RocketMQ's "> count" check would.
+            prev = INVALID_INDEX
+
+        first = count <= 1
+        if first:
+            # Entry 1 defines the file's begin; set before the time diff is taken, so that
+            # entry reads back at its own time (see "Deviations" above).
+            self._begin_timestamp = store_timestamp_ms
+            self._begin_phy_offset = phy_offset
+        begin_ts = self._begin_timestamp
+        if begin_ts <= 0:
+            time_diff = 0
+        else:
+            # Whole seconds, truncated as Java's long division does; clamped to int32 >= 0.
+            # Python's // floors, but every negative difference is clamped to 0 anyway.
+            time_diff = min(max((store_timestamp_ms - begin_ts) // 1000, 0), _INT32_MAX)
+
+        # 1. the entry, 2. the slot, 3. the header counts: see "Publication order" above.
+        _ENTRY.pack_into(mm, self._entries_at + count * INDEX_SIZE,
+                         key_hash, phy_offset, time_diff, prev)
+        _I32.pack_into(mm, slot_pos, count)
+        if first:
+            _I64.pack_into(mm, OFF_BEGIN_TIMESTAMP, store_timestamp_ms)
+            _I64.pack_into(mm, OFF_BEGIN_PHY_OFFSET, phy_offset)
+        if prev == INVALID_INDEX:
+            self._hash_slot_count += 1
+            _I32.pack_into(mm, OFF_HASH_SLOT_COUNT, self._hash_slot_count)
+        _I32.pack_into(mm, OFF_INDEX_COUNT, count + 1)
+        self._end_phy_offset = phy_offset
+        _I64.pack_into(mm, OFF_END_PHY_OFFSET, phy_offset)
+        self._end_timestamp = store_timestamp_ms
+        _I64.pack_into(mm, OFF_END_TIMESTAMP, store_timestamp_ms)
+        # The cached count is advanced last: readers bound their walk by it.
+        self._index_count = count + 1
+        self.dirty = True
+        return True
+
+    # ---- reading ----------------------------------------------------------------------------
+    def select_phy_offsets(self, keys: str | Iterable[str], max_num: int,
+                           begin_ts: int, end_ts: int) -> list[int]:
+        """Commit-log offsets indexed under ``keys`` whose store time (read back at whole-second
+        precision, as RocketMQ does) is in [begin_ts, end_ts], newest first per key, at most
+        ``max_num``. Matches are by key hash only: colliding keys come back too, and the caller
+        checks the record's KEYS/UNIQ_KEY, as RocketMQ's broker does."""
+        out: list[int] = []
+        seen: set[int] = set()
+        for key in ([keys] if isinstance(keys, str) else keys):
+            self.select_into(key, out, seen, max_num, begin_ts, end_ts)
+        return out
+
+    def select_into(self, key: str, out: list[int], seen: set[int], max_num: int,
+                    begin_ts: int, end_ts: int) -> None:
+        """IndexFile.selectPhyOffset: append to ``out`` the matches for ``key`` that are not in
+        ``seen`` (and add them to it), stopping once ``len(out) >= max_num``."""
+        mm = self._map()
+        count = self._index_count             # snapshot: entries below it are complete
+        if count <= 1 or len(out) >= max_num:
+            return
+        key_hash = index_key_hash(key)
+        cur = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
+        if cur <= INVALID_INDEX or cur > count:
+            # cur == count is readable: the writer stores an entry before the slot naming it.
+            return
+        entries_at = self._entries_at
+        file_begin = self._begin_timestamp
+        unpack = _ENTRY.unpack_from
+        while len(out) < max_num:
+            hash_read, phy, time_diff, prev = unpack(mm, entries_at + cur * INDEX_SIZE)
+            if time_diff < 0:
+                break                         # never written by a valid put
+            time_read = file_begin + time_diff * 1000
+            if hash_read == key_hash and begin_ts <= time_read <= end_ts and phy not in seen:
+                seen.add(phy)
+                out.append(phy)
+            # Chains only point back in time: stop at their end, at anything that does not
+            # point strictly backwards (corruption), or once older than the range.
+            if prev <= INVALID_INDEX or prev >= cur or time_read < begin_ts:
+                break
+            cur = prev
+
+    def entries(self) -> list[tuple[int, int, int, int]]:
+        """Every entry (keyHash, phyOffset, timeDiff, prevIndex) in put order: for dump tools
+        and tests."""
+        mm = self._map()
+        at = self._entries_at
+        return [_ENTRY.unpack_from(mm, at + n * INDEX_SIZE) for n in range(1, self._index_count)]
+
+    # ---- durability and lifetime ---------------------------------------------------------------
+    def flush(self) -> None:
+        """msync(MS_SYNC) the whole mapping (the kernel writes only dirty pages). An OSError
+        (EIO) propagates; the caller must not retry it as if it could succeed."""
+        mm = self._map()
+        self.dirty = False                    # before the msync: see the ``dirty`` comment
+        mm.flush()
+
+    def close(self) -> None:
+        """Unmap. Idempotent. Does not flush: dirty pages still reach the disk through the
+        page cache unless the machine goes down first."""
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            mm.close()
+
+    def destroy(self) -> None:
+        """Unmap and unlink. The file is never truncated: another process mapping it would
+        die of SIGBUS; unlinked, its pages live until the last mapping goes."""
+        self.close()
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+
+    def __enter__(self) -> "IndexFile":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._mm is None else f"{self._index_count - 1} keys"
+        return (f"IndexFile({self.path!r}, {state}, phy {self._begin_phy_offset}.."
+                f"{self._end_phy_offset}, ts {self._begin_timestamp}..{self._end_timestamp})")
