@@ -108,6 +108,44 @@ class FrameError(RemotingError):
     retriable = False
 
 
+class FrameTooLarge(FrameError):
+    """A frame's length word announces more than ``maxFrameSize`` (checked before allocating)."""
+
+    def __init__(self, size: int, limit: int):
+        super().__init__(f"frame of {size} bytes exceeds maxFrameSize {limit}")
+        self.size, self.limit = size, limit
+
+
+class HeaderDecodeError(FrameError):
+    """The header of a well-delimited frame is malformed (``what`` says where)."""
+
+    def __init__(self, what: str, *, serialize_type: int | None = None):
+        super().__init__(f"bad remoting header: {what}")
+        self.what, self.serialize_type = what, serialize_type
+
+
+class RemotingClosed(RemotingError):
+    """The connection closed before the answer came (or was already closed)."""
+
+
+class CommandFieldError(ShmqError):
+    """A request's custom header or body lacks a field or holds one of the wrong type.
+
+    RocketMQ answers these SYSTEM_ERROR with the exception text; so do shmq's servers."""
+
+    def __init__(self, field: str, why: str, *, value: object = None):
+        super().__init__(f"the custom field <{field}> {why}")
+        self.field, self.why, self.value = field, why, value
+
+
+class BodyDecodeError(ShmqError):
+    """A request or response body that does not parse as the structure its code implies."""
+
+    def __init__(self, what: str, why: str):
+        super().__init__(f"cannot decode {what}: {why}")
+        self.what, self.why = what, why
+
+
 class BrokerError(ShmqError):
     """A broker or NameServer answered with a non-success response code."""
 

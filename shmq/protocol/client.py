@@ -1,0 +1,210 @@
+"""Remoting clients: :class:`RemotingClient` (asyncio) and :class:`SyncRemotingClient` (blocking).
+
+``RemotingClient(addr)`` keeps one connection to ``addr`` (RocketMQ clients multiplex
+everything on one socket per server), opens it on first use and again after it closed::
+
+    async with RemotingClient("127.0.0.1:9876") as c:
+        resp = await c.invoke(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="T"), timeout=3)
+        await c.invoke_oneway(request(RequestCode.UNREGISTER_CLIENT, ...))
+
+Requests the server sends on that connection (NOTIFY_CONSUMER_IDS_CHANGED and the like)
+go to ``handlers``, with the same rules as on a server.
+
+``SyncRemotingClient`` is a small blocking client for tests and command-line tools: one
+request at a time on a plain socket; it can also send raw bytes (bad-input tests).
+"""
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from shmq.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
+from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
+from shmq.protocol.command import RemotingCommand, decode_command, encode_command
+from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from shmq.protocol.transport import Connection, Handler, Limits, sweep
+
+__all__ = ["RemotingClient", "SyncRemotingClient", "parse_addr"]
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """``"host:port"`` or ``"[v6]:port"`` -> ``(host, port)``."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address must be host:port, got {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+class RemotingClient:
+    """An asyncio client of one remoting server. Safe to share between tasks."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        handlers: Mapping[int, Handler] | None = None,
+        connect_timeout: float = 3.0,
+        max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+        idle_timeout: float | None = None,
+        frame_timeout: float = 30.0,
+        on_close: Callable[[Connection], Any] | None = None,
+        name: str = "client",
+    ):
+        self.addr = addr
+        self.host, self.port = parse_addr(addr)
+        self.handlers: dict[int, Handler] = dict(handlers or {})
+        self.connect_timeout = connect_timeout
+        self.limits = Limits(max_frame_size=max_frame_size, idle_timeout=idle_timeout, frame_timeout=frame_timeout)
+        self.on_close = on_close
+        self.name = name
+        self._conn: Connection | None = None
+        self._lock: asyncio.Lock | None = None
+        self._stop: asyncio.Event | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @property
+    def connection(self) -> Connection | None:
+        """The current connection, if open."""
+        c = self._conn
+        return c if c is not None and not c.closed else None
+
+    async def connect(self) -> Connection:
+        """The open connection, opening it if needed (raises RemotingConnectError)."""
+        conn = self.connection
+        if conn is not None:
+            return conn
+        if self._closed:
+            raise RemotingClosed(f"client of {self.addr} is closed")
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            conn = self.connection
+            if conn is not None:
+                return conn
+            loop = asyncio.get_running_loop()
+            try:
+                _, conn = await asyncio.wait_for(
+                    loop.create_connection(
+                        lambda: Connection(self.handlers, self.limits, on_close=self.on_close, name=self.name),
+                        self.host,
+                        self.port,
+                    ),
+                    self.connect_timeout,
+                )
+            except (OSError, asyncio.TimeoutError) as e:
+                raise RemotingConnectError(f"cannot connect to {self.addr}: {e or 'timeout'}") from None
+            sock = conn._transport.get_extra_info("socket") if conn._transport else None
+            if sock is not None:
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._conn = conn
+            if self._sweeper is None:
+                self._stop = asyncio.Event()
+                self._sweeper = loop.create_task(
+                    sweep(lambda: [c for c in (self._conn,) if c is not None], 1.0, self._stop)
+                )
+            return conn
+
+    async def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send a request and return the response (whatever its code)."""
+        deadline = time.monotonic() + timeout
+        conn = await self.connect()
+        return await conn.send_request(cmd, max(0.001, deadline - time.monotonic()))
+
+    async def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        conn = await self.connect()
+        conn.send_oneway(cmd)
+
+    async def close(self) -> None:
+        self._closed = True
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()
+            try:
+                await asyncio.wait_for(conn.wait_closed(), 2.0)
+            except asyncio.TimeoutError:
+                conn.abort()
+        if self._sweeper is not None and self._stop is not None:
+            self._stop.set()
+            await self._sweeper
+            self._sweeper = None
+
+    async def __aenter__(self) -> "RemotingClient":
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+
+class SyncRemotingClient:
+    """Blocking client: one request at a time. For tests and CLI tools, not for servers."""
+
+    def __init__(self, addr: str, *, timeout: float = 3.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+        self.addr = addr
+        self.timeout = timeout
+        host, port = parse_addr(addr)
+        try:
+            self.sock = socket.create_connection((host, port), timeout=timeout)
+        except OSError as e:
+            raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._decoder = FrameDecoder(max_frame_size)
+        self._ready: list[RemotingCommand] = []
+        self._opaque = 0
+
+    def _next_opaque(self) -> int:
+        self._opaque = self._opaque % 0x7FFFFFFF + 1
+        return self._opaque
+
+    def send_raw(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def send(self, cmd: RemotingCommand) -> None:
+        self.sock.sendall(encode_command(cmd))
+
+    def receive(self, timeout: float | None = None) -> RemotingCommand:
+        """The next command the server sends (response or request). Raises RemotingClosed at EOF."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while not self._ready:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise RemotingTimeout(f"nothing from {self.addr} in time")
+            self.sock.settimeout(left)
+            try:
+                data = self.sock.recv(256 * 1024)
+            except socket.timeout:
+                raise RemotingTimeout(f"nothing from {self.addr} in time") from None
+            except OSError as e:
+                raise RemotingClosed(f"connection to {self.addr} failed: {e}") from None
+            if not data:
+                raise RemotingClosed(f"connection to {self.addr} closed by the server")
+            self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
+        return self._ready.pop(0)
+
+    def invoke(self, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
+        """Send a request and wait for its response; requests from the server are skipped."""
+        cmd.opaque = self._next_opaque()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        self.send(cmd)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
+        while True:
+            resp = self.receive(max(0.0, deadline - time.monotonic()))
+            if resp.flag & FLAG_RESPONSE and resp.opaque == cmd.opaque:
+                return resp
+
+    def invoke_oneway(self, cmd: RemotingCommand) -> None:
+        cmd.opaque = self._next_opaque()
+        cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        self.send(cmd)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> "SyncRemotingClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

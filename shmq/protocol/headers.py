@@ -1,0 +1,360 @@
+"""Typed custom headers: the extFields of each request and response shmq handles.
+
+Field names are RocketMQ's own (``common/protocol/header/**``), so a Struct's attribute is
+the extFields key. Reading is liberal like Java's ``decodeCommandCustomHeader``: numbers
+parse from decimal text (the wire always carries text after :mod:`command` decoded it),
+booleans are ``Boolean.parseBoolean`` (``"true"`` in any case, anything else false),
+unknown keys (``bname``, ``Signature``, ``AccessKey``, ``OnsChannel`` …) are ignored. A
+missing field that Java marks ``@CFNotNull`` raises :class:`~shmq.errors.CommandFieldError`,
+which servers answer SYSTEM_ERROR. Writing always gives strings and drops ``None``.
+
+``SendMessageRequestHeaderV2`` is the same header with one-letter keys (code 310 and 320);
+:func:`decode_send_header` reads either form into :class:`SendMessageRequestHeader`.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
+
+import msgspec
+
+from shmq.errors import CommandFieldError
+from shmq.protocol.codes import RequestCode
+
+_H = TypeVar("_H", bound="CommandHeader")
+
+_INT, _BOOL, _STR = 0, 1, 2
+
+
+def _kind(tp: Any) -> int:
+    if get_origin(tp) is Union or type(tp).__name__ == "UnionType":
+        tp = next(a for a in get_args(tp) if a is not type(None))
+    return {int: _INT, bool: _BOOL, str: _STR}[tp]
+
+
+class CommandHeader(msgspec.Struct, kw_only=True):
+    """Base of every custom header. Subclasses only declare fields."""
+
+    _spec: ClassVar[tuple[tuple[str, int, bool], ...]]
+
+    def __init_subclass__(cls, **kw: Any) -> None:
+        super().__init_subclass__(**kw)
+        cls._spec = None  # type: ignore[assignment]  # built on first use, after msgspec finished the class
+
+    @classmethod
+    def _fields(cls) -> tuple[tuple[str, int, bool], ...]:
+        spec = cls._spec
+        if spec is None:
+            spec = tuple((f.name, _kind(f.type), f.required) for f in msgspec.structs.fields(cls))
+            cls._spec = spec
+        return spec
+
+    @classmethod
+    def from_ext(cls: type[_H], ext: Mapping[str, str]) -> _H:
+        """Read from a command's extFields (string values)."""
+        kw: dict[str, Any] = {}
+        for name, kind, required in cls._fields():
+            raw = ext.get(name)
+            if raw is None:
+                if required:
+                    raise CommandFieldError(name, "is null")
+                continue
+            if kind == _STR:
+                kw[name] = raw
+            elif kind == _INT:
+                try:
+                    kw[name] = int(raw)
+                except (TypeError, ValueError):
+                    raise CommandFieldError(name, "is not a number", value=raw) from None
+            else:
+                kw[name] = str(raw).lower() == "true"
+        return cls(**kw)
+
+    def to_ext(self) -> dict[str, str]:
+        """As extFields: strings only, ``None`` left out."""
+        out: dict[str, str] = {}
+        for name, kind, _ in self._fields():
+            v = getattr(self, name)
+            if v is None:
+                continue
+            if kind == _BOOL:
+                out[name] = "true" if v else "false"
+            else:
+                out[name] = str(v)
+        return out
+
+
+# ---- produce -------------------------------------------------------------------------------
+class SendMessageRequestHeader(CommandHeader):
+    producerGroup: str
+    topic: str
+    defaultTopic: str
+    defaultTopicQueueNums: int
+    queueId: int
+    sysFlag: int
+    bornTimestamp: int
+    flag: int
+    properties: str | None = None
+    reconsumeTimes: int | None = None
+    unitMode: bool = False
+    batch: bool = False
+    maxReconsumeTimes: int | None = None
+
+
+#: SendMessageRequestHeaderV2's letters, in order a..n (``n`` is the 4.9.5+ broker name).
+SEND_V2_LETTERS: dict[str, str] = {
+    "a": "producerGroup", "b": "topic", "c": "defaultTopic", "d": "defaultTopicQueueNums",
+    "e": "queueId", "f": "sysFlag", "g": "bornTimestamp", "h": "flag", "i": "properties",
+    "j": "reconsumeTimes", "k": "unitMode", "l": "maxReconsumeTimes", "m": "batch", "n": "brokerName",
+}
+_SEND_V2_NAMES = {v: k for k, v in SEND_V2_LETTERS.items()}
+
+
+def decode_send_header(code: int, ext: Mapping[str, str]) -> SendMessageRequestHeader:
+    """Read a send header of SEND_MESSAGE (long names) or SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (letters)."""
+    if code == RequestCode.SEND_MESSAGE:
+        return SendMessageRequestHeader.from_ext(ext)
+    return SendMessageRequestHeader.from_ext({SEND_V2_LETTERS.get(k, k): v for k, v in ext.items()})
+
+
+def send_header_to_v2(header: SendMessageRequestHeader) -> dict[str, str]:
+    """The one-letter extFields of SEND_MESSAGE_V2 for ``header``."""
+    return {_SEND_V2_NAMES[k]: v for k, v in header.to_ext().items()}
+
+
+class SendMessageResponseHeader(CommandHeader):
+    msgId: str
+    queueId: int
+    queueOffset: int
+    transactionId: str | None = None
+    batchUniqId: str | None = None
+    MSG_REGION: str | None = None
+    TRACE_ON: str | None = None
+
+
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    offset: int
+    group: str
+    delayLevel: int
+    originMsgId: str | None = None
+    originTopic: str | None = None
+    unitMode: bool = False
+    maxReconsumeTimes: int | None = None
+
+
+class EndTransactionRequestHeader(CommandHeader):
+    producerGroup: str
+    tranStateTableOffset: int
+    commitLogOffset: int
+    commitOrRollback: int
+    msgId: str
+    fromTransactionCheck: bool = False
+    transactionId: str | None = None
+
+
+class CheckTransactionStateRequestHeader(CommandHeader):
+    tranStateTableOffset: int
+    commitLogOffset: int
+    msgId: str | None = None
+    transactionId: str | None = None
+    offsetMsgId: str | None = None
+
+
+class CreateTopicRequestHeader(CommandHeader):
+    topic: str
+    defaultTopic: str
+    readQueueNums: int
+    writeQueueNums: int
+    perm: int
+    topicFilterType: str
+    topicSysFlag: int | None = None
+    order: bool = False
+
+
+# ---- consume -------------------------------------------------------------------------------
+class PullMessageRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    queueOffset: int
+    maxMsgNums: int
+    sysFlag: int
+    commitOffset: int
+    suspendTimeoutMillis: int
+    subVersion: int
+    subscription: str | None = None
+    expressionType: str | None = None
+
+
+class PullMessageResponseHeader(CommandHeader):
+    """All four always present: ali-ons stops a queue whose answer lacks one."""
+    suggestWhichBrokerId: int
+    nextBeginOffset: int
+    minOffset: int
+    maxOffset: int
+
+
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+
+
+class QueryConsumerOffsetResponseHeader(CommandHeader):
+    offset: int | None = None
+
+
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    consumerGroup: str
+    topic: str
+    queueId: int
+    commitOffset: int
+
+
+class GetMaxOffsetRequestHeader(CommandHeader):
+    topic: str
+    queueId: int
+
+
+class GetMinOffsetRequestHeader(CommandHeader):
+    topic: str
+    queueId: int
+
+
+class OffsetResponseHeader(CommandHeader):
+    """Answer of GET_MAX_OFFSET, GET_MIN_OFFSET and SEARCH_OFFSET_BY_TIMESTAMP."""
+    offset: int
+
+
+class SearchOffsetRequestHeader(CommandHeader):
+    topic: str
+    queueId: int
+    timestamp: int
+
+
+class GetEarliestMsgStoretimeRequestHeader(CommandHeader):
+    topic: str
+    queueId: int
+
+
+class GetEarliestMsgStoretimeResponseHeader(CommandHeader):
+    timestamp: int
+
+
+class ViewMessageRequestHeader(CommandHeader):
+    offset: int
+
+
+class QueryMessageRequestHeader(CommandHeader):
+    topic: str
+    key: str
+    maxNum: int
+    beginTimestamp: int
+    endTimestamp: int
+
+
+class QueryMessageResponseHeader(CommandHeader):
+    indexLastUpdateTimestamp: int
+    indexLastUpdatePhyoffset: int
+
+
+class UnregisterClientRequestHeader(CommandHeader):
+    clientID: str
+    producerGroup: str | None = None
+    consumerGroup: str | None = None
+
+
+class GetConsumerListByGroupRequestHeader(CommandHeader):
+    consumerGroup: str
+
+
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    consumerGroup: str
+
+
+# ---- NameServer ----------------------------------------------------------------------------
+class RegisterBrokerRequestHeader(CommandHeader):
+    brokerName: str
+    brokerAddr: str
+    clusterName: str
+    haServerAddr: str
+    brokerId: int
+    compressed: bool = False
+    bodyCrc32: int = 0
+
+
+class RegisterBrokerResponseHeader(CommandHeader):
+    haServerAddr: str | None = None
+    masterAddr: str | None = None
+
+
+class UnRegisterBrokerRequestHeader(CommandHeader):
+    brokerName: str
+    brokerAddr: str
+    clusterName: str
+    brokerId: int
+
+
+class GetRouteInfoRequestHeader(CommandHeader):
+    topic: str
+    acceptStandardJsonOnly: bool | None = None
+
+
+class PutKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+    value: str
+
+
+class GetKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+
+
+class GetKVConfigResponseHeader(CommandHeader):
+    value: str | None = None
+
+
+class DeleteKVConfigRequestHeader(CommandHeader):
+    namespace: str
+    key: str
+
+
+class GetKVListByNamespaceRequestHeader(CommandHeader):
+    namespace: str
+
+
+class QueryDataVersionRequestHeader(CommandHeader):
+    brokerName: str
+    brokerAddr: str
+    clusterName: str
+    brokerId: int
+
+
+class QueryDataVersionResponseHeader(CommandHeader):
+    changed: bool
+
+
+class WipeWritePermOfBrokerRequestHeader(CommandHeader):
+    brokerName: str
+
+
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    wipeTopicCount: int
+
+
+class AddWritePermOfBrokerRequestHeader(CommandHeader):
+    brokerName: str
+
+
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    addTopicCount: int
+
+
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    topic: str
+    clusterName: str | None = None
+
+
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    cluster: str
