@@ -966,6 +966,16 @@ void shmq_publish_recovered(shmq_ctl *c, int64_t commit_pos) {
     STORE_SC(&c->pos.flush_request_pos, commit_pos);
 }
 
+/* Marks the segment FENCED (appends answer ESTALE from now on) and wakes every sleeper so
+ * that waiting readers and SYNC_FLUSH putters notice at once. */
+void shmq_fence(shmq_ctl *c) {
+    STORE_SC(&c->owner.state, SHMQ_STATE_FENCED);
+    ADD_SC(&c->pos.data_seq, 1);
+    futex_wake(&c->pos.data_seq, INT_MAX);
+    ADD_SC(&c->pos.flushed_seq, 1);
+    futex_wake(&c->pos.flushed_seq, INT_MAX);
+}
+
 int shmq_msync(uint8_t *addr, uint64_t len) {
     long page = sysconf(_SC_PAGESIZE);
     uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(page - 1);

@@ -52,6 +52,7 @@ int shmq_wait_flushed(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
 int64_t shmq_flusher_wait(shmq_ctl *ctl, int64_t timeout_ns);
 void shmq_set_flushed(shmq_ctl *ctl, int64_t pos, int io_errno);
 void shmq_publish_recovered(shmq_ctl *ctl, int64_t commit_pos);
+void shmq_fence(shmq_ctl *ctl);
 int shmq_msync(uint8_t *addr, uint64_t len);
 int64_t shmq_load_i64(const int64_t *p);
 /* CDEF-END */

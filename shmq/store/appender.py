@@ -1,0 +1,218 @@
+"""The Python side of the C append: one ``shmq_writer`` per process, the mappings it needs,
+and the translation of C status codes into exceptions (the one table lives here).
+
+The hot path is ``Appender.put`` / ``put_batch``: one cffi call per message or batch. The C
+core answers ENEEDLOG / ENEEDCQ (after releasing the lock) when the append needs a file this
+process has not mapped; we map it outside the lock and call again. That happens once per
+file, so the retry loop costs nothing on the steady path.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+
+from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, StaleSegment, StoreError,
+                         StoreReadOnly, TableFull)
+from shmq.native import ffi, lib
+
+from .commitlog import CommitLog
+from .config import StoreConfig
+from .consume_queue import ConsumeQueue
+from .control import ControlBlock
+
+BATCH_SCRATCH = 65536  # most entries a batch may hold (a 4 MiB batch of ~64 B entries)
+
+_live: "weakref.WeakSet[Appender]" = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    # The lock word names the process: a child must never append with its parent's token.
+    for a in list(_live):
+        a._forked = True
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+def raise_for_status(rc: int, what: str = "append", size: int = 0, limit: int = 0):
+    if rc == lib.SHMQ_ETIMEDOUT:
+        raise LockTimeout("the append lock is held by a live process that did not release it in time")
+    if rc == lib.SHMQ_ESTALE:
+        raise StaleSegment("the store's control block was fenced by a newer broker; re-attach")
+    if rc == lib.SHMQ_EREADONLY:
+        raise StoreReadOnly("the store is read-only after a failed flush")
+    if rc == lib.SHMQ_ETOOBIG:
+        raise MessageTooLarge(size, limit)
+    if rc == lib.SHMQ_EBADBATCH:
+        raise InvalidMessage("malformed batch body")
+    if rc == lib.SHMQ_EINVAL:
+        raise InvalidMessage(f"{what}: invalid argument (properties over 32767 bytes, or unknown queue)")
+    if rc == lib.SHMQ_EFULL:
+        raise TableFull(f"{what}: the shared table is full")
+    if rc == lib.SHMQ_EIO:
+        raise StoreReadOnly("flush failed with an I/O error; the store is read-only")
+    raise StoreError(f"{what} failed with status {rc}")
+
+
+class Appender:
+    def __init__(self, cb: ControlBlock, commitlog: CommitLog, queues: "QueueRegistry",
+                 cfg: StoreConfig):
+        self.cb = cb
+        self.commitlog = commitlog
+        self.queues = queues
+        self.cfg = cfg
+        self._forked = False
+        qcap = cb.ctl.header.queue_capacity
+        w = self.w = ffi.new("shmq_writer *")
+        w.ctl = cb.ctl
+        w.token = lib.shmq_self_token()
+        w.generation = cb.generation
+        w.lock_timeout_ms = cfg.lock_timeout_ms
+        for i in range(lib.SHMQ_LOG_RING):
+            w.logs[i].index = -1
+        self._cq_maps = ffi.new("shmq_map[]", 2 * qcap)
+        for i in range(2 * qcap):
+            self._cq_maps[i].index = -1
+        w.cqs = self._cq_maps
+        self._scratch_crc = ffi.new("uint32_t[]", BATCH_SCRATCH)
+        self._scratch_tag = ffi.new("int64_t[]", BATCH_SCRATCH)
+        w.scratch_crc = self._scratch_crc
+        w.scratch_tag = self._scratch_tag
+        w.scratch_cap = BATCH_SCRATCH
+        self._pins: dict[tuple, object] = {}  # keeps the cdata buffers behind w->logs / w->cqs
+        self._slots: dict[tuple[str, int], int] = {}
+        self.lock = threading.Lock()  # one shmq_writer: one thread inside the C append at a time
+        self.meta = ffi.new("shmq_meta *")
+        self.out = ffi.new("shmq_result *")
+        _live.add(self)
+
+    # ---- slots ---------------------------------------------------------------------------
+    def slot(self, topic: str, queue_id: int) -> int:
+        key = (topic, queue_id)
+        s = self._slots.get(key)
+        if s is None:
+            t = topic.encode()
+            s = lib.shmq_queue_create(self.w, t, len(t), queue_id)
+            if s < 0:
+                raise_for_status(s, f"queue {topic}:{queue_id}")
+            self._slots[key] = s
+        return s
+
+    def offset_slot(self, key: str, queue_id: int) -> int:
+        k = key.encode()
+        s = lib.shmq_offset_create(self.w, k, len(k), queue_id)
+        if s < 0:
+            raise_for_status(s, f"offset {key}:{queue_id}")
+        return s
+
+    # ---- the append -----------------------------------------------------------------------
+    def put(self, slot: int, meta, body, props, out) -> None:
+        """One record. ``meta`` and ``out`` are cffi structs owned by the caller (reused)."""
+        if self._forked:
+            raise StaleSegment("this store handle was inherited through fork(); open a new one")
+        w = self.w
+        while True:
+            rc = lib.shmq_put(w, slot, meta, body, len(body), props, len(props), out)
+            if rc == 0:
+                return
+            self._recover(rc, len(body))
+
+    def put_batch(self, slot: int, meta, batch, extra, out) -> None:
+        if self._forked:
+            raise StaleSegment("this store handle was inherited through fork(); open a new one")
+        w = self.w
+        while True:
+            rc = lib.shmq_put_batch(w, slot, meta, batch, len(batch), extra, len(extra), out)
+            if rc == 0:
+                return
+            self._recover(rc, len(batch))
+
+    def _recover(self, rc: int, size: int) -> None:
+        w = self.w
+        if rc == lib.SHMQ_ENEEDLOG:
+            self.map_log(w.need_index)
+        elif rc == lib.SHMQ_ENEEDCQ:
+            self.map_cq(w.need_slot, w.need_index)
+        else:
+            raise_for_status(rc, size=size, limit=self.cfg.max_message_size)
+
+    def map_log(self, index: int) -> None:
+        mm = self.commitlog.map(index, create=True)
+        buf = ffi.from_buffer(mm)
+        ring = index % lib.SHMQ_LOG_RING
+        self._pins[("log", ring)] = buf
+        self.w.logs[ring].addr = ffi.cast("uint8_t *", buf)
+        self.w.logs[ring].index = index
+
+    def map_cq(self, slot: int, file_index: int) -> None:
+        s = self.cb.ctl.queues[slot]
+        topic = ffi.unpack(s.topic, s.topic_len).decode()
+        cq = self.queues.get(topic, s.queue_id)
+        mm = cq.map(file_index, create=True)
+        buf = ffi.from_buffer(mm)
+        i = 2 * slot + (file_index & 1)
+        self._pins[("cq", i)] = buf
+        self._cq_maps[i].addr = ffi.cast("uint8_t *", buf)
+        self._cq_maps[i].index = file_index
+
+    def set_fault(self, point: int, action: int) -> None:
+        """Tests: make the C append pause (until killed) or kill itself at a fault point."""
+        self.w.fault_point = point
+        self.w.fault_action = action
+
+    def close(self) -> None:
+        self._pins.clear()
+        for i in range(lib.SHMQ_LOG_RING):
+            self.w.logs[i].index = -1
+        _live.discard(self)
+
+
+class QueueRegistry:
+    """The ConsumeQueue objects of this process, one per (topic, queue id)."""
+
+    def __init__(self, cfg: StoreConfig):
+        self.cfg = cfg
+        self._queues: dict[tuple[str, int], ConsumeQueue] = {}
+        self._lock = threading.Lock()
+
+    def get(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._queues.get(key)
+        if cq is None:
+            with self._lock:
+                cq = self._queues.get(key)
+                if cq is None:
+                    cq = self._queues[key] = ConsumeQueue(self.cfg, topic, queue_id)
+        return cq
+
+    def known(self) -> list[ConsumeQueue]:
+        return list(self._queues.values())
+
+    def on_disk(self) -> list[tuple[str, int]]:
+        out = []
+        root = self.cfg.consumequeue_dir
+        try:
+            topics = os.listdir(root)
+        except FileNotFoundError:
+            return out
+        for t in topics:
+            d = os.path.join(root, t)
+            if not os.path.isdir(d):
+                continue
+            for q in os.listdir(d):
+                if q.lstrip("-").isdigit():
+                    out.append((t, int(q)))
+        return out
+
+    def drop(self, topic: str, queue_id: int) -> None:
+        with self._lock:
+            cq = self._queues.pop((topic, queue_id), None)
+        if cq:
+            cq.close()
+
+    def close(self) -> None:
+        with self._lock:
+            qs, self._queues = list(self._queues.values()), {}
+        for q in qs:
+            q.close()

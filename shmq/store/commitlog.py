@@ -1,0 +1,110 @@
+"""CommitLog files: fixed-size, named by their 20-digit start offset, mapped shared.
+
+A process maps the files it touches and keeps them mapped; a memoryview handed to a reader
+keeps its mapping alive on its own, so dropping our reference (expiry) never pulls memory
+from under a reader. Files are created whole (files.create_preallocated) by whoever needs
+one first: the owner's preallocation normally wins the race, an appender only on a miss.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+
+from shmq.errors import StoreError
+
+from . import files
+from .config import StoreConfig
+from .record import BLANK_MAGIC, MESSAGE_MAGIC
+
+_U32 = struct.Struct(">I")
+_TOTAL_MAGIC = struct.Struct(">iI")
+
+
+class CommitLog:
+    def __init__(self, cfg: StoreConfig):
+        self.cfg = cfg
+        self.dir = cfg.commitlog_dir
+        self.file_size = cfg.mapped_file_size_commitlog
+        self._maps: dict[int, mmap.mmap] = {}
+        self._lock = threading.Lock()
+        files.ensure_dir(self.dir)
+
+    def path(self, index: int) -> str:
+        return os.path.join(self.dir, files.name_of(index * self.file_size))
+
+    def file_indexes(self) -> list[int]:
+        out = []
+        for start in files.list_numbered(self.dir):
+            if start % self.file_size:
+                raise StoreError(f"commitlog file {start:020d} is not on a {self.file_size}-byte boundary")
+            out.append(start // self.file_size)
+        return out
+
+    def create(self, index: int) -> bool:
+        return files.create_preallocated(self.path(index), self.file_size, self.cfg.file_mode, self.cfg.group)
+
+    def map(self, index: int, *, create: bool = False) -> mmap.mmap:
+        mm = self._maps.get(index)
+        if mm is not None:
+            return mm
+        with self._lock:
+            mm = self._maps.get(index)
+            if mm is None:
+                if create:
+                    self.create(index)
+                mm = files.map_file(self.path(index), self.file_size)
+                self._maps[index] = mm
+            return mm
+
+    def prefault(self, index: int) -> None:
+        """Ask the kernel to bring a file in before an append needs it, and touch one byte a
+        page so that no append pays a page fault (reads do not dirty pages)."""
+        mm = self.map(index, create=True)
+        mm.madvise(mmap.MADV_WILLNEED)
+        for off in range(0, self.file_size, mmap.PAGESIZE):
+            mm[off]
+
+    def view(self, phys: int, size: int) -> memoryview:
+        index, off = divmod(phys, self.file_size)
+        if off + size > self.file_size:
+            raise StoreError(f"read of {size} bytes at {phys} crosses a file boundary")
+        return memoryview(self.map(index))[off:off + size]
+
+    def record_at(self, phys: int) -> memoryview | None:
+        """The record at ``phys`` as a view (no checks beyond its length field); None at a
+        BLANK filler or zeroed space."""
+        index, off = divmod(phys, self.file_size)
+        mm = self.map(index)
+        if off + 8 > self.file_size:
+            return None
+        total, magic = _TOTAL_MAGIC.unpack_from(mm, off)
+        if magic != MESSAGE_MAGIC or total <= 0 or off + total > self.file_size:
+            return None
+        return memoryview(mm)[off:off + total]
+
+    def is_blank(self, phys: int) -> bool:
+        index, off = divmod(phys, self.file_size)
+        return _U32.unpack_from(self.map(index), off + 4)[0] == BLANK_MAGIC
+
+    def forget(self, index: int) -> None:
+        """Drop our mapping of a file (readers holding views keep theirs)."""
+        with self._lock:
+            self._maps.pop(index, None)
+
+    def delete(self, index: int) -> None:
+        self.forget(index)
+        try:
+            os.unlink(self.path(index))
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            maps, self._maps = self._maps, {}
+        for mm in maps.values():
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a reader still holds a view: the mapping goes when the view does

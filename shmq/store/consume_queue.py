@@ -1,0 +1,152 @@
+"""ConsumeQueue files: per (topic, queue id), fixed 20-byte entries, so entry n is found by
+arithmetic (layout in shmq/native/layout.h):
+
+    | commitlog offset i64 | record size i32 | tag code i64 |   big-endian
+
+Entry n is at byte (n mod E) * 20 of the file starting at byte (n div E) * E * 20, where E is
+``cq_entries_per_file`` (300,000). Entries are written by the C append under the lock before
+the queue's next offset is published; an all-zero entry is an empty one (a record at
+commitlog offset 0 still has a non-zero size).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+import threading
+
+from . import files
+from .config import StoreConfig
+
+ENTRY = struct.Struct(">qiq")
+ENTRY_SIZE = 20
+
+
+class ConsumeQueue:
+    def __init__(self, cfg: StoreConfig, topic: str, queue_id: int):
+        self.cfg = cfg
+        self.topic = topic
+        self.queue_id = queue_id
+        self.per_file = cfg.cq_entries_per_file
+        self.file_bytes = self.per_file * ENTRY_SIZE
+        self.dir = os.path.join(cfg.consumequeue_dir, topic, str(queue_id))
+        self._maps: dict[int, mmap.mmap] = {}
+        self._lock = threading.Lock()
+
+    def path(self, file_index: int) -> str:
+        return os.path.join(self.dir, files.name_of(file_index * self.file_bytes))
+
+    def file_indexes(self) -> list[int]:
+        return [start // self.file_bytes for start in files.list_numbered(self.dir)
+                if start % self.file_bytes == 0]
+
+    def map(self, file_index: int, *, create: bool = False) -> mmap.mmap | None:
+        mm = self._maps.get(file_index)
+        if mm is not None:
+            return mm
+        with self._lock:
+            mm = self._maps.get(file_index)
+            if mm is None:
+                path = self.path(file_index)
+                if create:
+                    files.create_preallocated(path, self.file_bytes, self.cfg.file_mode, self.cfg.group)
+                elif not os.path.exists(path):
+                    return None
+                mm = files.map_file(path, self.file_bytes)
+                self._maps[file_index] = mm
+            return mm
+
+    def entry(self, offset: int) -> tuple[int, int, int] | None:
+        """(commitlog offset, size, tag code), or None when the file is gone or the entry empty."""
+        fi, n = divmod(offset, self.per_file)
+        mm = self.map(fi)
+        if mm is None:
+            return None
+        e = ENTRY.unpack_from(mm, n * ENTRY_SIZE)
+        return e if e[1] > 0 else None
+
+    def entries(self, offset: int, count: int):
+        """Up to ``count`` entries from ``offset`` within one file: (offset, phys, size, tag)."""
+        fi, n = divmod(offset, self.per_file)
+        mm = self.map(fi)
+        if mm is None:
+            return
+        end = min(self.per_file, n + count)
+        for i in range(n, end):
+            phys, size, tag = ENTRY.unpack_from(mm, i * ENTRY_SIZE)
+            if size <= 0:
+                return
+            yield offset + (i - n), phys, size, tag
+
+    def write_entry(self, offset: int, phys: int, size: int, tag: int) -> None:
+        """Recovery only: the append writes entries in C."""
+        fi, n = divmod(offset, self.per_file)
+        ENTRY.pack_into(self.map(fi, create=True), n * ENTRY_SIZE, phys, size, tag)
+
+    def clear_from(self, offset: int) -> None:
+        """Recovery only: zero every entry from ``offset`` on (files past it are deleted)."""
+        fi, n = divmod(offset, self.per_file)
+        for idx in self.file_indexes():
+            if idx > fi:
+                self.delete_file(idx)
+            elif idx == fi:
+                mm = self.map(idx)
+                mm[n * ENTRY_SIZE:] = bytes(self.file_bytes - n * ENTRY_SIZE)
+
+    def last_offset(self) -> int:
+        """Number of entries (the next offset) found in the files: entries are dense from the
+        queue's start, so the first empty entry of the last file is found by bisection."""
+        idxs = self.file_indexes()
+        while idxs:
+            fi = idxs[-1]
+            mm = self.map(fi)
+            lo, hi = 0, self.per_file
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if ENTRY.unpack_from(mm, mid * ENTRY_SIZE)[1] > 0:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            if lo > 0 or len(idxs) == 1:
+                return fi * self.per_file + lo
+            idxs.pop()  # an empty trailing file (created ahead): look at the one before
+        return 0
+
+    def first_file_offset(self) -> int:
+        idxs = self.file_indexes()
+        return idxs[0] * self.per_file if idxs else 0
+
+    def flush_range(self, start: int, end: int) -> None:
+        """fdatasync the files holding entries [start, end): they may have been written by
+        other processes, so the file, not our mapping, is what is synced."""
+        if end <= start:
+            return
+        for fi in range(start // self.per_file, (end - 1) // self.per_file + 1):
+            try:
+                fd = os.open(self.path(fi), os.O_RDWR | os.O_CLOEXEC)
+            except FileNotFoundError:
+                continue
+            try:
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def forget(self, file_index: int) -> None:
+        with self._lock:
+            self._maps.pop(file_index, None)
+
+    def delete_file(self, file_index: int) -> None:
+        self.forget(file_index)
+        try:
+            os.unlink(self.path(file_index))
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            maps, self._maps = self._maps, {}
+        for mm in maps.values():
+            try:
+                mm.close()
+            except BufferError:
+                pass

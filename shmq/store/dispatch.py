@@ -1,0 +1,87 @@
+"""The index dispatcher (owner only): follows the commit position and feeds every record's
+keys into the IndexFiles. It may lag the append by milliseconds; its durable progress (the
+offset below which every record is in index files on disk) goes into the checkpoint."""
+from __future__ import annotations
+
+import logging
+import struct
+import threading
+import time
+
+from .index_service import IndexService
+from .record import BLANK_MAGIC, HEADER, MESSAGE_MAGIC, R_BODYLEN, decode_properties
+
+log = logging.getLogger("shmq.store.index")
+_TM = struct.Struct(">iI")
+
+
+class IndexDispatcher:
+    def __init__(self, store):
+        self.store = store
+        cfg = store.cfg
+        self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
+        self.index.load()
+        start = min(store.checkpoint.index_flushed, store.commit_pos)
+        rebuild = self.index.truncate_after(store.commit_pos)
+        if rebuild is not None:
+            start = min(start, rebuild)
+        self.pos = max(start, store.cb.ctl.pos.min_pos)
+        self.flushed_upto = self.pos
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shmq-index", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._flush()
+        self.index.close()
+
+    def _flush(self) -> None:
+        upto = self.pos
+        self.index.flush()
+        self.flushed_upto = upto
+
+    def wait_until(self, pos: int, timeout: float = 5.0) -> bool:
+        """Tests and queries: wait until everything below ``pos`` is indexed."""
+        deadline = time.monotonic() + timeout
+        while self.pos < pos and time.monotonic() < deadline:
+            time.sleep(0.002)
+        return self.pos >= pos
+
+    def _run(self) -> None:
+        last_flush = time.monotonic()
+        while not self._stop.is_set():
+            commit = self.store.wait(self.pos, 0.1)
+            try:
+                while self.pos < commit and not self._stop.is_set():
+                    self._dispatch_one()
+            except Exception:
+                log.exception("index dispatch failed at %d", self.pos)
+                time.sleep(0.1)
+            if time.monotonic() - last_flush >= 1.0:
+                self._flush()
+                last_flush = time.monotonic()
+
+    def _dispatch_one(self) -> None:
+        cl = self.store.commitlog
+        fsize = cl.file_size
+        idx, off = divmod(self.pos, fsize)
+        mm = cl.map(idx)
+        total, magic = _TM.unpack_from(mm, off)
+        if magic == BLANK_MAGIC:
+            self.pos = (idx + 1) * fsize
+            return
+        if magic != MESSAGE_MAGIC or total <= 0:
+            raise RuntimeError(f"no record at committed position {self.pos}")
+        h = HEADER.unpack_from(mm, off)
+        sysflag, store_ts, blen = h[7], h[11], h[16]
+        t0 = off + R_BODYLEN + 4 + blen
+        tlen = mm[t0]
+        topic = bytes(mm[t0 + 1:t0 + 1 + tlen]).decode("utf-8", "replace")
+        (plen,) = struct.unpack_from(">h", mm, t0 + 1 + tlen)
+        props = decode_properties(mm[t0 + 3 + tlen:t0 + 3 + tlen + plen])
+        self.index.build(topic, props.get("KEYS"), props.get("UNIQ_KEY"), self.pos, store_ts, sysflag)
+        self.pos += total

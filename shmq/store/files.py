@@ -1,0 +1,114 @@
+"""File primitives shared by the store: preallocated creation, atomic replacement, mapping.
+
+Rules (DESIGN §3, reliability.md): files are created whole with posix_fallocate (a full
+disk is ENOSPC at creation, not SIGBUS inside an append); a file appears under its final
+name only once complete (link(2) from a temp name, so two creators never clobber each
+other); permissions are set with fchmod so no umask weakens them; small files (checkpoint,
+JSON config) are replaced by write temp + fsync + rename + fsync of the directory; mapped
+files are never truncated, only unlinked whole.
+"""
+from __future__ import annotations
+
+import errno
+import grp
+import mmap
+import os
+import tempfile
+
+from shmq.errors import DiskFull, StoreError
+
+
+def _apply_mode(fd: int, mode: int, group: str | None) -> None:
+    os.fchmod(fd, mode)
+    if group is not None:
+        os.fchown(fd, -1, grp.getgrnam(group).gr_gid)
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def ensure_dir(path: str, mode: int = 0o700) -> None:
+    os.makedirs(path, mode=mode, exist_ok=True)
+
+
+def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
+    """Create ``path`` with ``size`` bytes allocated, zero-filled. Returns False when another
+    process created it first (the existing file is left alone)."""
+    if os.path.exists(path):
+        return False
+    d = os.path.dirname(path)
+    ensure_dir(d)
+    fd, tmp = tempfile.mkstemp(prefix=".new-", dir=d)
+    try:
+        _apply_mode(fd, mode, group)
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise DiskFull(f"cannot allocate {size} bytes for {path}: {e.strerror}") from e
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
+        try:
+            os.link(tmp, path)
+            return True
+        except FileExistsError:
+            return False
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
+
+
+def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
+    d = os.path.dirname(path)
+    ensure_dir(d)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+    try:
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            n = os.write(fd, view)
+            view = view[n:]
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        os.unlink(tmp)
+        raise
+    os.close(fd)
+    os.replace(tmp, path)
+    fsync_dir(d)
+
+
+def map_file(path: str, size: int, *, writable: bool = True) -> mmap.mmap:
+    """Map a whole file shared. Refuses a file of the wrong size (a mapping past its end
+    would SIGBUS on access)."""
+    flags = os.O_RDWR if writable else os.O_RDONLY
+    fd = os.open(path, flags | os.O_CLOEXEC)
+    try:
+        actual = os.fstat(fd).st_size
+        if actual != size:
+            raise StoreError(f"{path} is {actual} bytes, expected {size}")
+        prot = mmap.PROT_READ | (mmap.PROT_WRITE if writable else 0)
+        return mmap.mmap(fd, size, mmap.MAP_SHARED, prot)
+    finally:
+        os.close(fd)
+
+
+def name_of(offset: int) -> str:
+    """File name of a CommitLog / ConsumeQueue file: its start offset, 20 digits."""
+    return f"{offset:020d}"
+
+
+def list_numbered(directory: str) -> list[int]:
+    """Start offsets of the files named by offset in ``directory``, ascending."""
+    try:
+        names = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())

@@ -1,0 +1,97 @@
+"""The owner's flush service (one thread): CommitLog every flushIntervalCommitLog, or at once
+for SYNC_FLUSH waiters (group commit: one msync covers every putter waiting at that moment);
+ConsumeQueues every flushIntervalConsumeQueue, then the checkpoint.
+
+Always MS_SYNC: MS_ASYNC does nothing on Linux. A failed flush makes the store read-only
+(shmq_set_flushed with the errno): the kernel may have dropped the dirty pages, so a retry
+that "succeeds" would be a lie (PostgreSQL's fsync lesson).
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from shmq.native import ffi, lib
+
+from .checkpoint import Checkpoint, path_of
+
+log = logging.getLogger("shmq.store.flush")
+
+
+class FlushService:
+    def __init__(self, store):
+        self.store = store
+        self.cb = store.cb
+        self.cfg = store.cfg
+        self.checkpoint = store.checkpoint
+        self._stop = threading.Event()
+        self._cq_flushed: dict[int, int] = {}  # slot -> next offset at the last CQ flush
+        self._last_cq = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="shmq-flush", daemon=True)
+        self._pins: dict[int, object] = {}
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        # A request past any position wakes the flusher at once (timeout 0: we do not wait).
+        lib.shmq_wait_flushed(self.cb.ctl, 2**62, 0)
+        self._thread.join()
+
+    def _run(self) -> None:
+        interval_ns = self.cfg.flush_interval_commitlog_ms * 1_000_000
+        if self.cfg.flush_disk_type:
+            interval_ns = min(interval_ns, 10_000_000)
+        while not self._stop.is_set():
+            lib.shmq_flusher_wait(self.cb.ctl, interval_ns)
+            try:
+                self.flush_commitlog()
+                if time.monotonic() - self._last_cq >= self.cfg.flush_interval_consume_queue_ms / 1000:
+                    self.flush_queues_and_checkpoint()
+            except Exception:  # never let the flusher die silently
+                log.exception("flush failed")
+                time.sleep(0.05)
+
+    # ---- the work (also called directly at shutdown and by Store.flush) -------------------
+    def flush_commitlog(self) -> int:
+        ctl = self.cb.ctl
+        target = self.cb.commit_pos
+        done = self.cb.flushed_pos
+        if target <= done or ctl.pos.io_error:
+            return done
+        fsize = self.store.commitlog.file_size
+        pos = done
+        while pos < target:
+            idx, off = divmod(pos, fsize)
+            n = min(fsize - off, target - pos)
+            buf = self._pins.get(idx)
+            if buf is None:
+                if len(self._pins) > 8:
+                    self._pins.clear()
+                buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
+            err = lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
+            if err:
+                log.critical("msync of commitlog failed (errno %d): the store is read-only now", err)
+                lib.shmq_set_flushed(ctl, 0, err)
+                return done
+            pos += n
+        lib.shmq_set_flushed(ctl, target, 0)
+        return target
+
+    def flush_queues_and_checkpoint(self) -> None:
+        self._last_cq = time.monotonic()
+        cq_upto = self.cb.commit_pos  # every record below has its CQ entry written already
+        for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
+            last = self._cq_flushed.get(slot, 0)
+            if nxt > last:
+                self.store.queues.get(topic, qid).flush_range(last, nxt)
+                self._cq_flushed[slot] = nxt
+        log_flushed = self.flush_commitlog()
+        cp = self.checkpoint
+        new = Checkpoint(log_flushed, min(cq_upto, log_flushed),
+                         self.store.index_flushed_upto())
+        if (new.log_flushed, new.cq_flushed, new.index_flushed) != (cp.log_flushed, cp.cq_flushed, cp.index_flushed):
+            new.store(path_of(self.cfg.root))
+            self.store.checkpoint = self.checkpoint = new

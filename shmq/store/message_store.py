@@ -1,0 +1,517 @@
+"""MessageStore: the one entry point of the store for the broker and for local clients.
+
+``MessageStore.open(cfg)``  the owner (broker supervisor): takes store/lock, fences any
+                            previous control block, recovers, creates a fresh control block
+                            under a new generation, runs flush, index and cleanup services.
+``MessageStore.attach(root)`` a process on the same host (broker worker, local producer or
+                            consumer): maps the owner's control block and files, appends and
+                            reads directly; no background services.
+
+Both put through the C append, read ConsumeQueues and records zero-copy, and wait on the
+store's futexes.
+"""
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import secrets
+import socket
+import struct
+import threading
+import time
+
+from shmq.errors import (FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked,
+                         StoreReadOnly)
+from shmq.native import ffi, lib
+
+from . import files, validate
+from .appender import Appender, QueueRegistry, raise_for_status
+from .checkpoint import Checkpoint, path_of
+from .commitlog import CommitLog
+from .config import ASYNC_FLUSH, StoreConfig
+from .control import ControlBlock
+from .offsets_file import load_offsets, save_offsets
+from .reader import Reader
+from .record import encode_properties
+from .recovery import default_tag_code, recover
+
+log = logging.getLogger("shmq.store")
+
+
+class PutResult:
+    __slots__ = ("phys_offset", "queue_offset", "size", "store_timestamp", "count", "end",
+                 "_store_ip", "_store_port", "topic", "queue_id")
+
+    def __init__(self, out, store_ip: bytes, store_port: int, topic: str, queue_id: int):
+        self.phys_offset = out.phys_offset
+        self.queue_offset = out.queue_offset
+        self.size = out.size
+        self.store_timestamp = out.store_ts
+        self.count = out.count
+        self.end = out.end
+        self._store_ip = store_ip
+        self._store_port = store_port
+        self.topic = topic
+        self.queue_id = queue_id
+
+    @property
+    def msg_id(self) -> str:
+        """Offset msgId of the first record (MessageDecoder.createMessageId)."""
+        return (self._store_ip + struct.pack(">iq", self._store_port, self.phys_offset)).hex().upper()
+
+    def __repr__(self) -> str:
+        return (f"PutResult(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
+                f"phys_offset={self.phys_offset}, count={self.count})")
+
+
+class MessageStore(Reader):
+    def __init__(self, cfg: StoreConfig, cb: ControlBlock, *, owner: bool):
+        self.cfg = cfg
+        self.cb = cb
+        self.owner = owner
+        self.commitlog = CommitLog(cfg)
+        self.queues = QueueRegistry(cfg)
+        self.appender = Appender(cb, self.commitlog, self.queues, cfg)
+        self._closed = False
+        self._lock_fd: int | None = None
+        self.checkpoint = Checkpoint()
+        self.flusher = None
+        self.dispatcher = None
+        self.cleaner = None
+        self.recovery = None
+        h = cb.ctl.header
+        cfg.mapped_file_size_commitlog = h.file_size
+        cfg.cq_entries_per_file = h.cq_entries_per_file
+        cfg.max_message_size = h.max_message_size
+        o = cb.ctl.owner
+        self._store_ip = struct.pack(">I", o.store_ip)
+        self._store_port = o.store_port
+        self.sync_flush = o.flush_mode != ASYNC_FLUSH
+        self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
+        self._meta = ffi.new("shmq_meta *")
+        self._out = ffi.new("shmq_result *")
+        Reader.__init__(self)
+
+    # ================================================================== opening ==
+    @classmethod
+    def open(cls, cfg: StoreConfig, *, tag_code=default_tag_code, start_services: bool = True) -> "MessageStore":
+        files.ensure_dir(cfg.root)
+        for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
+            files.ensure_dir(d)
+        lock_fd = os.open(os.path.join(cfg.root, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StoreLocked(f"another broker owns the store at {cfg.root} (store/lock is held)")
+        try:
+            return cls._open_locked(cfg, lock_fd, tag_code, start_services)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def _open_locked(cls, cfg, lock_fd, tag_code, start_services):
+        nonce = _read_or_make_nonce(cfg.root)
+        _fence_previous(cfg, nonce)
+        generation = _bump_generation(cfg.root)
+        abort_path = os.path.join(cfg.root, "abort")
+        crashed = os.path.exists(abort_path)
+        files.write_atomic(abort_path, b"")
+        cb = ControlBlock.create(cfg, nonce, generation)
+        store = cls(cfg, cb, owner=True)
+        store._lock_fd = lock_fd
+        store.checkpoint = Checkpoint.load(path_of(cfg.root))
+        report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
+        store.recovery = report
+        if crashed or report.cq_entries_written or report.cq_entries_cut or report.bytes_zeroed:
+            log.warning("recovered %s after %s: scanned %d records from %d, end %d (%s); "
+                        "%d CQ entries rewritten, %d cut, %d bytes zeroed",
+                        cfg.root, "a crash" if crashed else "a clean stop", report.records_scanned,
+                        report.start, report.end, report.stopped_because, report.cq_entries_written,
+                        report.cq_entries_cut, report.bytes_zeroed)
+        for (topic, qid), (nxt, mn) in tables.items():
+            slot = store.appender.slot(topic, qid)
+            s = cb.ctl.queues[slot]
+            s.next_offset = nxt
+            s.min_offset = mn
+        indexes = store.commitlog.file_indexes()
+        cb.ctl.pos.min_pos = indexes[0] * cfg.mapped_file_size_commitlog if indexes else 0
+        _sync_range(store.commitlog, report.start, report.end)
+        lib.shmq_publish_recovered(cb.ctl, report.end)
+        for key, qid, off in load_offsets(cfg.config_dir):
+            store._offset_set(key, qid, off)
+        store.checkpoint = Checkpoint(report.end, report.end, min(store.checkpoint.index_flushed, report.end))
+        store.checkpoint.store(path_of(cfg.root))
+        cb.set_state(lib.SHMQ_STATE_READY)
+        if start_services:
+            store.start_services()
+        return store
+
+    @classmethod
+    def attach(cls, root: str, *, lock_timeout_ms: int = 5000) -> "MessageStore":
+        """Attach to the store a live broker owns. StaleSegment when there is none."""
+        root = os.path.abspath(root)
+        try:
+            with open(os.path.join(root, "nonce")) as f:
+                nonce = int(f.read().strip(), 16)
+        except (OSError, ValueError) as e:
+            raise StaleSegment(f"{root} is not an initialised shmq store") from e
+        cb = ControlBlock.attach(root, nonce)
+        if cb.state != lib.SHMQ_STATE_READY or not cb.owner_alive():
+            cb.close()
+            raise StaleSegment(f"the broker that owned {root} is gone or not ready")
+        cfg = StoreConfig(root=root, lock_timeout_ms=lock_timeout_ms,
+                          mapped_file_size_commitlog=cb.ctl.header.file_size)
+        return cls(cfg, cb, owner=False)
+
+    def start_services(self) -> None:
+        from .cleanup import CleanupService
+        from .dispatch import IndexDispatcher
+        from .flush import FlushService
+        self.flusher = FlushService(self)
+        self.flusher.start()
+        if self.cfg.message_index_enable:
+            self.dispatcher = IndexDispatcher(self)
+            self.dispatcher.start()
+        self.cleaner = CleanupService(self)
+        self.cleaner.start()
+        self._prealloc_next()
+
+    # ================================================================== putting ==
+    def put(self, topic: str, queue_id: int, body: bytes, properties: dict | bytes = b"", *,
+            flag: int = 0, sysflag: int = 0, born_timestamp: int | None = None,
+            born_host: tuple[str, int] = ("127.0.0.1", 0), reconsume_times: int = 0,
+            prepared_offset: int = 0, tag_code: int | None = None,
+            deliver_delay_ms: int | None = None, wait_flush: bool = True) -> PutResult:
+        """Append one message. Bad input raises before anything is written. With SYNC_FLUSH
+        the call returns once the record is on disk (FlushDiskTimeout otherwise: stored but
+        not confirmed)."""
+        self._check_open()
+        validate.check_topic(topic)
+        props = encode_properties(properties) if isinstance(properties, dict) else bytes(properties)
+        validate.check_sizes(len(body), len(props), self.cfg.max_message_size)
+        a = self.appender
+        m, out = self._meta, self._out
+        with a.lock:
+            slot = a.slot(topic, queue_id)
+            _fill_meta(m, flag, sysflag, born_timestamp, born_host, reconsume_times, prepared_offset,
+                       tag_code, deliver_delay_ms)
+            a.put(slot, m, body, props, out)
+            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+        if self.sync_flush and wait_flush:
+            self._wait_flushed(res)
+        return res
+
+    def put_batch(self, topic: str, queue_id: int, batch_body: bytes, extra_properties: dict | bytes = b"", *,
+                  sysflag: int = 0, born_timestamp: int | None = None,
+                  born_host: tuple[str, int] = ("127.0.0.1", 0), wait_flush: bool = True) -> PutResult:
+        """Append a batch body (RocketMQ's SEND_BATCH_MESSAGE layout) as consecutive records of
+        one queue under one lock. ``extra_properties`` are appended to every entry's."""
+        self._check_open()
+        validate.check_topic(topic)
+        extra = encode_properties(extra_properties) if isinstance(extra_properties, dict) else bytes(extra_properties)
+        if len(batch_body) > self.cfg.max_message_size:
+            validate.check_sizes(len(batch_body), 0, self.cfg.max_message_size)
+        a = self.appender
+        m, out = self._meta, self._out
+        with a.lock:
+            slot = a.slot(topic, queue_id)
+            _fill_meta(m, 0, sysflag, born_timestamp, born_host, 0, 0, None, None)
+            a.put_batch(slot, m, batch_body, extra, out)
+            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+        if self.sync_flush and wait_flush:
+            self._wait_flushed(res)
+        return res
+
+    def queue_writer(self, topic: str, queue_id: int) -> "QueueWriter":
+        """A handle for the fastest path: one queue, caller-built properties bytes."""
+        self._check_open()
+        validate.check_topic(topic)
+        return QueueWriter(self, topic, queue_id)
+
+    def _wait_flushed(self, res: PutResult) -> None:
+        rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
+        if rc == lib.SHMQ_ETIMEDOUT:
+            raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
+        if rc:
+            raise_for_status(rc)
+
+    # ================================================================== offsets ==
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        self._check_open()
+        self._offset_set(f"{topic}@{group}", queue_id, offset)
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """The committed offset, or -1 when the group never committed one for this queue."""
+        self._check_open()
+        k = f"{topic}@{group}".encode()
+        i = lib.shmq_offset_find(self.cb.ctl, k, len(k), queue_id)
+        return -1 if i < 0 else self.cb.offsets[i].offset
+
+    def _offset_set(self, key: str, queue_id: int, offset: int) -> None:
+        i = self.appender.offset_slot(key, queue_id)
+        self.cb.offsets[i].offset = offset
+
+    def offset_table(self) -> dict[str, dict[int, int]]:
+        out: dict[str, dict[int, int]] = {}
+        for _, key, qid, off in self.cb.iter_offset_slots():
+            if off >= 0:
+                out.setdefault(key, {})[qid] = off
+        return out
+
+    def persist_offsets(self) -> None:
+        save_offsets(self.cfg.config_dir, self.offset_table())
+
+    # ================================================================== index ==
+    def index_flushed_upto(self) -> int:
+        if self.dispatcher is not None:
+            return self.dispatcher.flushed_upto
+        return self.checkpoint.index_flushed
+
+    def query_by_key(self, topic: str, key: str, max_num: int = 32, begin_ms: int = 0,
+                     end_ms: int = 2**62) -> list:
+        """Records (memoryviews) whose KEYS or UNIQ_KEY holds ``key``, newest first. Index
+        hash collisions are filtered out by reading the record back."""
+        from .record import decode_record
+        if self.dispatcher is None:
+            return []
+        out = []
+        for phys in self.dispatcher.index.query(topic, key, max_num, begin_ms, end_ms):
+            rec = self.read_at(phys)
+            if rec is None:
+                continue
+            m = decode_record(rec)
+            if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
+                out.append(rec)
+        return out
+
+    # ================================================================== waiting ==
+    @property
+    def commit_pos(self) -> int:
+        return self.cb.commit_pos
+
+    @property
+    def flushed_pos(self) -> int:
+        return self.cb.flushed_pos
+
+    def wait(self, seen: int, timeout: float, spin: float = 0.0) -> int:
+        """Block until the commit position passes ``seen`` (or timeout); returns it. The GIL is
+        released while waiting (futex)."""
+        return lib.shmq_wait_data(self.cb.ctl, seen, int(spin * 1e9), int(timeout * 1e9))
+
+    def flush(self) -> None:
+        """Make everything committed so far durable now (CommitLog, ConsumeQueues, checkpoint)."""
+        self._check_open()
+        if self.owner and self.flusher:
+            self.flusher.flush_queues_and_checkpoint()
+        else:
+            rc = lib.shmq_wait_flushed(self.cb.ctl, self.commit_pos, self._sync_timeout_ns or 5_000_000_000)
+            if rc:
+                raise_for_status(rc, "flush")
+
+    # ================================================================== life ==
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosed()
+
+    def _prealloc_next(self) -> None:
+        """Owner: keep the file after the one being written created and pre-touched."""
+        nxt = self.commit_pos // self.cfg.mapped_file_size_commitlog + 1
+        if not os.path.exists(self.commitlog.path(nxt)):
+            self.commitlog.prefault(nxt)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self.owner:
+            self._shutdown_owner()
+        self.appender.close()
+        self.cb.close()
+        self.queues.close()
+        self.commitlog.close()
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    def _shutdown_owner(self) -> None:
+        # Fence first: from here no local writer can add a record we would not flush.
+        a = self.appender
+        rc = lib.shmq_lock(a.w)
+        lib.shmq_fence(self.cb.ctl)
+        if rc == 0:
+            lib.shmq_unlock(a.w)
+        for svc in (self.cleaner, self.dispatcher, self.flusher):
+            if svc is not None:
+                svc.stop()
+        clean = True
+        try:
+            if self.flusher:
+                self.flusher.flush_queues_and_checkpoint()
+            else:
+                _sync_range(self.commitlog, self.checkpoint.log_flushed, self.commit_pos)
+                Checkpoint(self.commit_pos, self.commit_pos, self.checkpoint.index_flushed).store(path_of(self.cfg.root))
+            self.persist_offsets()
+        except OSError:
+            log.exception("flush at shutdown failed: keeping the abort file")
+            clean = False
+        if self.cb.ctl.pos.io_error:
+            clean = False
+        self.cb.unlink()
+        if clean:
+            try:
+                os.unlink(os.path.join(self.cfg.root, "abort"))
+                files.fsync_dir(self.cfg.root)
+            except FileNotFoundError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class QueueWriter:
+    """The hot path: ``put(body, props)`` is one cffi call (plus a flush wait with SYNC_FLUSH)."""
+
+    __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_lock",
+                 "_sync", "_ctl", "_timeout")
+
+    def __init__(self, store: MessageStore, topic: str, queue_id: int):
+        self.store = store
+        self.topic = topic
+        self.queue_id = queue_id
+        self._appender = store.appender
+        self._slot = store.appender.slot(topic, queue_id)
+        self._meta = ffi.new("shmq_meta *")
+        _fill_meta(self._meta, 0, 0, None, ("127.0.0.1", 0), 0, 0, None, None)
+        self._out = ffi.new("shmq_result *")
+        self._lock = store.appender.lock
+        self._sync = store.sync_flush
+        self._ctl = store.cb.ctl
+        self._timeout = store._sync_timeout_ns
+
+    def put(self, body: bytes, props: bytes = b"") -> int:
+        """Append; returns the queue offset."""
+        if len(body) > self.store.cfg.max_message_size:
+            validate.check_sizes(len(body), len(props), self.store.cfg.max_message_size)
+        out = self._out
+        self._meta.born_ts = int(time.time() * 1000)
+        with self._lock:
+            self._appender.put(self._slot, self._meta, body, props, out)
+            qoff, end = out.queue_offset, out.end
+        if self._sync:
+            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
+            if rc:
+                if rc == lib.SHMQ_ETIMEDOUT:
+                    raise FlushDiskTimeout("not flushed within the sync flush timeout")
+                raise_for_status(rc)
+        return qoff
+
+    def put_batch(self, batch_body: bytes, extra: bytes = b"") -> tuple[int, int]:
+        """Append an encoded batch; returns (first queue offset, count)."""
+        out = self._out
+        self._meta.born_ts = int(time.time() * 1000)
+        with self._lock:
+            self._appender.put_batch(self._slot, self._meta, batch_body, extra, out)
+            qoff, n, end = out.queue_offset, out.count, out.end
+        if self._sync:
+            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
+            if rc:
+                raise FlushDiskTimeout("not flushed within the sync flush timeout") if rc == lib.SHMQ_ETIMEDOUT else raise_for_status(rc)
+        return qoff, n
+
+
+# ====================================================================== helpers ==
+def _fill_meta(m, flag, sysflag, born_ts, born_host, reconsume, prepared, tag_code, delay_ms) -> None:
+    m.flag = flag
+    m.sysflag = sysflag
+    m.born_ts = int(time.time() * 1000) if born_ts is None else born_ts
+    m.born_ip = struct.unpack(">I", socket.inet_aton(born_host[0]))[0]
+    m.born_port = born_host[1]
+    m.reconsume_times = reconsume
+    m.prepared_offset = prepared
+    if delay_ms is not None:
+        m.tag_mode, m.tag_code = lib.SHMQ_TAG_STORE_PLUS, delay_ms
+    elif tag_code is not None:
+        m.tag_mode, m.tag_code = lib.SHMQ_TAG_GIVEN, tag_code
+    else:
+        m.tag_mode, m.tag_code = lib.SHMQ_TAG_FROM_PROPS, 0
+
+
+def _read_or_make_nonce(root: str) -> int:
+    path = os.path.join(root, "nonce")
+    try:
+        with open(path) as f:
+            return int(f.read().strip(), 16)
+    except (FileNotFoundError, ValueError):
+        nonce = secrets.randbits(63)
+        files.write_atomic(path, f"{nonce:016x}\n".encode(), 0o644)
+        return nonce
+
+
+def _bump_generation(root: str) -> int:
+    path = os.path.join(root, "generation")
+    try:
+        with open(path) as f:
+            gen = int(f.read().strip()) + 1
+    except (FileNotFoundError, ValueError):
+        gen = 1
+    files.write_atomic(path, f"{gen}\n".encode(), 0o644)
+    return gen
+
+
+def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
+    """Stop every process still attached to the previous owner's control block: take its
+    lock (repairing a dead holder's append on the way) and mark it FENCED. A live holder
+    that never lets go means a stopped writer could resume and write: refuse to start."""
+    try:
+        old = ControlBlock.attach(cfg.root, nonce)
+    except StaleSegment:
+        _unlink_quietly(cfg)
+        return
+    except StoreError as e:
+        log.warning("discarding the previous control block of %s: %s", cfg.root, e)
+        _unlink_quietly(cfg)
+        return
+    try:
+        w = ffi.new("shmq_writer *")
+        w.ctl = old.ctl
+        w.token = lib.shmq_self_token()
+        w.lock_timeout_ms = max(cfg.lock_timeout_ms, 1000)
+        rc = lib.shmq_lock(w)
+        if rc == lib.SHMQ_ETIMEDOUT:
+            holder = old.ctl.lock.word >> 32
+            raise StoreLocked(f"process {holder} holds the store's append lock and does not release it "
+                              f"(stopped?); not starting beside it")
+        lib.shmq_fence(old.ctl)  # also wakes every sleeper on it, so they notice
+        lib.shmq_unlock(w)
+    finally:
+        old.close()
+    _unlink_quietly(cfg)
+
+
+def _unlink_quietly(cfg: StoreConfig) -> None:
+    from .control import segment_name
+    import posix_ipc
+    try:
+        posix_ipc.unlink_shared_memory(segment_name(cfg.root))
+    except posix_ipc.ExistentialError:
+        pass
+
+
+def _sync_range(commitlog: CommitLog, start: int, end: int) -> None:
+    fsize = commitlog.file_size
+    for idx in range(start // fsize, (max(end, start + 1) - 1) // fsize + 1):
+        path = commitlog.path(idx)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            continue
+        try:
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)

@@ -1,0 +1,204 @@
+"""Reading the store: a queue from a queue offset (RocketMQ's getMessage, with its status
+table), a record by physical offset, queue bounds, offset by time. Zero-copy: messages come
+back as memoryviews into the CommitLog mapping.
+
+Visibility invariant: a queue entry is used only when its queue offset is below the queue's
+published next offset AND its record ends at or before the commit position, both read
+with acquire loads; so a reader never sees a half-written record, whatever writer died.
+"""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+from enum import Enum
+
+from shmq.native import lib
+
+from .record import R_STORETS
+
+_I64 = struct.Struct(">q")
+
+MAX_SCAN_ENTRIES = 16000  # entries a filtered pull may pass over (maxFilterMessageCount)
+
+
+class GetStatus(str, Enum):
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass
+class GetResult:
+    status: GetStatus
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list = field(default_factory=list)       # memoryviews of whole records
+    queue_offsets: list = field(default_factory=list)  # the queue offset of each message
+    scanned: int = 0
+
+    @property
+    def total_size(self) -> int:
+        return sum(len(m) for m in self.messages)
+
+
+class Reader:
+    """Mixed into MessageStore; needs self.cb, self.queues, self.commitlog, self.cfg."""
+
+    def __init__(self):
+        self._slot_cache: dict[tuple[str, int], int] = {}
+
+    # ---- queues -------------------------------------------------------------------------
+    def _find_slot(self, topic: str, queue_id: int) -> int:
+        key = (topic, queue_id)
+        s = self._slot_cache.get(key)
+        if s is None:
+            t = topic.encode()
+            s = lib.shmq_queue_find(self.cb.ctl, t, len(t), queue_id)
+            if s < 0:
+                return -1
+            self._slot_cache[key] = s
+        return s
+
+    def queue_bounds(self, topic: str, queue_id: int) -> tuple[int, int] | None:
+        """(min offset, max offset = next to be written), or None for an unknown queue."""
+        s = self._find_slot(topic, queue_id)
+        if s < 0:
+            return None
+        slot = self.cb.ctl.queues[s]
+        return slot.min_offset, lib.shmq_load_i64(self._next_ptr(s))
+
+    def _next_ptr(self, s: int):
+        from shmq.native import ffi
+        return ffi.addressof(self.cb.ctl.queues[s], "next_offset")
+
+    def min_offset(self, topic: str, queue_id: int) -> int:
+        b = self.queue_bounds(topic, queue_id)
+        return b[0] if b else 0
+
+    def max_offset(self, topic: str, queue_id: int) -> int:
+        b = self.queue_bounds(topic, queue_id)
+        return b[1] if b else 0
+
+    def queues_of(self, topic: str) -> list[int]:
+        return sorted(qid for _, t, qid, _, _ in self.cb.iter_queue_slots() if t == topic)
+
+    def topics(self) -> set[str]:
+        return {t for _, t, _, _, _ in self.cb.iter_queue_slots()}
+
+    # ---- getMessage ---------------------------------------------------------------------
+    def get_messages(self, topic: str, queue_id: int, offset: int, max_count: int = 32,
+                     max_bytes: int = 256 * 1024, tag_codes=None, record_filter=None) -> GetResult:
+        """Up to ``max_count`` messages from ``offset``. ``tag_codes``: a set of tag hash
+        codes to keep (None keeps all); ``record_filter(view) -> bool`` checks a record
+        (SQL92 properties). Filtered entries count in next_begin_offset, as in RocketMQ."""
+        b = self.queue_bounds(topic, queue_id)
+        if b is None:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, 0, 0, 0)
+        mn, mx = b
+        if mx == 0:
+            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, 0, mn, mx)
+        if offset < mn:
+            return GetResult(GetStatus.OFFSET_TOO_SMALL, mn, mn, mx)
+        if offset == mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, offset, mn, mx)
+        if offset > mx:
+            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, mx if mn > 0 or mx > 0 else 0, mn, mx)
+        commit = self.cb.commit_pos
+        cq = self.queues.get(topic, queue_id)
+        res = GetResult(GetStatus.NO_MATCHED_MESSAGE, offset, mn, mx)
+        msgs, qoffs = res.messages, res.queue_offsets
+        size = 0
+        pos = offset
+        limit = min(mx, offset + max(MAX_SCAN_ENTRIES, max_count))
+        view = self.commitlog.view
+        min_phys = self.cb.ctl.pos.min_pos
+        done = False
+        while pos < limit and not done:
+            progressed = False
+            for qoff, phys, sz, tag in cq.entries(pos, limit - pos):
+                progressed = True
+                if phys + sz > commit:  # published queue offset, unpublished record: stop here
+                    done = True
+                    break
+                pos = qoff + 1
+                if phys < min_phys:
+                    continue
+                if tag_codes is not None and tag not in tag_codes:
+                    continue
+                if size + sz > max_bytes and msgs:
+                    pos = qoff
+                    done = True
+                    break
+                rec = view(phys, sz)
+                if record_filter is not None and not record_filter(rec):
+                    continue
+                msgs.append(rec)
+                qoffs.append(qoff)
+                size += sz
+                if len(msgs) >= max_count:
+                    done = True
+                    break
+            if not progressed:
+                break
+        res.scanned = pos - offset
+        res.next_begin_offset = pos
+        if msgs:
+            res.status = GetStatus.FOUND
+        elif pos == offset:
+            # nothing readable yet at offset (file gone or record not yet committed)
+            res.status = GetStatus.OFFSET_FOUND_NULL
+        return res
+
+    # ---- by position and time --------------------------------------------------------------
+    def read_at(self, phys: int):
+        """The record at commitlog offset ``phys`` (memoryview), or None."""
+        if phys < self.cb.ctl.pos.min_pos or phys >= self.cb.commit_pos:
+            return None
+        try:
+            rec = self.commitlog.record_at(phys)
+        except (OSError, ValueError):
+            return None
+        if rec is None or phys + len(rec) > self.cb.commit_pos:
+            return None
+        return rec
+
+    def _store_ts(self, phys: int) -> int:
+        return _I64.unpack_from(self.commitlog.view(phys, R_STORETS + 8), R_STORETS)[0]
+
+    def offset_by_time(self, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """The first queue offset whose message was stored at or after ``timestamp_ms``; the
+        max offset when none was (store times never decrease along the log)."""
+        b = self.queue_bounds(topic, queue_id)
+        if b is None:
+            return 0
+        lo, hi = b
+        cq = self.queues.get(topic, queue_id)
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = cq.entry(mid)
+            if e is None or e[0] < self.cb.ctl.pos.min_pos:
+                lo = mid + 1
+                continue
+            if self._store_ts(e[0]) < timestamp_ms:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def earliest_store_time(self, topic: str, queue_id: int) -> int:
+        b = self.queue_bounds(topic, queue_id)
+        if b is None or b[0] >= b[1]:
+            return -1
+        e = self.queues.get(topic, queue_id).entry(b[0])
+        return self._store_ts(e[0]) if e else -1
+
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        e = self.queues.get(topic, queue_id).entry(offset)
+        return self._store_ts(e[0]) if e else -1

@@ -1,0 +1,187 @@
+"""Recovery: make the files agree with each other before the store opens, then rebuild the
+shared tables from them. One procedure for a clean and for a crashed start (RocketMQ has
+two near-copies; the clean case is just a scan that finds nothing past the checkpoint).
+
+1. Queues: every ConsumeQueue on disk gives a (topic, queue id) and its entry count.
+2. CommitLog tail: from min(checkpoint.cq_flushed, checkpoint.log_flushed) every record is
+   verified in order (magic, TOTALSIZE against the lengths inside, PHYSICALOFFSET equal to
+   its position, body CRC); a BLANK filler sends the scan to the next file. The first
+   record that fails is the end of the log. Each good record's ConsumeQueue entry is
+   rewritten if it is missing or different (idempotent: the record carries its queue
+   offset), so a CQ that lagged the log (power loss) is caught up.
+3. Cut back: the rest of the last file is zeroed as far as it holds anything, later files
+   are deleted, and every ConsumeQueue loses the entries that point at or past the end.
+4. Tables: queue next/min offsets go into the control block; commit and flushed positions
+   are published (the recovered range is fsynced first).
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from dataclasses import dataclass, field
+
+from shmq.native import ffi, lib
+
+from .checkpoint import Checkpoint
+from .commitlog import CommitLog
+from .consume_queue import ENTRY, ENTRY_SIZE
+from .record import HEADER, R_BODYLEN, TX_MASK_NO_CQ
+
+log = logging.getLogger("shmq.store.recovery")
+
+_ZERO_PROBE = 1 << 16
+
+
+@dataclass
+class RecoveryReport:
+    start: int = 0                 # where the scan began
+    end: int = 0                   # the end of the log (commit position)
+    records_scanned: int = 0
+    cq_entries_written: int = 0    # entries that were missing or wrong
+    cq_entries_cut: int = 0        # entries past the end, removed
+    bytes_zeroed: int = 0
+    files_deleted: list[int] = field(default_factory=list)
+    stopped_because: str = ""
+
+
+def _topic_qid_props(mm, off: int):
+    """(topic, queue id, queue offset, sysflag, store ts, properties bytes) of a verified record."""
+    h = HEADER.unpack_from(mm, off)
+    qid, qoff, sysflag, store_ts, blen = h[3], h[5], h[7], h[11], h[16]
+    t0 = off + R_BODYLEN + 4 + blen
+    tlen = mm[t0]
+    topic = bytes(mm[t0 + 1:t0 + 1 + tlen]).decode("utf-8", "replace")
+    (plen,) = struct.unpack_from(">h", mm, t0 + 1 + tlen)
+    props = bytes(mm[t0 + 3 + tlen:t0 + 3 + tlen + plen])
+    return topic, qid, qoff, sysflag, store_ts, props
+
+
+def default_tag_code(topic: str, props: bytes, store_ts: int) -> int:
+    return lib.shmq_tag_code_of_props(props, len(props))
+
+
+def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=default_tag_code) -> tuple[RecoveryReport, dict]:
+    """Returns the report and {(topic, qid): (next_offset, min_offset)} for the tables."""
+    fsize = commitlog.file_size
+    report = RecoveryReport()
+    indexes = commitlog.file_indexes()
+    if not indexes:
+        commitlog.create(0)
+        indexes = [0]
+    present = set(indexes)
+    min_phys = indexes[0] * fsize
+    start = max(min_phys, min(checkpoint.cq_flushed, checkpoint.log_flushed))
+    if start // fsize not in present:
+        start = min_phys
+    report.start = start
+
+    # 1. queues known from their files
+    next_of: dict[tuple[str, int], int] = {}
+    for topic, qid in queues.on_disk():
+        next_of[(topic, qid)] = queues.get(topic, qid).last_offset()
+
+    # 2. verify and re-dispatch the tail
+    pos = start
+    while True:
+        idx, off = divmod(pos, fsize)
+        if idx not in present:
+            report.stopped_because = "end of the last file"
+            break
+        mm = commitlog.map(idx)
+        buf = ffi.from_buffer(mm)
+        try:
+            rc = lib.shmq_check_record(ffi.cast("uint8_t *", buf) + off, fsize - off, pos, 1)
+        finally:
+            ffi.release(buf)
+        if rc == 0:
+            total = struct.unpack_from(">i", mm, off)[0]
+            if total != fsize - off:
+                report.stopped_because = f"bad BLANK filler at {pos}"
+                break
+            pos = (idx + 1) * fsize
+            continue
+        if rc < 0:
+            report.stopped_because = f"no valid record at {pos} (check {rc})"
+            break
+        topic, qid, qoff, sysflag, store_ts, props = _topic_qid_props(mm, off)
+        report.records_scanned += 1
+        if sysflag & 0xC not in TX_MASK_NO_CQ:
+            cq = queues.get(topic, qid)
+            have = cq.entry(qoff)
+            if have is None or have[0] != pos or have[1] != rc:
+                cq.write_entry(qoff, pos, rc, tag_code(topic, props, store_ts))
+                report.cq_entries_written += 1
+            key = (topic, qid)
+            if next_of.get(key, 0) < qoff + 1:
+                next_of[key] = qoff + 1
+        pos += rc
+    end = report.end = pos
+
+    # 3. cut back everything past the end
+    idx, off = divmod(end, fsize)
+    if idx in present:
+        report.bytes_zeroed = _zero_dirty_tail(commitlog.map(idx), off)
+    for i in indexes:
+        if i > idx:
+            commitlog.delete(i)
+            report.files_deleted.append(i)
+    tables = {}
+    for (topic, qid), n in list(next_of.items()):
+        cq = queues.get(topic, qid)
+        n = _cut_queue(cq, n, end, report)
+        tables[(topic, qid)] = (n, _first_live(cq, n, min_phys))
+    return report, tables
+
+
+def _zero_dirty_tail(mm, off: int) -> int:
+    """Zero from ``off`` while anything non-zero remains. Appends are contiguous, so once a
+    stretch longer than the largest record is all zero, the rest is too."""
+    size = len(mm)
+    zeroed = 0
+    clean_run = 0
+    limit = (4 << 20) + (1 << 16)
+    p = off
+    while p < size and clean_run < limit:
+        n = min(_ZERO_PROBE, size - p)
+        chunk = mm[p:p + n]
+        if chunk.count(0) == n:
+            clean_run += n
+        else:
+            mm[p:p + n] = bytes(n)
+            zeroed += n
+            clean_run = 0
+        p += n
+    return zeroed
+
+
+def _cut_queue(cq, n: int, end: int, report: RecoveryReport) -> int:
+    """Entries are in commitlog order, so those at or past ``end`` are a suffix: find it by
+    bisection, zero it, and return the new entry count."""
+    lo, hi = cq.first_file_offset(), n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = cq.entry(mid)
+        if e is not None and e[0] + e[1] <= end:
+            lo = mid + 1
+        else:
+            hi = mid
+    if lo < n:
+        report.cq_entries_cut += n - lo
+        cq.clear_from(lo)
+    return lo
+
+
+def _first_live(cq, n: int, min_phys: int) -> int:
+    """The first entry that still points into an existing CommitLog file."""
+    lo, hi = cq.first_file_offset(), n
+    while lo < hi:
+        mid = (lo + hi) // 2
+        e = cq.entry(mid)
+        if e is not None and e[0] >= min_phys:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+__all__ = ["recover", "RecoveryReport", "ENTRY", "ENTRY_SIZE"]
