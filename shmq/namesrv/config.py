@@ -1,0 +1,82 @@
+"""NameServer settings, read from a Java-properties file with RocketMQ's key names.
+
+RocketMQ 4.x hard-codes the broker expiry (120 s) and the scan period (10 s); 5.x made the
+scan a setting (``scanNotActiveBrokerInterval``). shmq takes both as settings, in
+milliseconds like every RocketMQ duration, so tests can shorten them.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+
+from shmq.protocol import javaprops
+
+log = logging.getLogger("shmq.namesrv")
+
+#: RocketMQ keys that mean something to a Java NameServer and nothing here (thread pools,
+#: Netty buffers, paths of features shmq does not have). Accepted silently (logged at debug).
+IGNORED_KEYS = frozenset(
+    {
+        "rocketmqHome", "configStorePath", "productEnvName", "clusterTest",
+        "serverWorkerThreads", "serverCallbackExecutorThreads", "serverSelectorThreads",
+        "serverOnewaySemaphoreValue", "serverAsyncSemaphoreValue", "serverSocketSndBufSize",
+        "serverSocketRcvBufSize", "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
+        "enableAllTopicList", "enableTopicList", "notifyMinBrokerIdChanged",
+        "defaultThreadPoolNums", "clientRequestThreadPoolNums",
+    }
+)
+
+
+@dataclass
+class NamesrvConfig:
+    listenPort: int = 9876
+    #: RocketMQ 5's name for the listen address; 127.0.0.1 unless told otherwise (DESIGN §7).
+    bindAddress: str = "127.0.0.1"
+    #: A broker that has not registered (or queried its data version) this long is dropped.
+    brokerChannelExpiredTime: int = 120_000
+    #: How often the expiry scan runs.
+    scanNotActiveBrokerInterval: int = 10_000
+    #: Connections silent this long are closed (RocketMQ: 120 s; brokers re-register every 30 s).
+    serverChannelMaxIdleTimeSeconds: int = 120
+    #: When set, GET_ROUTEINFO_BY_TOPIC carries orderTopicConf from the ORDER_TOPIC_CONFIG namespace.
+    orderMessageEnable: bool = False
+    #: Where PUT_KV_CONFIG entries persist (JSON, RocketMQ's kvConfig.json shape); empty = memory only.
+    kvConfigPath: str = ""
+    #: Largest frame accepted, its length word included.
+    maxFrameSize: int = 16 * 1024 * 1024
+
+    def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
+        """Apply ``props``; returns the unknown keys (each also logged as a warning)."""
+        known = {f.name: f for f in fields(self)}
+        unknown: list[str] = []
+        for key, raw in props.items():
+            f = known.get(key)
+            if f is None:
+                if key in IGNORED_KEYS:
+                    log.debug("%s: %s has no effect in shmq-namesrv", source, key)
+                else:
+                    log.warning("%s: unknown key %r ignored", source, key)
+                    unknown.append(key)
+                continue
+            value = raw.strip()
+            try:
+                if f.type in (bool, "bool"):
+                    setattr(self, key, value.lower() == "true")
+                elif f.type in (int, "int"):
+                    setattr(self, key, int(value))
+                else:
+                    setattr(self, key, value)
+            except ValueError:
+                raise ValueError(f"{source}: {key}={raw!r} is not a valid {f.type}") from None
+        return unknown
+
+    @classmethod
+    def from_file(cls, path: str) -> "NamesrvConfig":
+        cfg = cls()
+        cfg.update(javaprops.load(path), source=path)
+        return cfg
+
+    def as_properties(self) -> dict[str, object]:
+        return {f.name: str(getattr(self, f.name)).lower() if f.type in (bool, "bool") else getattr(self, f.name)
+                for f in fields(self)}

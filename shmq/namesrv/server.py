@@ -1,0 +1,113 @@
+"""The NameServer process: a remoting server, the route table, and the liveness scan.
+
+A broker is alive while it keeps registering (every 30 s) or answering QUERY_DATA_VERSION
+with an unchanged version. The scan runs every ``scanNotActiveBrokerInterval`` and drops a
+broker silent for more than ``brokerChannelExpiredTime``, closing its connection. A broker
+whose registering connection closes is dropped at once. Several NameServers run side by
+side without talking to each other; brokers register with each.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from shmq.protocol import RemotingServer
+from shmq.protocol.transport import Connection
+
+from shmq.namesrv.config import NamesrvConfig
+from shmq.namesrv.processors import NamesrvProcessor
+
+log = logging.getLogger("shmq.namesrv")
+
+
+class NameServer:
+    """``await NameServer(config).start()``; ``.address`` then holds the real ``host:port``."""
+
+    def __init__(self, config: NamesrvConfig | None = None, *, clock: Callable[[], float] = time.monotonic):
+        self.config = config or NamesrvConfig()
+        self.clock = clock
+        self.processor = NamesrvProcessor(self.config, clock=clock)
+        self.table = self.processor.table
+        self.server = RemotingServer(
+            self.processor.handlers(),
+            self.config.bindAddress,
+            self.config.listenPort,
+            max_frame_size=self.config.maxFrameSize,
+            idle_timeout=float(self.config.serverChannelMaxIdleTimeSeconds) or None,
+            on_close=self._connection_closed,
+            name="namesrv",
+        )
+        self._scan_task: asyncio.Task[None] | None = None
+        self._stopped = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        return self.server.address
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        await self.server.start()
+        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        log.info(
+            "NameServer on %s: brokers expire after %d ms of silence, scanned every %d ms",
+            self.address, self.config.brokerChannelExpiredTime, self.config.scanNotActiveBrokerInterval,
+        )
+
+    async def serve_forever(self) -> None:
+        if self._scan_task is None:
+            await self.start()
+        await self._stopped.wait()
+
+    async def close(self) -> None:
+        self._stopped.set()
+        if self._scan_task is not None:
+            self._scan_task.cancel()
+            try:
+                await self._scan_task
+            except asyncio.CancelledError:
+                pass
+            self._scan_task = None
+        await self.server.close()
+
+    async def __aenter__(self) -> "NameServer":
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ---- liveness ----------------------------------------------------------------------------
+    def scan_not_active_brokers(self) -> int:
+        """Drop brokers silent too long; returns how many. Called by the scan loop."""
+        expire_ms = self.config.brokerChannelExpiredTime
+        now = self.clock()
+        dropped = 0
+        for addr, live in self.table.expired(now, expire_ms / 1000.0):
+            silent_ms = (now - live.last_update) * 1000.0
+            self.table.remove_broker_addr(
+                addr, f"expired: silent for {silent_ms:.0f} ms > brokerChannelExpiredTime {expire_ms} ms"
+            )
+            conn = live.conn
+            if isinstance(conn, Connection):
+                conn.close()
+            dropped += 1
+        return dropped
+
+    async def _scan_loop(self) -> None:
+        period = self.config.scanNotActiveBrokerInterval / 1000.0
+        while True:
+            await asyncio.sleep(period)
+            try:
+                self.scan_not_active_brokers()
+            except Exception:  # pragma: no cover - the scan must survive anything
+                log.exception("broker scan failed")
+
+    def _connection_closed(self, conn: Connection) -> None:
+        addr = self.table.broker_of_connection(conn)
+        if addr is not None:
+            self.table.remove_broker_addr(addr, f"its connection {conn.local}<-{conn.peer} closed")
