@@ -590,7 +590,8 @@ static void write_record(shmq_writer *w, uint8_t *dst, int64_t phys, uint32_t si
     be64(dst + SHMQ_R_QUEUEOFFSET, (uint64_t)qoff);
     be64(dst + SHMQ_R_PHYSOFFSET, (uint64_t)phys);
     be32(dst + SHMQ_R_SYSFLAG, (uint32_t)m->sysflag);
-    be64(dst + SHMQ_R_BORNTS, (uint64_t)m->born_ts);
+    /* born_ts 0: "now" (local producers leave it to the append, saving a clock read) */
+    be64(dst + SHMQ_R_BORNTS, (uint64_t)(m->born_ts ? m->born_ts : store_ts));
     be32(dst + SHMQ_R_BORNHOST, m->born_ip);
     be32(dst + SHMQ_R_BORNHOST + 4, (uint32_t)m->born_port);
     fault(w, SHMQ_FP_MID_RECORD);

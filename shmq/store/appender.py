@@ -27,9 +27,12 @@ _live: "weakref.WeakSet[Appender]" = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
-    # The lock word names the process: a child must never append with its parent's token.
+    # The lock word names the process: a child must never append with its parent's token
+    # (were it to die holding the lock, waiters would see the parent alive and never steal).
+    # The shared mappings survive fork, so a fresh token is all a child needs.
+    token = lib.shmq_self_token()
     for a in list(_live):
-        a._forked = True
+        a.w.token = token
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)
@@ -62,7 +65,6 @@ class Appender:
         self.commitlog = commitlog
         self.queues = queues
         self.cfg = cfg
-        self._forked = False
         qcap = cb.ctl.header.queue_capacity
         w = self.w = ffi.new("shmq_writer *")
         w.ctl = cb.ctl
@@ -109,26 +111,23 @@ class Appender:
     # ---- the append -----------------------------------------------------------------------
     def put(self, slot: int, meta, body, props, out) -> None:
         """One record. ``meta`` and ``out`` are cffi structs owned by the caller (reused)."""
-        if self._forked:
-            raise StaleSegment("this store handle was inherited through fork(); open a new one")
         w = self.w
         while True:
             rc = lib.shmq_put(w, slot, meta, body, len(body), props, len(props), out)
             if rc == 0:
                 return
-            self._recover(rc, len(body))
+            self.recover(rc, len(body))
 
     def put_batch(self, slot: int, meta, batch, extra, out) -> None:
-        if self._forked:
-            raise StaleSegment("this store handle was inherited through fork(); open a new one")
         w = self.w
         while True:
             rc = lib.shmq_put_batch(w, slot, meta, batch, len(batch), extra, len(extra), out)
             if rc == 0:
                 return
-            self._recover(rc, len(batch))
+            self.recover(rc, len(batch))
 
-    def _recover(self, rc: int, size: int) -> None:
+    def recover(self, rc: int, size: int) -> None:
+        """After a non-zero status: map what the append asked for (the caller retries) or raise."""
         w = self.w
         if rc == lib.SHMQ_ENEEDLOG:
             self.map_log(w.need_index)

@@ -84,6 +84,7 @@ class ControlBlock:
         rc = lib.shmq_ctl_init(c, size, cfg.queue_capacity, cfg.offset_capacity)
         if rc:
             raise StoreError(f"cannot initialise control block (code {rc})")
+        cb.offsets = lib.shmq_offset_table(c)  # its place depends on the queue capacity just set
         h = c.header
         h.store_nonce = nonce
         h.boot_id = boot_id()

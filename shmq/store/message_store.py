@@ -375,54 +375,60 @@ class MessageStore(Reader):
 
 
 class QueueWriter:
-    """The hot path: ``put(body, props)`` is one cffi call (plus a flush wait with SYNC_FLUSH)."""
+    """The hot path for one queue: ``put(body, props)`` is one cffi call (plus a flush wait
+    with SYNC_FLUSH). Not thread-safe: use one QueueWriter per thread (they may share a
+    store and a queue; the C append serialises them)."""
 
-    __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_lock",
-                 "_sync", "_ctl", "_timeout")
+    __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_w",
+                 "_put", "_put_batch", "_sync", "_ctl", "_timeout")
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int):
         self.store = store
         self.topic = topic
         self.queue_id = queue_id
         self._appender = store.appender
+        self._w = store.appender.w
         self._slot = store.appender.slot(topic, queue_id)
         self._meta = ffi.new("shmq_meta *")
-        _fill_meta(self._meta, 0, 0, None, ("127.0.0.1", 0), 0, 0, None, None)
+        _fill_meta(self._meta, 0, 0, 0, ("127.0.0.1", 0), 0, 0, None, None)  # born_ts 0: now
         self._out = ffi.new("shmq_result *")
-        self._lock = store.appender.lock
+        self._put = lib.shmq_put
+        self._put_batch = lib.shmq_put_batch
         self._sync = store.sync_flush
         self._ctl = store.cb.ctl
         self._timeout = store._sync_timeout_ns
 
     def put(self, body: bytes, props: bytes = b"") -> int:
-        """Append; returns the queue offset."""
-        if len(body) > self.store.cfg.max_message_size:
-            validate.check_sizes(len(body), len(props), self.store.cfg.max_message_size)
+        """Append; returns the queue offset. Limits are checked by the C append."""
         out = self._out
-        self._meta.born_ts = int(time.time() * 1000)
-        with self._lock:
-            self._appender.put(self._slot, self._meta, body, props, out)
-            qoff, end = out.queue_offset, out.end
+        while True:
+            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
+            if rc == 0:
+                break
+            self._appender.recover(rc, len(body))
         if self._sync:
-            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
-            if rc:
-                if rc == lib.SHMQ_ETIMEDOUT:
-                    raise FlushDiskTimeout("not flushed within the sync flush timeout")
-                raise_for_status(rc)
-        return qoff
+            self._wait(out.end)
+        return out.queue_offset
 
     def put_batch(self, batch_body: bytes, extra: bytes = b"") -> tuple[int, int]:
         """Append an encoded batch; returns (first queue offset, count)."""
         out = self._out
-        self._meta.born_ts = int(time.time() * 1000)
-        with self._lock:
-            self._appender.put_batch(self._slot, self._meta, batch_body, extra, out)
-            qoff, n, end = out.queue_offset, out.count, out.end
+        while True:
+            rc = self._put_batch(self._w, self._slot, self._meta, batch_body, len(batch_body),
+                                 extra, len(extra), out)
+            if rc == 0:
+                break
+            self._appender.recover(rc, len(batch_body))
         if self._sync:
-            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
-            if rc:
-                raise FlushDiskTimeout("not flushed within the sync flush timeout") if rc == lib.SHMQ_ETIMEDOUT else raise_for_status(rc)
-        return qoff, n
+            self._wait(out.end)
+        return out.queue_offset, out.count
+
+    def _wait(self, end: int) -> None:
+        rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
+        if rc == lib.SHMQ_ETIMEDOUT:
+            raise FlushDiskTimeout("not flushed within the sync flush timeout")
+        if rc:
+            raise_for_status(rc)
 
 
 # ====================================================================== helpers ==

@@ -1,0 +1,56 @@
+"""A child process that appends to a store, for multi-process and crash tests.
+
+    python -m tests.helpers.store_child ROOT write WID N QUEUES [ACKFILE] [KILL_AT POINT]
+        attach, put N messages "WID:i" on queues i % QUEUES of topic T; after each
+        acknowledged put write "i\\n" to ACKFILE (unbuffered, so a SIGKILL loses none);
+        with KILL_AT/POINT: at message KILL_AT arm fault POINT with the kill action.
+    python -m tests.helpers.store_child ROOT hold POINT WID
+        arm fault POINT with the pause action and put one message: the process stops
+        inside the append holding the lock until it is killed.
+    python -m tests.helpers.store_child ROOT batch WID N BATCH QUEUES
+        like write, in batches of BATCH messages (one lock per batch).
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from shmq.native import lib
+from shmq.store import MessageStore
+from shmq.store.record import encode_batch
+
+
+def main(argv: list[str]) -> int:
+    root, mode = argv[0], argv[1]
+    store = MessageStore.attach(root, lock_timeout_ms=20000)
+    if mode == "write":
+        wid, n, queues = argv[2], int(argv[3]), int(argv[4])
+        ack = os.open(argv[5], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if len(argv) > 5 and argv[5] != "-" else None
+        kill_at = int(argv[6]) if len(argv) > 6 else -1
+        point = int(argv[7]) if len(argv) > 7 else 0
+        writers = [store.queue_writer("T", q) for q in range(queues)]
+        for i in range(n):
+            if i == kill_at:
+                store.appender.set_fault(point, lib.SHMQ_FA_KILL)
+            writers[i % queues].put(f"{wid}:{i}".encode(), b"KEYS\x01k" + wid.encode())
+            if ack is not None:
+                os.write(ack, b"%d\n" % i)
+    elif mode == "hold":
+        point, wid = int(argv[2]), argv[3]
+        w = store.queue_writer("T", 0)
+        store.appender.set_fault(point, lib.SHMQ_FA_PAUSE)
+        print("holding", flush=True)
+        w.put(f"{wid}:0".encode())
+        return 3  # not reached: the fault point pauses until killed
+    elif mode == "batch":
+        wid, n, bsize, queues = argv[2], int(argv[3]), int(argv[4]), int(argv[5])
+        writers = [store.queue_writer("T", q) for q in range(queues)]
+        for b in range(n // bsize):
+            entries = [(f"{wid}:{b * bsize + k}".encode(), b"", 0) for k in range(bsize)]
+            writers[b % queues].put_batch(encode_batch(entries))
+    store.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
