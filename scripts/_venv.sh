@@ -15,3 +15,24 @@ ensure_venv() {
         echo "$digest" > "$stamp"
     fi
 }
+
+# Installs the npm packages the third-party client tests drive (tests/thirdparty/package.json:
+# ali-ons) when they are missing or package.json changed. Without node/npm, or when the install
+# fails, those tests skip and say why; nothing else depends on them. package-lock=false is set in
+# tests/thirdparty/.npmrc, so no lock file (nor anything naming a registry) is written.
+ensure_node_deps() {
+    local dir="tests/thirdparty"
+    [ -f "$dir/package.json" ] || return 0
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        echo "note: node/npm not found: third-party client tests will be skipped" >&2
+        return 0
+    fi
+    local stamp="$dir/node_modules/.shmq-installed"
+    if [ ! -f "$stamp" ] || [ "$dir/package.json" -nt "$stamp" ]; then
+        if (cd "$dir" && npm install --no-package-lock --no-audit --no-fund --loglevel=error >&2); then
+            touch "$stamp"
+        else
+            echo "warning: npm install in $dir failed: third-party client tests will be skipped" >&2
+        fi
+    fi
+}
