@@ -20,8 +20,28 @@ from shmq.store import MessageStore
 from shmq.store.record import encode_batch
 
 
+def own(root: str, argv: list[str]) -> int:
+    """Owner mode: open the store as its broker would, put N messages, report, then wait to be
+    killed (crash tests)."""
+    import time
+    from shmq.store import StoreConfig
+    fsize, per, n, queues = (int(a) for a in argv[:4])
+    sync = len(argv) > 4 and argv[4] == "sync"
+    cfg = StoreConfig(root=root, mapped_file_size_commitlog=fsize, cq_entries_per_file=per,
+                      max_hash_slot_num=1024, max_index_num=4096, flush_disk_type=1 if sync else 0,
+                      flush_interval_commitlog_ms=50, flush_interval_consume_queue_ms=100)
+    store = MessageStore.open(cfg)
+    for i in range(n):
+        store.put("T", i % queues, b"own:%d" % i, {"KEYS": f"k{i}"})
+    print(f"ready {store.commit_pos}", flush=True)
+    while True:
+        time.sleep(1)
+
+
 def main(argv: list[str]) -> int:
     root, mode = argv[0], argv[1]
+    if mode == "own":
+        return own(root, argv[2:])
     store = MessageStore.attach(root, lock_timeout_ms=20000)
     if mode == "write":
         wid, n, queues = argv[2], int(argv[3]), int(argv[4])

@@ -7,13 +7,15 @@ import errno
 import os
 import stat
 import struct
+import subprocess
+import sys
 import tempfile
 import threading
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreReadOnly
+from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
 from shmq.store import index_file as index_file_mod
 from shmq.store.index_file import IndexFile, file_size, index_key_hash
 from shmq.store.index_service import IndexService, _name_after, index_file_name
@@ -345,6 +347,63 @@ class TestService:
         got = s.query("T", "k", 1000, *ALL)
         assert got[0] == 599 and got == list(range(599, got[-1] - 1, -1))
         s.close()
+
+
+class TestReadOnlyReader:
+    """A process that does not own the index (a broker worker) follows the owner's files."""
+
+    def test_follows_puts_rolls_and_deletes(self, tmp_path):
+        w = service(tmp_path)
+        r = IndexService(tmp_path, 4, 4, readonly=True)
+        r.load()
+        try:
+            assert r.query("T", "k", 10, *ALL) == []
+            w.build("T", "k", None, 10, T0, 0)
+            assert r.query("T", "k", 10, *ALL) == [10]
+            for i in range(2, 8):                                # rolls twice
+                w.build("T", "k", None, i * 10, T0 + i, 0)
+            assert r.query("T", "k", 10, *ALL) == [70, 60, 50, 40, 30, 20, 10]
+            assert [f.name for f in r.files()] == [f.name for f in w.files()]
+            assert r.last_phy_offset == w.last_phy_offset == 70
+            assert w.delete_expired(45) == 1
+            assert w.truncate_after(70) == 40
+            assert r.query("T", "k", 10, *ALL) == []           # file 2 cut, file 3 gone
+            assert len(r.files()) == 0 and len(w.files()) == 0
+            w.build("T", "k", None, 40, T0 + 4, 0)
+            assert r.query("T", "k", 10, *ALL) == [40]
+            with pytest.raises(StoreError, match="read-only"):
+                r.build("T", "k", None, 99, T0, 0)
+            for call in (r.flush, lambda: r.delete_expired(1), lambda: r.truncate_after(1)):
+                with pytest.raises(StoreError, match="read-only"):
+                    call()
+            with pytest.raises(StoreError, match="read-only"):
+                r.files()[0].put_key("k", 1, T0)
+        finally:
+            r.close()
+            w.close()
+
+    def test_file_being_created_is_skipped_until_sized(self, tmp_path):
+        with service(tmp_path) as w, IndexService(tmp_path, 4, 4, readonly=True) as r:
+            w.build("T", "k", None, 1, T0, 0)
+            r.load()
+            (tmp_path / "99990101000000000").touch()             # O_CREAT done, no fallocate yet
+            assert r.query("T", "k", 10, *ALL) == [1] and len(r.files()) == 1
+            (tmp_path / "99990101000000000").write_bytes(bytes(file_size(4, 4)))
+            r.refresh()
+            assert len(r.files()) == 2 and r.files()[1].index_count == 1
+
+    def test_other_process(self, tmp_path):
+        with service(tmp_path) as w:
+            for i in range(7):
+                w.build("T", f"k{i % 2}", None, i, T0 + i, 0)
+            w.flush()
+            code = ("import sys; from shmq.store.index_service import IndexService as S; "
+                    "r = S(sys.argv[1], 4, 4, readonly=True); r.load(); "
+                    "print(r.query('T', 'k0', 10, 0, 2**62)); r.close()")
+            out = subprocess.run([sys.executable, "-W", "error", "-c", code, str(tmp_path)],
+                                 capture_output=True, text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.strip() == "[6, 4, 2, 0]"
 
 
 _ALPHABET = [f"k{i}" for i in range(8)]
