@@ -27,10 +27,14 @@ through ``prevIndex`` from its newest entry to its oldest, so a chain is in put 
 and (store timestamps being monotonic) in time order reversed; a query stops at the first
 entry older than the asked range.
 
-Publication order (one writer, lock-free readers): the entry is written first, then the slot
-is pointed at it, then indexCount is advanced. A reader trusts a slot value only when it is in
-``1..indexCount`` and follows ``prevIndex`` only downwards, so whatever point a concurrent put,
-or a kill -9, stopped at, readers see the key either fully indexed or not at all.
+Publication order (one writer, lock-free readers in any thread or process): the entry is
+written first, then the slot is pointed at it, then indexCount is advanced. A reader trusts a
+slot value only when it is in ``1..indexCount`` and follows ``prevIndex`` only downwards, so
+whatever point a concurrent put, or a kill -9, stopped at, readers see the key either fully
+indexed or not at all. Slots and header fields are stored and loaded as whole aligned words
+(native-order ``struct`` of a byte-swapped value: one memcpy of 4 or 8 bytes, a single store on
+x86-64 and arm64), so a reader in another process never sees a torn count or slot; x86-64 keeps
+stores in program order, which is what the publication order relies on across processes.
 
 Deviations from RocketMQ, each for a reason:
 - the first entry of a file stores timeDiff 0. RocketMQ computes it against the previous
@@ -51,7 +55,7 @@ import os
 import struct
 from typing import Iterable
 
-from shmq.errors import DiskFull, StoreClosed, StoreCorrupt
+from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
 
 from .javahash import java_string_hash
 
@@ -78,12 +82,31 @@ OFF_INDEX_COUNT = 36
 
 _HEADER = struct.Struct(">qqqqii")
 _ENTRY = struct.Struct(">iqii")       # keyHash, phyOffset, timeDiff, prevIndex
-_I32 = struct.Struct(">i")
-_I64 = struct.Struct(">q")
+_BE32 = struct.Struct(">i")
+_BE64 = struct.Struct(">q")
+_NATIVE32 = struct.Struct("@I")       # "@": native mode copies the word with one memcpy
+_NATIVE64 = struct.Struct("@Q")
 _INT32_MIN = -0x80000000
 _INT32_MAX = 0x7FFFFFFF
 
 assert _HEADER.size == HEADER_SIZE and _ENTRY.size == INDEX_SIZE
+
+
+def _store32(mm: mmap.mmap, off: int, value: int) -> None:
+    """Store a big-endian int32 at a 4-aligned offset as one word (see module doc)."""
+    _NATIVE32.pack_into(mm, off, _NATIVE32.unpack(_BE32.pack(value))[0])
+
+
+def _store64(mm: mmap.mmap, off: int, value: int) -> None:
+    _NATIVE64.pack_into(mm, off, _NATIVE64.unpack(_BE64.pack(value))[0])
+
+
+def _load32(mm: mmap.mmap, off: int) -> int:
+    return _BE32.unpack(_NATIVE32.pack(*_NATIVE32.unpack_from(mm, off)))[0]
+
+
+def _load64(mm: mmap.mmap, off: int) -> int:
+    return _BE64.unpack(_NATIVE64.pack(*_NATIVE64.unpack_from(mm, off)))[0]
 
 
 def index_key_hash(key: str) -> int:
@@ -114,23 +137,20 @@ class IndexFile:
     decodes a header that is being rewritten.
     """
 
-    __slots__ = ("path", "hash_slot_num", "index_num", "_mm", "_entries_at",
+    __slots__ = ("path", "hash_slot_num", "index_num", "readonly", "_mm", "_entries_at",
                  "_begin_timestamp", "_end_timestamp", "_begin_phy_offset", "_end_phy_offset",
                  "_hash_slot_count", "_index_count", "dirty")
 
-    def __init__(self, path: str, mm: mmap.mmap, hash_slot_num: int, index_num: int):
+    def __init__(self, path: str, mm: mmap.mmap, hash_slot_num: int, index_num: int,
+                 readonly: bool = False):
         # Use create() or open(); this only wires an already validated mapping.
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        self.readonly = readonly
         self._mm: mmap.mmap | None = mm
         self._entries_at = HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
-        (self._begin_timestamp, self._end_timestamp, self._begin_phy_offset,
-         self._end_phy_offset, self._hash_slot_count, self._index_count) = _HEADER.unpack_from(mm, 0)
-        # IndexHeader.load: a file whose count was never written (RocketMQ writes it at the
-        # first put or flush) is empty, i.e. count 1.
-        if self._index_count <= 0:
-            self._index_count = 1
+        self.reload_header()
         # True when the mapping has writes that no flush() has covered yet. Set by the writer
         # after a put, cleared by the flusher before msync, so a put racing the flush leaves
         # it set (one extra msync at worst, never a missed one).
@@ -177,23 +197,24 @@ class IndexFile:
 
     @classmethod
     def open(cls, path: str | os.PathLike, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-             index_num: int = DEFAULT_INDEX_NUM) -> "IndexFile":
+             index_num: int = DEFAULT_INDEX_NUM, readonly: bool = False) -> "IndexFile":
         """Map an existing file. The header does not record the geometry (hashSlotCount is the
         number of used slots, not of slots), so it must be the one the file was created with;
-        a file of any other size raises StoreCorrupt."""
+        a file of any other size raises StoreCorrupt. ``readonly``: a reader in a process that
+        does not own the index; it calls ``reload_header`` to see the writer's progress."""
         _check_geometry(hash_slot_num, index_num)
         path = os.fspath(path)
         size = file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        fd = os.open(path, (os.O_RDONLY if readonly else os.O_RDWR) | os.O_CLOEXEC)
         try:
             actual = os.fstat(fd).st_size
             if actual != size:
                 raise StoreCorrupt(f"index file {path} is {actual} bytes, expected {size} for "
                                    f"hash_slot_num={hash_slot_num} index_num={index_num}")
-            mm = mmap.mmap(fd, size)
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE)
         finally:
             os.close(fd)
-        f = cls(path, mm, hash_slot_num, index_num)
+        f = cls(path, mm, hash_slot_num, index_num, readonly)
         if f._index_count > index_num or f._hash_slot_count < 0:
             f.close()
             raise StoreCorrupt(f"index file {path}: indexCount {f._index_count} exceeds "
@@ -201,6 +222,20 @@ class IndexFile:
         return f
 
     # ---- header -----------------------------------------------------------------------------
+    def reload_header(self) -> None:
+        """Re-read the header from the mapping (IndexHeader.load): how a reader in another
+        process follows the writer. indexCount is read first: everything it covers was
+        written before it, and begin is fixed once it exceeds 1."""
+        mm = self._map()
+        count = _load32(mm, OFF_INDEX_COUNT)
+        # A count never written (RocketMQ writes it at the first put or flush) means empty.
+        self._index_count = count if count > 0 else 1
+        self._hash_slot_count = _load32(mm, OFF_HASH_SLOT_COUNT)
+        self._begin_timestamp = _load64(mm, OFF_BEGIN_TIMESTAMP)
+        self._end_timestamp = _load64(mm, OFF_END_TIMESTAMP)
+        self._begin_phy_offset = _load64(mm, OFF_BEGIN_PHY_OFFSET)
+        self._end_phy_offset = _load64(mm, OFF_END_PHY_OFFSET)
+
     @property
     def name(self) -> str:
         return os.path.basename(self.path)
@@ -253,12 +288,14 @@ class IndexFile:
     def put_key(self, key: str, phy_offset: int, store_timestamp_ms: int) -> bool:
         """Index ``key`` -> ``phy_offset``. False, and nothing written, when the file is full."""
         mm = self._map()
+        if self.readonly:
+            raise StoreError(f"index file {self.path} is open read-only")
         count = self._index_count
         if count >= self.index_num:
             return False
         key_hash = index_key_hash(key)
         slot_pos = HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE
-        prev = _I32.unpack_from(mm, slot_pos)[0]
+        prev = _load32(mm, slot_pos)
         if prev <= INVALID_INDEX or prev >= count:
             # A valid slot names an entry older than the one being written. Anything else
             # was left by a put that died between its slot store and its count store (the
@@ -283,18 +320,19 @@ class IndexFile:
         # 1. the entry, 2. the slot, 3. the header counts: see "Publication order" above.
         _ENTRY.pack_into(mm, self._entries_at + count * INDEX_SIZE,
                          key_hash, phy_offset, time_diff, prev)
-        _I32.pack_into(mm, slot_pos, count)
+        _store32(mm, slot_pos, count)
         if first:
-            _I64.pack_into(mm, OFF_BEGIN_TIMESTAMP, store_timestamp_ms)
-            _I64.pack_into(mm, OFF_BEGIN_PHY_OFFSET, phy_offset)
+            # Before the count: a reader that sees count > 1 may rely on begin.
+            _store64(mm, OFF_BEGIN_TIMESTAMP, store_timestamp_ms)
+            _store64(mm, OFF_BEGIN_PHY_OFFSET, phy_offset)
         if prev == INVALID_INDEX:
             self._hash_slot_count += 1
-            _I32.pack_into(mm, OFF_HASH_SLOT_COUNT, self._hash_slot_count)
-        _I32.pack_into(mm, OFF_INDEX_COUNT, count + 1)
+            _store32(mm, OFF_HASH_SLOT_COUNT, self._hash_slot_count)
+        _store32(mm, OFF_INDEX_COUNT, count + 1)
         self._end_phy_offset = phy_offset
-        _I64.pack_into(mm, OFF_END_PHY_OFFSET, phy_offset)
+        _store64(mm, OFF_END_PHY_OFFSET, phy_offset)
         self._end_timestamp = store_timestamp_ms
-        _I64.pack_into(mm, OFF_END_TIMESTAMP, store_timestamp_ms)
+        _store64(mm, OFF_END_TIMESTAMP, store_timestamp_ms)
         # The cached count is advanced last: readers bound their walk by it.
         self._index_count = count + 1
         self.dirty = True
@@ -322,7 +360,7 @@ class IndexFile:
         if count <= 1 or len(out) >= max_num:
             return
         key_hash = index_key_hash(key)
-        cur = _I32.unpack_from(mm, HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
+        cur = _load32(mm, HEADER_SIZE + (key_hash % self.hash_slot_num) * HASH_SLOT_SIZE)
         if cur <= INVALID_INDEX or cur > count:
             # cur == count is readable: the writer stores an entry before the slot naming it.
             return
@@ -355,6 +393,8 @@ class IndexFile:
         """msync(MS_SYNC) the whole mapping (the kernel writes only dirty pages). An OSError
         (EIO) propagates; the caller must not retry it as if it could succeed."""
         mm = self._map()
+        if self.readonly:
+            return
         self.dirty = False                    # before the msync: see the ``dirty`` comment
         mm.flush()
 

@@ -24,6 +24,11 @@ Threads: one writer (``build``, ``truncate_after``) and any number of readers (`
 so no file is closed under a reader. Puts into the newest file take no lock (IndexFile's
 publication order makes them safe for concurrent readers); only a roll-over does.
 
+Processes: one process owns the index (the supervisor builds it); any other process (a broker
+worker answering QUERY_MESSAGE) opens ``IndexService(..., readonly=True)``. Every read-only
+query first ``refresh``es: it re-reads the headers, maps files the owner created and unmaps the
+ones it deleted (the owner only ever unlinks whole files, so a mapping never loses its pages).
+
 Durability (for the checkpoint): read ``last_phy_offset`` *before* ``flush()``; once the flush
 returns, every record below that offset is durably indexed (the record *at* it may be partial,
 and is re-indexed by a replay from it, see above).
@@ -36,7 +41,7 @@ import re
 import threading
 import time
 
-from shmq.errors import StoreClosed, StoreReadOnly
+from shmq.errors import StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
 
 from .index_file import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM, IndexFile
 
@@ -67,10 +72,11 @@ class IndexService:
     """The index files of one store directory. Call ``load()`` once before use."""
 
     def __init__(self, directory: str | os.PathLike, hash_slot_num: int = DEFAULT_HASH_SLOT_NUM,
-                 index_num: int = DEFAULT_INDEX_NUM):
+                 index_num: int = DEFAULT_INDEX_NUM, *, readonly: bool = False):
         self.directory = os.fspath(directory)
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
+        self.readonly = readonly
         # Oldest first, in commit-log order. Changed only under _lock; the writer may read
         # the last element without it (only the writer itself appends or removes the newest).
         self._files: list[IndexFile] = []
@@ -85,6 +91,10 @@ class IndexService:
         """Create the directory if needed and open its index files in name order. Other names
         (a stray temp file) are ignored; a file of the wrong size raises StoreCorrupt."""
         self._check_open()
+        if self.readonly:
+            with self._lock:
+                self._refresh_locked()
+            return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         names = sorted(n for n in os.listdir(self.directory) if _NAME.match(n))
         opened: list[IndexFile] = []
@@ -101,6 +111,41 @@ class IndexService:
                 f.close()
             self._files = opened
 
+    def refresh(self) -> None:
+        """Read-only services: catch up with the owning process (``query`` does it itself).
+        A no-op for the owner, whose state is the truth."""
+        if self.readonly:
+            with self._lock:
+                self._check_open()
+                self._refresh_locked()
+
+    def _refresh_locked(self) -> None:
+        try:
+            names = sorted(n for n in os.listdir(self.directory) if _NAME.match(n))
+        except FileNotFoundError:
+            names = []
+        present = set(names)
+        kept = []
+        for f in self._files:
+            if f.name in present:
+                kept.append(f)
+            else:
+                f.close()                     # deleted by the owner: expired or truncated
+        for f in kept:
+            f.reload_header()
+        last = kept[-1].name if kept else ""
+        for n in names:
+            if n <= last:
+                continue                      # already mapped (the owner never adds older names)
+            try:
+                kept.append(IndexFile.open(os.path.join(self.directory, n), self.hash_slot_num,
+                                           self.index_num, readonly=True))
+            except (FileNotFoundError, StoreCorrupt):
+                # Deleted since listdir, or still being created (not yet fallocated to size):
+                # stop here so the list keeps no gap; the next refresh maps it.
+                break
+        self._files = kept
+
     def close(self) -> None:
         """Flush what is dirty (unless a flush already failed) and unmap everything. Call with
         the writer stopped. Idempotent; afterwards every call raises StoreClosed."""
@@ -110,7 +155,7 @@ class IndexService:
             self._closed = True
             files, self._files = self._files, []
         try:
-            if self._failed is None:
+            if self._failed is None and not self.readonly:
                 for f in files:
                     if f.dirty:
                         f.flush()
@@ -127,6 +172,14 @@ class IndexService:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed(f"index service {self.directory}")
+
+    def _check_writer(self) -> None:
+        self._check_open()
+        if self.readonly:
+            raise StoreError(f"index service {self.directory} is open read-only")
+        if self._failed is not None:
+            raise StoreReadOnly(f"index service {self.directory}: an earlier flush failed: "
+                                f"{self._failed}")
 
     # ---- state --------------------------------------------------------------------------------
     @property
@@ -174,10 +227,7 @@ class IndexService:
     def _writable_file(self) -> IndexFile:
         """The newest file, or a new one when there is none or it is full
         (getAndCreateLastIndexFile)."""
-        self._check_open()
-        if self._failed is not None:
-            raise StoreReadOnly(f"index service {self.directory}: an earlier flush failed: "
-                                f"{self._failed}")
+        self._check_writer()
         files = self._files
         if files and not files[-1].is_full():
             return files[-1]
@@ -226,6 +276,8 @@ class IndexService:
         full_key = topic + "#" + key
         with self._lock:
             self._check_open()
+            if self.readonly:
+                self._refresh_locked()
             for f in reversed(self._files):
                 if f.is_time_matched(begin_ts, end_ts):
                     f.select_into(full_key, out, seen, max_num, begin_ts, end_ts)
@@ -246,7 +298,7 @@ class IndexService:
         when nothing needs rebuilding beyond the caller's usual replay from
         ``last_phy_offset``."""
         with self._lock:
-            self._check_open()
+            self._check_writer()
             files = self._files
             while files and files[-1].begin_phy_offset >= phy_offset:
                 files.pop().destroy()
@@ -262,7 +314,7 @@ class IndexService:
         commit log's new minimum offset), never the newest (deleteExpiredFile). They are
         unlinked whole, never truncated. Returns how many were deleted."""
         with self._lock:
-            self._check_open()
+            self._check_writer()
             files = self._files
             n = 0
             while len(files) > 1 and files[0].end_phy_offset < min_phy_offset:
@@ -275,10 +327,7 @@ class IndexService:
         no more puts or flushes, StoreReadOnly from then on; the error propagates."""
         with self._lock:
             # Under the lock: a concurrent delete must not unmap a file being synced.
-            self._check_open()
-            if self._failed is not None:
-                raise StoreReadOnly(f"index service {self.directory}: an earlier flush failed: "
-                                    f"{self._failed}")
+            self._check_writer()
             for f in self._files:
                 if f.dirty:
                     try:

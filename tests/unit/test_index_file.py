@@ -366,7 +366,7 @@ class TestReadOnlyReader:
             assert [f.name for f in r.files()] == [f.name for f in w.files()]
             assert r.last_phy_offset == w.last_phy_offset == 70
             assert w.delete_expired(45) == 1
-            assert w.truncate_after(70) == 40
+            assert w.truncate_after(55) == 40
             assert r.query("T", "k", 10, *ALL) == []           # file 2 cut, file 3 gone
             assert len(r.files()) == 0 and len(w.files()) == 0
             w.build("T", "k", None, 40, T0 + 4, 0)
