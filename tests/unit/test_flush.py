@@ -1,0 +1,60 @@
+"""SYNC_FLUSH: a put returns only once the flushed position covers it; concurrent putters
+share msyncs (group commit); a flush that does not come in time is FLUSH_DISK_TIMEOUT."""
+import threading
+
+import pytest
+
+from shmq.errors import FlushDiskTimeout
+from shmq.store import SYNC_FLUSH
+
+
+def test_sync_put_returns_after_its_flush(open_store):
+    s = open_store(flush_disk_type=SYNC_FLUSH)
+    for i in range(50):
+        r = s.put("T", 0, b"x" * 100)
+        assert s.flushed_pos >= r.end
+    w = s.queue_writer("T", 1)
+    w.put(b"y")
+    assert s.flushed_pos >= s.commit_pos
+
+
+def test_group_commit_with_eight_putters(open_store):
+    s = open_store(flush_disk_type=SYNC_FLUSH, mapped_file_size_commitlog=1 << 20)
+    before = s.cb.ctl.pos.flush_count
+    errors = []
+
+    def putter(q):
+        try:
+            w = s.queue_writer("T", q)
+            for _ in range(200):
+                w.put(b"z" * 1024)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    ts = [threading.Thread(target=putter, args=(q,)) for q in range(8)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors
+    flushes = s.cb.ctl.pos.flush_count - before
+    assert s.flushed_pos >= s.commit_pos
+    assert 0 < flushes < 1600, f"{flushes} msyncs for 1600 puts"
+
+
+def test_flush_timeout_is_reported_with_the_result(open_store):
+    s = open_store(flush_disk_type=SYNC_FLUSH, sync_flush_timeout_ms=200)
+    s.flusher.stop()
+    s.flusher = None
+    with pytest.raises(FlushDiskTimeout) as ei:
+        s.put("T", 0, b"stored but not confirmed")
+    assert ei.value.code == 10
+    assert ei.value.result.queue_offset == 0
+    assert s.max_offset("T", 0) == 1  # it is stored
+
+
+def test_async_flush_catches_up(open_store):
+    s = open_store()
+    s.put("T", 0, b"x")
+    s.flush()
+    assert s.flushed_pos == s.commit_pos
