@@ -154,7 +154,9 @@ typedef struct shmq_owner {
     uint32_t role;                /* 0 ASYNC_MASTER, 1 SYNC_MASTER, 2 SLAVE */
     uint32_t sync_flush_timeout_ms;
     uint32_t _pad0;
-    uint64_t _pad1[2];
+    uint32_t index_hash_slots;    /* IndexFile geometry, so attached readers can open them */
+    uint32_t index_num;
+    uint64_t _pad1;
 } shmq_owner;
 
 /* The append lock. word = 0 when free, else (pid << 32) | (starttime & 0xFFFFFFFF) of the

@@ -104,6 +104,8 @@ class ControlBlock:
         o.flush_mode = cfg.flush_disk_type
         o.role = cfg.broker_role
         o.sync_flush_timeout_ms = cfg.sync_flush_timeout_ms
+        o.index_hash_slots = cfg.max_hash_slot_num
+        o.index_num = cfg.max_index_num
         return cb
 
     @classmethod

@@ -80,6 +80,7 @@ class MessageStore(Reader):
         self.dispatcher = None
         self.cleaner = None
         self.recovery = None
+        self._index_reader = None
         h = cb.ctl.header
         cfg.mapped_file_size_commitlog = h.file_size
         cfg.cq_entries_per_file = h.cq_entries_per_file
@@ -265,6 +266,17 @@ class MessageStore(Reader):
         save_offsets(self.cfg.config_dir, self.offset_table())
 
     # ================================================================== index ==
+    def _index(self):
+        """The owner's live IndexService, or (attached processes) a read-only view of the files."""
+        if self.dispatcher is not None:
+            return self.dispatcher.index
+        if self._index_reader is None:
+            from .index_service import IndexService
+            o = self.cb.ctl.owner
+            self._index_reader = IndexService(self.cfg.index_dir, o.index_hash_slots, o.index_num, readonly=True)
+            self._index_reader.load()
+        return self._index_reader
+
     def index_flushed_upto(self) -> int:
         if self.dispatcher is not None:
             return self.dispatcher.flushed_upto
@@ -275,10 +287,8 @@ class MessageStore(Reader):
         """Records (memoryviews) whose KEYS or UNIQ_KEY holds ``key``, newest first. Index
         hash collisions are filtered out by reading the record back."""
         from .record import decode_record
-        if self.dispatcher is None:
-            return []
         out = []
-        for phys in self.dispatcher.index.query(topic, key, max_num, begin_ms, end_ms):
+        for phys in self._index().query(topic, key, max_num, begin_ms, end_ms):
             rec = self.read_at(phys)
             if rec is None:
                 continue
@@ -328,6 +338,8 @@ class MessageStore(Reader):
         self._closed = True
         if self.owner:
             self._shutdown_owner()
+        if self._index_reader is not None:
+            self._index_reader.close()
         self.appender.close()
         self.cb.close()
         self.queues.close()

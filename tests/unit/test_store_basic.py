@@ -192,3 +192,16 @@ def test_query_by_key_through_the_index(open_store):
     assert sorted(found, key=int) == [b"%d" % i for i in range(7, 200, 20)]
     assert [bytes(decode_record(m).body) for m in s.query_by_key("T", "U00042")] == [b"42"]
     assert s.query_by_key("Other", "order-7") == []
+
+
+def test_attached_process_queries_the_owners_index(open_store):
+    s = open_store()
+    for i in range(30):
+        s.put("T", 0, b"%d" % i, {"KEYS": f"key{i % 3}"})
+    s.dispatcher.wait_until(s.commit_pos)
+    s.dispatcher.index.flush()
+    a = MessageStore.attach(s.cfg.root)
+    try:
+        assert len(a.query_by_key("T", "key1", 64)) == 10
+    finally:
+        a.close()
