@@ -45,6 +45,8 @@ class NamesrvConfig:
     kvConfigPath: str = ""
     #: Largest frame accepted, its length word included.
     maxFrameSize: int = 16 * 1024 * 1024
+    #: A connection whose started frame stays incomplete this long is closed (shmq's own key).
+    partialFrameTimeoutMillis: int = 30_000
 
     def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
         """Apply ``props``; returns the unknown keys (each also logged as a warning)."""

@@ -36,6 +36,7 @@ class NameServer:
             self.config.listenPort,
             max_frame_size=self.config.maxFrameSize,
             idle_timeout=float(self.config.serverChannelMaxIdleTimeSeconds) or None,
+            frame_timeout=self.config.partialFrameTimeoutMillis / 1000.0,
             on_close=self._connection_closed,
             name="namesrv",
         )
