@@ -184,7 +184,8 @@ class IndexService:
     # ---- state --------------------------------------------------------------------------------
     @property
     def last_phy_offset(self) -> int:
-        """endPhyOffset of the newest file (0 with no file): where a replay must start."""
+        """endPhyOffset of the newest file (0 with no file): where a replay must start. In a
+        read-only service, as of the last ``refresh``/``query``."""
         files = self._files
         return files[-1].end_phy_offset if files else 0
 
@@ -296,7 +297,13 @@ class IndexService:
         longer exists), it is deleted too and its beginPhyOffset is returned: the caller must
         re-dispatch the records in [returned offset, phy_offset) to ``build``. Returns None
         when nothing needs rebuilding beyond the caller's usual replay from
-        ``last_phy_offset``."""
+        ``last_phy_offset``.
+
+        After a kill -9 the page cache holds every put, so the recovered log end is the right
+        argument. After a power loss, pages written since the last flush may be missing or
+        stale on disk (a header ahead of its entries); pass the checkpointed index offset
+        (``min(log end, index checkpoint)``) to rebuild everything past the last flush, as
+        RocketMQ does by destroying files newer than its index checkpoint."""
         with self._lock:
             self._check_writer()
             files = self._files

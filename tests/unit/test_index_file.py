@@ -442,3 +442,33 @@ def test_every_key_finds_exactly_its_offsets(records, slots, num, max_num):
                 assert s.query("T", k, max_num, T0, ts) == want
         finally:
             s.close()
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(records=_records, slots=st.integers(1, 5), num=st.integers(2, 6), data=st.data())
+def test_truncate_then_replay_matches_the_cut_log(records, slots, num, data):
+    """Recovery as dispatch.py does it: cut the log at a record boundary, truncate the index
+    there, re-dispatch from min(rebuild offset, last_phy_offset); the index then answers as if
+    only the records below the cut had ever been written."""
+    log, offset, ts = [], 0, T0
+    for words, uniq, gap, step, sysflag in records:
+        offset += gap
+        ts += step
+        log.append((offset, ts, " ".join(words), uniq, sysflag))
+    cut = data.draw(st.sampled_from([r[0] for r in log] + [offset + 1]), label="cut")
+    with tempfile.TemporaryDirectory() as d:
+        s = service(d, slots, num)
+        try:
+            for off, t, keys, uniq, sysflag in log:
+                s.build("T", keys, uniq, off, t, sysflag)
+            rebuild = s.truncate_after(cut)
+            start = s.last_phy_offset if rebuild is None else min(rebuild, s.last_phy_offset)
+            for off, t, keys, uniq, sysflag in log:
+                if start <= off < cut:
+                    s.build("T", keys, uniq, off, t, sysflag)
+            for k in _ALPHABET:
+                want = [off for off, _, keys, uniq, sysflag in reversed(log)
+                        if off < cut and sysflag != 0xC and (k in keys.split() or uniq == k)]
+                assert s.query("T", k, 100, *ALL) == want
+        finally:
+            s.close()
