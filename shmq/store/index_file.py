@@ -17,7 +17,8 @@ to compatibility); ``IndexFile.open`` checks the file size against the configure
     40 + s*4                           4  slot s          newest entry number in slot s, 0 = none
     40 + hashSlotNum*4 + n*20          4    keyHash       |String.hashCode(key)|, MIN_VALUE -> 0
                                   +4   8    phyOffset     commit-log offset of the record
-                                  +12  4    timeDiff      (storeTimestamp - beginTimestamp)/1000 s
+                                  +12  4    timeDiff      (storeTimestamp - beginTimestamp)/1000 s,
+                                                          truncated, clamped to 0..2^31-1
                                   +16  4    prevIndex     previous entry of the slot, 0 ends it
 
 Entry 0 is never used: entry number 0 means "no entry", which is why indexCount starts at 1
@@ -33,8 +34,10 @@ slot value only when it is in ``1..indexCount`` and follows ``prevIndex`` only d
 whatever point a concurrent put, or a kill -9, stopped at, readers see the key either fully
 indexed or not at all. Slots and header fields are stored and loaded as whole aligned words
 (native-order ``struct`` of a byte-swapped value: one memcpy of 4 or 8 bytes, a single store on
-x86-64 and arm64), so a reader in another process never sees a torn count or slot; x86-64 keeps
-stores in program order, which is what the publication order relies on across processes.
+x86-64 and arm64), so a reader in another process never sees a torn count or slot. x86-64 keeps
+stores in program order, which the publication order relies on across processes (no Python
+fence exists); on a weakly ordered CPU a reader in another process may briefly see a slot
+before its entry, reads a zeroed entry, and the key-hash check drops it.
 
 Deviations from RocketMQ, each for a reason:
 - the first entry of a file stores timeDiff 0. RocketMQ computes it against the previous
@@ -174,7 +177,7 @@ class IndexFile:
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
         try:
             try:
-                os.fchmod(fd, 0o600)          # the umask may have widened or narrowed it
+                os.fchmod(fd, 0o600)          # exactly 0600 whatever the umask took away
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
