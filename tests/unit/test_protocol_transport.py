@@ -1,0 +1,240 @@
+"""RemotingServer / RemotingClient / Connection behaviour, in one process on loopback."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import pytest
+
+from shmq.errors import NoPermission, RemotingClosed, RemotingTimeout
+from shmq.protocol import (
+    Connection,
+    RemotingClient,
+    RemotingCommand,
+    RemotingServer,
+    RequestCode,
+    ResponseCode,
+    SerializeType,
+    SyncRemotingClient,
+    request,
+)
+from shmq.protocol.command import encode_command
+
+SLOW, FAST, SILENT, BOOM, DENY, ECHO = 1000, 1001, 1002, 1003, 1004, 1005
+
+
+def run(coro):
+    return asyncio.run(asyncio.wait_for(coro, 20))
+
+
+class App:
+    def __init__(self):
+        self.release = asyncio.Event()
+        self.started = 0
+        self.oneways: list[RemotingCommand] = []
+        self.closed: list[Connection] = []
+        self.conns: list[Connection] = []
+
+    async def slow(self, conn, cmd):
+        self.started += 1
+        await self.release.wait()
+        return cmd.make_response(body=b"slow")
+
+    def fast(self, conn, cmd):  # a plain function: answered inline
+        self.conns.append(conn)
+        return cmd.make_response(body=b"fast")
+
+    async def silent(self, conn, cmd):
+        self.oneways.append(cmd)
+        return None
+
+    async def boom(self, conn, cmd):
+        raise ValueError("boom")
+
+    def deny(self, conn, cmd):
+        raise NoPermission(16, "not yours")
+
+    async def echo(self, conn, cmd):
+        return RemotingCommand(code=0, ext_fields=dict(cmd.ext_fields), body=cmd.body)
+
+    def server(self, **kw) -> RemotingServer:
+        return RemotingServer({SLOW: self.slow, FAST: self.fast, SILENT: self.silent, BOOM: self.boom,
+                               DENY: self.deny, ECHO: self.echo}, "127.0.0.1", 0,
+                              on_close=self.closed.append, **kw)
+
+
+def test_slow_handler_does_not_block_the_next_request_on_the_same_connection():
+    async def main():
+        app = App()
+        async with app.server() as srv, RemotingClient(srv.address) as c:
+            slow = asyncio.ensure_future(c.invoke(request(SLOW), timeout=5))
+            await asyncio.sleep(0.05)
+            fast = await c.invoke(request(FAST), timeout=1)
+            assert fast.body == b"fast" and not slow.done()
+            app.release.set()
+            assert (await slow).body == b"slow"
+            assert len(srv.connections) == 1
+    run(main())
+
+
+def test_unknown_code_errors_and_oneway():
+    async def main():
+        app = App()
+        async with app.server() as srv, RemotingClient(srv.address) as c:
+            r = await c.invoke(request(4242))
+            assert (r.code, r.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 4242 not supported")
+            r = await c.invoke(request(BOOM))
+            assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "ValueError: boom"
+            r = await c.invoke(request(DENY))
+            assert (r.code, r.remark) == (16, "not yours")
+            await c.invoke_oneway(request(SILENT, a=1))
+            await c.invoke_oneway(request(4242))  # unknown and oneway: no answer either
+            assert (await c.invoke(request(FAST))).code == 0
+            assert [m.ext_fields for m in app.oneways] == [{"a": "1"}]
+    run(main())
+
+
+def test_oneway_is_never_answered_on_the_wire():
+    async def main():
+        app = App()
+        async with app.server() as srv:
+            def client():
+                with SyncRemotingClient(srv.address) as c:
+                    c.invoke_oneway(request(FAST))
+                    c.invoke_oneway(request(BOOM))
+                    nxt = request(ECHO, x="y")
+                    nxt.opaque = 77
+                    c.send(nxt)
+                    first = c.receive()
+                    assert first.opaque == 77 and first.ext_fields == {"x": "y"}
+            await asyncio.to_thread(client)
+    run(main())
+
+
+def test_timeout_and_late_answer_dropped():
+    async def main():
+        app = App()
+        async with app.server() as srv, RemotingClient(srv.address) as c:
+            with pytest.raises(RemotingTimeout):
+                await c.invoke(request(SLOW), timeout=0.2)
+            app.release.set()  # the late answer arrives and is dropped
+            await asyncio.sleep(0.05)
+            assert (await c.invoke(request(FAST))).body == b"fast"
+    run(main())
+
+
+def test_server_calls_the_client_on_its_connection():
+    async def main():
+        app = App()
+        got: list[RemotingCommand] = []
+
+        async def notify(conn, cmd):
+            got.append(cmd)
+            return cmd.make_response(ext_fields={"seen": cmd.ext_fields["consumerGroup"]})
+
+        async with app.server() as srv, RemotingClient(srv.address, handlers={
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: notify}) as c:
+            await c.invoke(request(FAST))
+            (conn,) = app.conns
+            assert conn.peer == c.connection.local
+            r = await conn.send_request(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, consumerGroup="g"), 2)
+            assert r.ext_fields == {"seen": "g"}
+            conn.send_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, consumerGroup="h"))
+            r = await conn.send_request(request(RequestCode.CHECK_TRANSACTION_STATE), 2)
+            assert r.code == ResponseCode.REQUEST_CODE_NOT_SUPPORTED
+            await asyncio.sleep(0.05)
+            assert [m.ext_fields["consumerGroup"] for m in got] == ["g", "h"]
+    run(main())
+
+
+def test_close_hooks_and_pending_requests_fail():
+    async def main():
+        app = App()
+        srv = app.server()
+        await srv.start()
+        c = RemotingClient(srv.address)
+        pending = asyncio.ensure_future(c.invoke(request(SLOW), timeout=5))
+        await asyncio.sleep(0.05)
+        await srv.close()  # closes the connection under the parked request
+        with pytest.raises(RemotingClosed):
+            await pending
+        assert len(app.closed) == 1 and app.closed[0].closed
+        await c.close()
+    run(main())
+
+
+def test_idle_connection_closed():
+    async def main():
+        app = App()
+        async with app.server(idle_timeout=0.2) as srv, RemotingClient(srv.address) as c:
+            await c.invoke(request(FAST))
+            conn = c.connection
+            await asyncio.wait_for(conn.wait_closed(), 3)
+            assert len(app.closed) == 1
+            assert (await c.invoke(request(FAST))).code == 0  # the client reconnects
+    run(main())
+
+
+def raw_socket_closed(addr: str, data: bytes) -> bool:
+    host, port = addr.split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as s:
+        s.sendall(data)
+        return s.recv(100) == b""
+
+
+def test_partial_frame_times_out_and_oversize_closes():
+    async def main():
+        app = App()
+        async with app.server(frame_timeout=0.2, max_frame_size=1024) as srv, RemotingClient(srv.address) as good:
+            whole = encode_command(request(FAST))
+            assert await asyncio.to_thread(raw_socket_closed, srv.address, whole[:7])
+            assert await asyncio.to_thread(raw_socket_closed, srv.address, struct.pack(">i", 1021) + b"x")
+            big = encode_command(request(ECHO, body=b"x" * 2000))
+            assert await asyncio.to_thread(raw_socket_closed, srv.address, big)
+            ok = encode_command(request(ECHO, body=b"x" * 900))
+            assert len(ok) <= 1024
+            assert (await good.invoke(request(ECHO, body=b"x" * 900))).body == b"x" * 900
+    run(main())
+
+
+def test_binary_request_answered_in_binary():
+    async def main():
+        app = App()
+        async with app.server() as srv:
+            def client():
+                with SyncRemotingClient(srv.address) as c:
+                    cmd = request(ECHO, k="v", body=b"b")
+                    cmd.serialize_type = SerializeType.ROCKETMQ
+                    r = c.invoke(cmd)
+                    assert r.serialize_type == SerializeType.ROCKETMQ and r.ext_fields == {"k": "v"}
+            await asyncio.to_thread(client)
+    run(main())
+
+
+def test_inflight_limit_pauses_reading():
+    async def main():
+        app = App()
+        async with app.server(max_inflight=2) as srv, RemotingClient(srv.address) as c:
+            calls = [asyncio.ensure_future(c.invoke(request(SLOW), timeout=5)) for _ in range(5)]
+            await asyncio.sleep(0.2)
+            assert app.started == 2
+            app.release.set()
+            assert all(r.code == 0 for r in await asyncio.gather(*calls))
+            assert app.started == 5
+    run(main())
+
+
+def test_reuse_port_two_servers_one_port():
+    async def main():
+        app = App()
+        async with app.server(reuse_port=True) as a:
+            b = RemotingServer({FAST: app.fast}, "127.0.0.1", a.port, reuse_port=True)
+            await b.start()
+            try:
+                assert b.port == a.port
+            finally:
+                await b.close()
+    if not hasattr(socket, "SO_REUSEPORT"):
+        pytest.skip("no SO_REUSEPORT")
+    run(main())
