@@ -58,12 +58,16 @@ class CommitLog:
                 self._maps[index] = mm
             return mm
 
-    def prefault(self, index: int) -> None:
+    def prefault(self, index: int, start: int = 0) -> None:
         """Ask the kernel to bring a file in before an append needs it, and touch one byte a
-        page so that no append pays a page fault (reads do not dirty pages)."""
+        page from ``start`` so that no append pays for a page-cache allocation. Reads do not
+        dirty pages: a preallocated file is not written twice (RocketMQ's warm-up writes
+        zeros, which doubles the I/O; it is off by default there too)."""
         mm = self.map(index, create=True)
-        mm.madvise(mmap.MADV_WILLNEED)
-        for off in range(0, self.file_size, mmap.PAGESIZE):
+        start -= start % mmap.PAGESIZE
+        mm.madvise(mmap.MADV_WILLNEED, start, self.file_size - start)
+        page = mmap.PAGESIZE
+        for off in range(start, self.file_size, page):
             mm[off]
 
     def view(self, phys: int, size: int) -> memoryview:

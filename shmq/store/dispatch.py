@@ -22,7 +22,9 @@ class IndexDispatcher:
         self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
         self.index.load()
         start = min(store.checkpoint.index_flushed, store.commit_pos)
-        rebuild = self.index.truncate_after(store.commit_pos)
+        # Index pages written after the last index flush may be torn after a power loss:
+        # cut back to what the checkpoint says is on disk and rebuild from there.
+        rebuild = self.index.truncate_after(start)
         if rebuild is not None:
             start = min(start, rebuild)
         self.pos = max(start, store.cb.ctl.pos.min_pos)

@@ -48,6 +48,7 @@ class FlushService:
             lib.shmq_flusher_wait(self.cb.ctl, interval_ns)
             try:
                 self.flush_commitlog()
+                self.store.prealloc_tick()
                 if time.monotonic() - self._last_cq >= self.cfg.flush_interval_consume_queue_ms / 1000:
                     self.flush_queues_and_checkpoint()
             except Exception:  # never let the flusher die silently

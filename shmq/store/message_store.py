@@ -327,10 +327,19 @@ class MessageStore(Reader):
             raise StoreClosed()
 
     def _prealloc_next(self) -> None:
-        """Owner: keep the file after the one being written created and pre-touched."""
-        nxt = self.commit_pos // self.cfg.mapped_file_size_commitlog + 1
-        if not os.path.exists(self.commitlog.path(nxt)):
-            self.commitlog.prefault(nxt)
+        """Owner: the file being written (from the commit position on) and the one after it
+        are created and pre-touched ahead of need, by the flush thread (prealloc_tick)."""
+        self._prefaulted: set[int] = set()
+
+    def prealloc_tick(self) -> None:
+        fsize = self.cfg.mapped_file_size_commitlog
+        pos = self.commit_pos
+        cur = pos // fsize
+        for idx, start in ((cur, pos % fsize), (cur + 1, 0)):
+            if idx not in self._prefaulted:
+                self.commitlog.prefault(idx, start)
+                self._prefaulted.add(idx)
+        self._prefaulted = {i for i in self._prefaulted if i >= cur}
 
     def close(self) -> None:
         if self._closed:
