@@ -130,7 +130,12 @@ class Connection(asyncio.Protocol):
         except FrameError as e:
             self._protocol_error(e)
             return
-        self.partial_since = (self.partial_since or now) if self._decoder.pending else None
+        # The clock of a partial frame starts when that frame started: a chunk that completed
+        # frames and began another restarts it, so a steady stream of large frames is fine.
+        if not self._decoder.pending:
+            self.partial_since = None
+        elif frames or self.partial_since is None:
+            self.partial_since = now
         for frame in frames:
             if self.closed:
                 return

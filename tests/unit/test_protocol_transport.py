@@ -4,12 +4,14 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 
 import pytest
 
 from shmq.errors import NoPermission, RemotingClosed, RemotingTimeout
 from shmq.protocol import (
     Connection,
+    FrameDecoder,
     RemotingClient,
     RemotingCommand,
     RemotingServer,
@@ -17,6 +19,7 @@ from shmq.protocol import (
     ResponseCode,
     SerializeType,
     SyncRemotingClient,
+    decode_command,
     request,
 )
 from shmq.protocol.command import encode_command
@@ -237,4 +240,32 @@ def test_reuse_port_two_servers_one_port():
                 await b.close()
     if not hasattr(socket, "SO_REUSEPORT"):
         pytest.skip("no SO_REUSEPORT")
+    run(main())
+
+
+def test_stream_of_frames_split_across_reads_is_not_a_stalled_partial_frame():
+    async def main():
+        app = App()
+        async with app.server(frame_timeout=0.3) as srv:
+            def client() -> bytes:
+                host, port = srv.address.split(":")
+                stream = b"".join(encode_command(request(ECHO, i=i)) for i in range(12))
+                size = len(stream) // 12
+                cuts = [int(size * (k + 0.5)) for k in range(12)] + [len(stream)]  # always mid-frame
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    # 13 writes over ~1.3 s, 4x the frame timeout, each ending inside a frame.
+                    prev = 0
+                    for cut in cuts:
+                        s.sendall(stream[prev:cut])
+                        prev = cut
+                        time.sleep(0.1)
+                    s.shutdown(socket.SHUT_WR)
+                    data = b""
+                    while chunk := s.recv(65536):
+                        data += chunk
+                    return data
+
+            data = await asyncio.to_thread(client)
+            answers = [decode_command(f) for f in FrameDecoder().feed(data)]
+            assert len(answers) == 12 and all(a.code == 0 for a in answers)
     run(main())
