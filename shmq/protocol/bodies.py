@@ -14,7 +14,6 @@ read as ``topicSysFlag``, heartbeat enums come as names or ordinals.
 """
 from __future__ import annotations
 
-import json
 import re
 import struct
 import zlib
@@ -67,10 +66,27 @@ def encode_json(obj: Any) -> bytes:
 
 
 # ---- writing fastjson's way ------------------------------------------------------------------
+_SHORT_ESCAPES = {'"': '\\"', "\\": "\\\\", "/": "\\/", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# fastjson's default writer escapes quote, backslash and control characters; BrowserCompatible
+# adds "/" and everything from DEL (127) up, as \uXXXX per UTF-16 unit with upper-case digits.
+_DEFAULT_SPECIAL = re.compile('["\\\\\x00-\x1f]')
+_BROWSER_SPECIAL = re.compile('["\\\\/\x00-\x1f\x7f-\U0010ffff]')
+
+
+def _escape(m: re.Match[str]) -> str:
+    ch = m.group(0)
+    short = _SHORT_ESCAPES.get(ch)
+    if short is not None:
+        return short
+    code = ord(ch)
+    if code > 0xFFFF:  # Java strings are UTF-16: a surrogate pair, each unit escaped
+        code -= 0x10000
+        return f"\\u{0xD800 + (code >> 10):04X}\\u{0xDC00 + (code & 0x3FF):04X}"
+    return f"\\u{code:04X}"
+
+
 def _fj_str(s: str, standard: bool) -> str:
-    if standard:
-        return json.dumps(s, ensure_ascii=True)
-    return json.dumps(s, ensure_ascii=False)
+    return '"' + (_BROWSER_SPECIAL if standard else _DEFAULT_SPECIAL).sub(_escape, s) + '"'
 
 
 def _fastjson(obj: Any, standard: bool, out: list[str]) -> None:

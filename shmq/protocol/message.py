@@ -12,16 +12,16 @@ whose name or value is empty, and so does :func:`decode_properties`.
 
 Batch body of SEND_BATCH_MESSAGE (``MessageDecoder.encodeMessages``), entries back to back:
 
-=========  ========  =====================================================
-field      width     meaning
-=========  ========  =====================================================
-totalSize  i32       size of this entry, these 4 bytes included
-magic      i32       0 from Java clients; ignored
-bodyCRC    i32       0 from Java clients; ignored (the broker recomputes it)
-flag       i32       user flag
-bodyLen    i32       then the body
-propsLen   i16       then the properties text (UTF-8)
-=========  =========  ====================================================
+=========  =====  =======================================================
+field      width  meaning
+=========  =====  =======================================================
+totalSize  i32    size of this entry, these 4 bytes included
+magic      i32    0 from Java clients; ignored
+bodyCRC    i32    0 from Java clients; ignored (the broker recomputes it)
+flag       i32    user flag
+bodyLen    i32    then the body
+propsLen   i16    then the properties text (UTF-8)
+=========  =====  =======================================================
 
 Offset msgId (``MessageDecoder.createMessageId``): store host IP (4 or 16 bytes), port i32,
 commit-log offset i64, as uppercase hex: 32 characters for IPv4, 56 for IPv6.

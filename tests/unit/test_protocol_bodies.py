@@ -55,7 +55,7 @@ class TestRoute:
                            brokerDatas=[BrokerData(cluster="集群", brokerName="b1", brokerAddrs={1: "h:2", 0: "h:1"})])
         std = encode_topic_route(r, standard_json=True)
         assert b'"brokerAddrs":{"0":"h:1","1":"h:2"}' in std
-        assert b'"cluster":"\\u96c6\\u7fa4"' in std
+        assert b'"cluster":"\\u96C6\\u7FA4"' in std  # fastjson's upper-case hex
         assert std.startswith(b'{"brokerDatas"') and b'"orderTopicConf":"b1:4"' in std
         quirky = encode_topic_route(r)
         assert b'"brokerAddrs":{0:"h:1",1:"h:2"}' in quirky and "集群".encode() in quirky
@@ -177,3 +177,9 @@ def test_lock_bodies():
     assert raw == b'{"clientId":"c","consumerGroup":"g","mqSet":[{"brokerName":"b","queueId":1,"topic":"T"}]}'
     assert decode_json(raw, LockBatchRequestBody) == req
     assert decode_json(b'{"lockOKMQSet":[{"topic":"T","brokerName":"b","queueId":1}]}', LockBatchResponseBody).lockOKMQSet == req.mqSet
+
+
+def test_fastjson_string_escapes():
+    r = TopicRouteData(brokerDatas=[BrokerData(cluster="a/b\t\x01\x7f😀", brokerName="n", brokerAddrs={})])
+    assert b'"cluster":"a\\/b\\t\\u0001\\u007F\\uD83D\\uDE00"' in encode_topic_route(r, standard_json=True)
+    assert '"cluster":"a/b\\t\\u0001\x7f😀"'.encode() in encode_topic_route(r)
