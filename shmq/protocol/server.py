@@ -49,7 +49,8 @@ class RemotingServer:
     Keyword settings: ``reuse_port`` (SO_REUSEPORT, so several worker processes share a
     port), ``max_frame_size`` (16 MiB), ``idle_timeout`` (close a connection silent this long,
     120 s; ``None`` never), ``frame_timeout`` (close a connection whose frame stays incomplete
-    this long, 30 s), ``max_connections`` (further connections are closed at once),
+    this long, 30 s), ``max_connections`` and ``max_connections_per_peer`` (per remote IP;
+    further connections are closed at once; ``None`` = no per-peer bound),
     ``max_inflight`` / ``max_inflight_bytes`` (per connection, reading pauses beyond them),
     ``backlog``, ``name`` (for logs).
     """
@@ -65,6 +66,7 @@ class RemotingServer:
         idle_timeout: float | None = 120.0,
         frame_timeout: float = 30.0,
         max_connections: int = 10_000,
+        max_connections_per_peer: int | None = None,
         max_inflight: int = 1024,
         max_inflight_bytes: int = 64 * 1024 * 1024,
         default_handler: Handler | None = None,
@@ -85,6 +87,7 @@ class RemotingServer:
             idle_timeout=idle_timeout,
         )
         self.max_connections = max_connections
+        self.max_connections_per_peer = max_connections_per_peer
         self.default_handler = default_handler
         self.on_connect = on_connect
         self.on_close = on_close
@@ -161,6 +164,12 @@ class RemotingServer:
         if len(self.connections) >= self.max_connections:
             log.warning("%s: %d connections already, refusing %s", self.name, len(self.connections), conn.peer)
             return False
+        if self.max_connections_per_peer is not None:
+            host = conn.peer.rpartition(":")[0]
+            same = sum(1 for c in self.connections if c.peer.rpartition(":")[0] == host)
+            if same >= self.max_connections_per_peer:
+                log.warning("%s: %d connections from %s already, refusing another", self.name, same, host)
+                return False
         self.connections.add(conn)
         if self.on_connect is not None:
             try:

@@ -269,3 +269,20 @@ def test_stream_of_frames_split_across_reads_is_not_a_stalled_partial_frame():
             answers = [decode_command(f) for f in FrameDecoder().feed(data)]
             assert len(answers) == 12 and all(a.code == 0 for a in answers)
     run(main())
+
+
+def test_connection_limits():
+    async def main():
+        app = App()
+        async with app.server(max_connections_per_peer=2) as srv:
+            clients = [RemotingClient(srv.address) for _ in range(3)]
+            try:
+                for c in clients[:2]:
+                    assert (await c.invoke(request(FAST))).code == 0
+                with pytest.raises(RemotingClosed):
+                    await clients[2].invoke(request(FAST), timeout=2)
+                assert len(srv.connections) == 2
+            finally:
+                for c in clients:
+                    await c.close()
+    run(main())
