@@ -1,0 +1,236 @@
+"""The supervisor's end of the control channel: the per-broker tables and their handlers.
+
+Holds the three things that must be one per broker (DESIGN §1): the topic table (single
+writer of topics.json), the client registry and the queue-lock table. Workers reach them
+with the requests of :mod:`control_channel`; this module answers them and pushes changes
+back (topic table, NOTIFY_CONSUMER_IDS_CHANGED, channel closes). Everything here runs on
+the supervisor's event loop, so the tables need no locks.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from shmq.protocol import RemotingCommand, ResponseCode
+from shmq.protocol.bodies import (ConsumerListBody, HeartbeatData, LockBatchRequestBody,
+                                  LockBatchResponseBody, TopicConfig, decode_json, encode_json)
+from shmq.protocol.codes import Perm
+from shmq.protocol.transport import Connection
+
+from .clients import ChannelInfo, ClientRegistry, worker_of
+from .config import BrokerConfig
+from .control_channel import Ctl, ctl
+from .locks import LockTable
+from .topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
+
+log = logging.getLogger("shmq.broker.control")
+
+
+class ControlPlane:
+    def __init__(self, cfg: BrokerConfig, topics: TopicTable, on_topics_changed: Callable[[], None],
+                 clock: Callable[[], float] = time.monotonic):
+        self.cfg = cfg
+        self.topics = topics
+        self.on_topics_changed = on_topics_changed
+        self.clock = clock
+        self.clients = ClientRegistry()
+        self.locks = LockTable(cfg.rebalanceLockMaxLiveTime / 1000.0)
+        self.workers: dict[int, Connection] = {}
+        self.ready: dict[int, asyncio.Event] = {}
+        self.ports: dict[int, tuple[int, int]] = {}
+
+    def handlers(self):
+        return {
+            Ctl.HELLO: self.hello,
+            Ctl.READY: self.worker_ready,
+            Ctl.GET_TOPIC: self.get_topic,
+            Ctl.CREATE_TOPIC: self.create_topic,
+            Ctl.AUTO_CREATE_TOPIC: self.auto_create_topic,
+            Ctl.DELETE_TOPIC: self.delete_topic,
+            Ctl.HEARTBEAT: self.heartbeat,
+            Ctl.UNREGISTER: self.unregister,
+            Ctl.CHANNEL_CLOSED: self.channel_closed,
+            Ctl.CONSUMER_LIST: self.consumer_list,
+            Ctl.SUBSCRIPTION: self.subscription,
+            Ctl.LOCK: self.lock,
+            Ctl.UNLOCK: self.unlock,
+        }
+
+    # ---- workers coming and going ----------------------------------------------------------
+    def on_connect(self, conn: Connection) -> None:
+        pass
+
+    def on_close(self, conn: Connection) -> None:
+        wid = conn.context.get("worker")
+        if wid is None or self.workers.get(wid) is not conn:
+            return
+        del self.workers[wid]
+        self.ready.pop(wid, None)
+        groups = self.clients.worker_gone(wid)
+        log.info("worker %d left the control channel; %d consumer group(s) changed", wid, len(groups))
+        for g in groups:
+            self.notify(g)
+
+    def hello(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        wid = int(cmd.ext_fields["worker"])
+        old = self.workers.get(wid)
+        if old is not None and old is not conn:
+            old.close()
+        conn.context["worker"] = wid
+        conn.context["pid"] = int(cmd.ext_fields.get("pid", 0))
+        self.workers[wid] = conn
+        self.ready.setdefault(wid, asyncio.Event())
+        return cmd.make_response(body=self.topics.encode())
+
+    def worker_ready(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        wid = conn.context.get("worker")
+        if wid is not None:
+            self.ports[wid] = (int(cmd.ext_fields.get("port", 0)), int(cmd.ext_fields.get("vipPort", 0)))
+            self.ready.setdefault(wid, asyncio.Event()).set()
+        return cmd.make_response()
+
+    # ---- topics -----------------------------------------------------------------------------
+    def _topics_changed(self) -> None:
+        body = self.topics.encode()
+        for conn in list(self.workers.values()):
+            if not conn.closed:
+                conn.send_oneway(ctl(Ctl.TOPICS_CHANGED, body))
+        self.on_topics_changed()
+
+    def ensure_topic(self, tc: TopicConfig) -> TopicConfig:
+        """Create ``tc`` unless a topic of that name exists; returns the config in force."""
+        cur = self.topics.get(tc.topicName)
+        if cur is not None:
+            return cur
+        self.topics.put(tc)
+        self._topics_changed()
+        return tc
+
+    def get_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        tc = self.topics.get(cmd.ext_fields.get("topic", ""))
+        if tc is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+        return cmd.make_response(body=encode_json(tc))
+
+    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        tc = decode_json(cmd.body, TopicConfig)
+        if self.topics.put(tc):
+            self._topics_changed()
+        return cmd.make_response(body=encode_json(tc))
+
+    def auto_create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        e = cmd.ext_fields
+        topic = e["topic"]
+        cur = self.topics.get(topic)
+        if cur is None:
+            default = self.topics.get(e.get("defaultTopic", ""))
+            if default is not None and default.topicName == TBW102 and not self.cfg.autoCreateTopicEnable:
+                default = None  # RocketMQ strips INHERIT from TBW102 when auto-creation is off
+            cur = derive_from_default(topic, default, int(e.get("queueNums", "4")), int(e.get("sysFlag", "0")))
+            if cur is None:
+                return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, "cannot create")
+            cur = self.ensure_topic(cur)
+        return cmd.make_response(body=encode_json(cur))
+
+    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if self.topics.delete(cmd.ext_fields["topic"]):
+            self._topics_changed()
+        return cmd.make_response()
+
+    # ---- clients ----------------------------------------------------------------------------
+    def heartbeat(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        e = cmd.ext_fields
+        hb = decode_json(cmd.body, HeartbeatData)
+        now = self.clock()
+        info = ChannelInfo(chan=e["chan"], client_id=hb.clientID, language=e.get("language", "JAVA"),
+                           version=int(e.get("version", "0")), addr=e.get("addr", "?"), last_update=now)
+        for cd in hb.consumerDataSet:
+            # %RETRY%<group> exists as soon as the group does (createTopicInSendMessageBackMethod).
+            self.ensure_topic(TopicConfig(topicName=retry_topic(cd.groupName), readQueueNums=1,
+                                          writeQueueNums=1, perm=PERM_RW))
+            if self.clients.register_consumer(cd, info):
+                log.info("consumer group %s changed: %s on %s", cd.groupName, hb.clientID, info.chan)
+                self.notify(cd.groupName)
+        for pd in hb.producerDataSet:
+            self.clients.register_producer(pd.groupName, info)
+        return cmd.make_response()
+
+    def unregister(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        e = cmd.ext_fields
+        chan = e["chan"]
+        if e.get("producerGroup"):
+            self.clients.unregister_producer(e["producerGroup"], chan)
+        group = e.get("consumerGroup")
+        if group and self.clients.unregister_consumer(group, chan):
+            self.notify(group)
+        return cmd.make_response()
+
+    def channel_closed(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        for g in self.clients.channel_closed(cmd.ext_fields["chan"]):
+            self.notify(g)
+        return cmd.make_response()
+
+    def consumer_list(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        group = cmd.ext_fields["group"]
+        ids = self.clients.consumer_ids(group)
+        if not ids:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"no consumer for this group, {group}")
+        return cmd.make_response(body=encode_json(ConsumerListBody(consumerIdList=ids)))
+
+    def subscription(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        s = self.clients.subscription(cmd.ext_fields["group"], cmd.ext_fields["topic"])
+        if s is None:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "none")
+        return cmd.make_response(body=msgspec.json.encode(s))
+
+    def lock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        req = decode_json(cmd.body, LockBatchRequestBody)
+        ok = self.locks.try_lock(req.consumerGroup, req.clientId, req.mqSet, self.clock())
+        return cmd.make_response(body=encode_json(LockBatchResponseBody(lockOKMQSet=ok)))
+
+    def unlock(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        req = decode_json(cmd.body, LockBatchRequestBody)
+        self.locks.unlock(req.consumerGroup, req.clientId, req.mqSet)
+        return cmd.make_response()
+
+    # ---- pushes -------------------------------------------------------------------------------
+    def notify(self, group: str) -> None:
+        """NOTIFY_CONSUMER_IDS_CHANGED to every member of ``group``, each on its own connection
+        (the worker holding it sends it)."""
+        if not self.cfg.notifyConsumerIdsChangedEnable:
+            return
+        by_worker: dict[int, list[str]] = {}
+        for chan in self.clients.channels_of(group):
+            by_worker.setdefault(worker_of(chan), []).append(chan)
+        for wid, chans in by_worker.items():
+            conn = self.workers.get(wid)
+            if conn is not None and not conn.closed:
+                conn.send_oneway(ctl(Ctl.NOTIFY_IDS_CHANGED, group=group, chans=",".join(chans)))
+
+    def scan_clients(self) -> int:
+        """Drop channels silent longer than channelExpiredTimeout; close their connections and
+        tell the groups. Returns how many were dropped."""
+        expired = self.clients.expired(self.clock(), self.cfg.channelExpiredTimeout / 1000.0)
+        if not expired:
+            return 0
+        by_worker: dict[int, list[str]] = {}
+        for chan in expired:
+            by_worker.setdefault(worker_of(chan), []).append(chan)
+        groups = self.clients.drop_channels(lambda i: i.chan in expired)
+        log.info("dropped %d client channel(s) silent for more than %d ms", len(expired),
+                 self.cfg.channelExpiredTimeout)
+        for wid, chans in by_worker.items():
+            conn = self.workers.get(wid)
+            if conn is not None and not conn.closed:
+                conn.send_oneway(ctl(Ctl.CLOSE_CHANNEL, chans=",".join(chans)))
+        for g in groups:
+            self.notify(g)
+        return len(expired)
+
+
+def topic_perm_ok(tc: TopicConfig, write: bool) -> bool:
+    return bool(tc.perm & (Perm.WRITE if write else Perm.READ))

@@ -1,0 +1,103 @@
+"""Registration with every NameServer (RocketMQ's ``BrokerOuterAPI``), run by the supervisor.
+
+The broker registers its topic table with each NameServer every ``registerNameServerPeriod``
+(30 s) and at once when a topic changes (``trigger``), over one persistent connection per
+NameServer: a NameServer drops a broker whose registering connection closes, so the
+connection is kept open. A NameServer that is down is retried at the next round and does
+not delay the others (they are registered concurrently). At shutdown the broker unregisters.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shmq.protocol import RemotingClient, RequestCode, request
+from shmq.protocol.bodies import RegisterBrokerBody, encode_register_body
+from shmq.protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
+from shmq.protocol.message import masked_crc32
+
+from .config import BrokerConfig
+from .topics import TopicTable
+
+log = logging.getLogger("shmq.broker.register")
+
+
+class Registrar:
+    def __init__(self, cfg: BrokerConfig, topics: TopicTable, timeout: float = 6.0):
+        self.cfg = cfg
+        self.topics = topics
+        self.timeout = timeout
+        self.clients = {addr: RemotingClient(addr, name="register") for addr in cfg.namesrv_list}
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stopped = False
+        self.rounds = 0
+
+    def trigger(self) -> None:
+        """Register again soon (a topic changed)."""
+        self._wake.set()
+
+    def start(self) -> None:
+        if self.clients:
+            self._task = asyncio.get_running_loop().create_task(self._loop())
+
+    async def _loop(self) -> None:
+        period = self.cfg.registerNameServerPeriod / 1000.0
+        while not self._stopped:
+            self._wake.clear()
+            await self.register_all()
+            try:
+                await asyncio.wait_for(self._wake.wait(), period)
+            except asyncio.TimeoutError:
+                pass
+
+    def _header(self) -> RegisterBrokerRequestHeader:
+        c = self.cfg
+        return RegisterBrokerRequestHeader(
+            brokerName=c.brokerName, brokerAddr=c.broker_addr, clusterName=c.brokerClusterName,
+            haServerAddr=f"{c.brokerIP1}:{c.listenPort + 1}", brokerId=c.brokerId, compressed=False,
+            bodyCrc32=0)
+
+    async def register_all(self) -> None:
+        wrapper = self.topics.wrapper()
+        if self.cfg.brokerPermission != 6:
+            # The broker's own permission caps every topic's (RocketMQ does the same).
+            for name, tc in list(wrapper.topicConfigTable.items()):
+                wrapper.topicConfigTable[name] = type(tc)(**{**{f: getattr(tc, f) for f in tc.__struct_fields__},
+                                                            "perm": tc.perm & self.cfg.brokerPermission})
+        body = encode_register_body(RegisterBrokerBody(topicConfigSerializeWrapper=wrapper))
+        h = self._header()
+        h.bodyCrc32 = masked_crc32(body)
+        self.rounds += 1
+        await asyncio.gather(*(self._register_one(addr, c, h, body) for addr, c in self.clients.items()))
+
+    async def _register_one(self, addr: str, client: RemotingClient, h: RegisterBrokerRequestHeader,
+                            body: bytes) -> None:
+        try:
+            resp = await client.invoke(request(RequestCode.REGISTER_BROKER, h, body), self.timeout)
+            if resp.code != 0:
+                log.warning("NameServer %s refused the registration: %s %s", addr, resp.code, resp.remark)
+        except Exception as e:  # noqa: BLE001 - a NameServer being down is routine
+            log.warning("cannot register with NameServer %s: %s", addr, e)
+
+    async def close(self) -> None:
+        """Stop the loop and unregister from every NameServer."""
+        self._stopped = True
+        if self._task is not None:
+            self._task.cancel()
+            try:
+                await self._task
+            except (asyncio.CancelledError, Exception):
+                pass
+        c = self.cfg
+        h = UnRegisterBrokerRequestHeader(brokerName=c.brokerName, brokerAddr=c.broker_addr,
+                                          clusterName=c.brokerClusterName, brokerId=c.brokerId)
+
+        async def one(addr: str, client: RemotingClient) -> None:
+            try:
+                await client.invoke(request(RequestCode.UNREGISTER_BROKER, h), 3.0)
+            except Exception as e:  # noqa: BLE001
+                log.info("cannot unregister from NameServer %s: %s", addr, e)
+            await client.close()
+
+        await asyncio.gather(*(one(a, cl) for a, cl in self.clients.items()))

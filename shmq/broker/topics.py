@@ -1,0 +1,162 @@
+"""The topic table: ``config/topics.json`` in RocketMQ's shape (``TopicConfigManager``).
+
+::
+
+    {"dataVersion":{"counter":3,"timestamp":1700000000000},
+     "topicConfigTable":{"T":{"order":false,"perm":6,"readQueueNums":4,"topicFilterType":"SINGLE_TAG",
+                               "topicName":"T","topicSysFlag":0,"writeQueueNums":4}}}
+
+Single writer: the supervisor owns the file and is the only process that changes the table
+(creations and deletions arrive from workers over the control channel). Every change bumps
+the data version, is written atomically (temp file, fsync, rename) and is then pushed to
+every worker, which replaces its in-memory copy. Invariant: a worker's copy is never newer
+than the file, and a topic a worker does not know is asked for at the supervisor before the
+worker answers TOPIC_NOT_EXIST, so a creation on one worker is never denied by another.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+
+import msgspec
+
+from shmq.protocol.bodies import DataVersion, TopicConfig, TopicConfigSerializeWrapper, decode_json
+from shmq.protocol.codes import Perm
+from shmq.store import files
+
+log = logging.getLogger("shmq.broker.topics")
+
+FILE = "topics.json"
+TBW102 = "TBW102"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+PERM_RW = int(Perm.READ | Perm.WRITE)
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+class TopicTable:
+    """Topic configs by name plus the data version. ``path`` None: memory only (workers)."""
+
+    def __init__(self, path: str | None = None):
+        self.path = path
+        self.table: dict[str, TopicConfig] = {}
+        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=0)
+
+    # ---- reading ---------------------------------------------------------------------------
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def __contains__(self, topic: str) -> bool:
+        return topic in self.table
+
+    def names(self) -> list[str]:
+        return sorted(self.table)
+
+    def wrapper(self) -> TopicConfigSerializeWrapper:
+        return TopicConfigSerializeWrapper(topicConfigTable=dict(self.table), dataVersion=self.version)
+
+    def encode(self) -> bytes:
+        """The topics.json text (also what the supervisor pushes to workers)."""
+        return msgspec.json.encode(self.wrapper(), order="sorted")
+
+    def replace(self, data: bytes) -> None:
+        """Adopt a table the supervisor pushed (workers)."""
+        w = decode_json(data, TopicConfigSerializeWrapper)
+        self.table = dict(w.topicConfigTable)
+        self.version = w.dataVersion
+
+    def load(self) -> None:
+        if self.path is None:
+            return
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            return
+        try:
+            self.replace(data)
+        except Exception as e:  # a damaged file must not keep the broker down
+            log.error("%s does not parse (%s); starting from the default topics", self.path, e)
+
+    # ---- writing (supervisor only) -----------------------------------------------------------
+    def _changed(self) -> None:
+        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=self.version.counter + 1)
+        if self.path is not None:
+            files.write_atomic(self.path, self.encode(), 0o644)
+
+    def put(self, tc: TopicConfig) -> bool:
+        """Create or update; returns whether anything changed (then persisted)."""
+        old = self.table.get(tc.topicName)
+        if old == tc:
+            return False
+        self.table[tc.topicName] = tc
+        self._changed()
+        log.info("topic %s %s: read %d write %d perm %d", tc.topicName, "updated" if old else "created",
+                 tc.readQueueNums, tc.writeQueueNums, tc.perm)
+        return True
+
+    def put_many(self, tcs: list[TopicConfig]) -> bool:
+        changed = False
+        for tc in tcs:
+            if self.table.get(tc.topicName) != tc:
+                self.table[tc.topicName] = tc
+                changed = True
+        if changed:
+            self._changed()
+        return changed
+
+    def delete(self, topic: str) -> bool:
+        if self.table.pop(topic, None) is None:
+            return False
+        self._changed()
+        log.info("topic %s deleted", topic)
+        return True
+
+
+def default_topics(cluster: str, broker_name: str, auto_create: bool, default_queues: int) -> list[TopicConfig]:
+    """The topics a RocketMQ broker creates at start (TopicConfigManager's constructor)."""
+    rw = PERM_RW
+    out = [
+        TopicConfig(topicName="SELF_TEST_TOPIC", readQueueNums=1, writeQueueNums=1, perm=rw),
+        TopicConfig(topicName="OFFSET_MOVED_EVENT", readQueueNums=1, writeQueueNums=1, perm=rw),
+        TopicConfig(topicName=SCHEDULE_TOPIC, readQueueNums=18, writeQueueNums=18, perm=rw),
+        TopicConfig(topicName=broker_name, readQueueNums=1, writeQueueNums=1, perm=rw | int(Perm.INHERIT)),
+        TopicConfig(topicName=f"{cluster}_REPLY_TOPIC", readQueueNums=1, writeQueueNums=1, perm=rw),
+    ]
+    if auto_create:
+        out.append(TopicConfig(topicName=TBW102, readQueueNums=default_queues, writeQueueNums=default_queues,
+                               perm=rw | int(Perm.INHERIT)))
+    return out
+
+
+def derive_from_default(topic: str, default: TopicConfig | None, requested_queues: int,
+                        sysflag: int = 0) -> TopicConfig | None:
+    """The config a send to an unknown ``topic`` creates from its ``defaultTopic``
+    (``createTopicInSendMessageMethod``): only when the default has PERM_INHERIT; queues =
+    min(requested, the default's write queues); perm without INHERIT. A %RETRY% topic
+    falls back to one queue."""
+    if default is not None and default.perm & Perm.INHERIT:
+        q = max(1, min(requested_queues, default.writeQueueNums))
+        return TopicConfig(topicName=topic, readQueueNums=q, writeQueueNums=q,
+                           perm=default.perm & ~int(Perm.INHERIT), topicSysFlag=sysflag)
+    if topic.startswith(RETRY_PREFIX):
+        return TopicConfig(topicName=topic, readQueueNums=1, writeQueueNums=1, perm=PERM_RW)
+    return None
+
+
+def to_json_dict(tc: TopicConfig) -> dict:
+    return json.loads(msgspec.json.encode(tc))
+
+
+def config_path(store_root: str) -> str:
+    return os.path.join(store_root, "config", FILE)
