@@ -5,7 +5,7 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmq.errors import BodyDecodeError
@@ -81,6 +81,7 @@ class TestRoute:
 names = st.text(st.characters(min_codepoint=32, max_codepoint=0x2FFF), min_size=1, max_size=12)
 
 
+@settings(deadline=None)
 @given(st.builds(
     TopicRouteData,
     orderTopicConf=st.none() | names,

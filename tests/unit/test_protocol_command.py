@@ -4,7 +4,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmq.errors import HeaderDecodeError
@@ -160,6 +160,7 @@ commands = st.builds(
 )
 
 
+@settings(deadline=None)
 @given(commands)
 def test_round_trip(cmd):
     raw = encode_command(cmd)
@@ -168,6 +169,7 @@ def test_round_trip(cmd):
     assert decode_command(frames[0]) == cmd
 
 
+@settings(deadline=None)
 @given(st.lists(commands, min_size=1, max_size=5), st.data())
 def test_stream_split_anywhere(cmds, data):
     stream = b"".join(encode_command(c) for c in cmds)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmq.errors import CommandFieldError
@@ -63,6 +63,7 @@ def test_send_v2_letters():
     assert decode_send_header(RequestCode.SEND_MESSAGE, SEND.to_ext()) == SEND
 
 
+@settings(deadline=None)
 @given(st.builds(SendMessageRequestHeader, producerGroup=st.text(min_size=1), topic=st.text(min_size=1),
                  defaultTopic=st.text(min_size=1), defaultTopicQueueNums=st.integers(0, 64),
                  queueId=st.integers(-1, 1000), sysFlag=st.integers(0, 2**31 - 1),

@@ -5,7 +5,7 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from shmq.errors import BodyDecodeError
@@ -32,6 +32,7 @@ def test_properties_java_form_and_tolerance():
 keys = st.text(st.characters(blacklist_characters="\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=10)
 
 
+@settings(deadline=None)
 @given(st.dictionaries(keys, keys, max_size=8))
 def test_properties_round_trip(props):
     assert decode_properties(encode_properties(props)) == props
@@ -59,6 +60,7 @@ def test_batch_malformed(raw):
         decode_batch(raw)
 
 
+@settings(deadline=None)
 @given(st.lists(st.builds(BatchEntry, st.binary(max_size=64), keys, st.integers(-(2**31), 2**31 - 1)), max_size=6))
 def test_batch_round_trip(entries):
     assert decode_batch(encode_batch(entries)) == entries
