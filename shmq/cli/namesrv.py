@@ -2,13 +2,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
-import signal
 import sys
 
-from shmq.namesrv import NamesrvConfig, NameServer
-from shmq.protocol import loop as loops
+from shmq.namesrv import NamesrvConfig
+from shmq.namesrv.server import run
+from shmq.protocol.loop import loop_name
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,11 +27,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         config = NamesrvConfig.from_file(args.config) if args.config else NamesrvConfig()
         overrides = {}
@@ -49,28 +45,7 @@ def main(argv: list[str] | None = None) -> int:
         config.bindAddress = args.listen
     if args.port is not None:
         config.listenPort = args.port
-    try:
-        return loops.run(_serve(config))
-    except KeyboardInterrupt:
-        return 0
-
-
-async def _serve(config: NamesrvConfig) -> int:
-    ns = NameServer(config)
-    try:
-        await ns.start()
-    except OSError as e:
-        print(f"shmq-namesrv: cannot listen on {config.bindAddress}:{config.listenPort}: {e}", file=sys.stderr)
-        return 1
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
-    print(f"shmq-namesrv listening on {ns.address} ({loops.loop_name()})", flush=True)
-    await stop.wait()
-    logging.getLogger("shmq.namesrv").info("shutting down")
-    await ns.close()
-    return 0
+    return run(config, on_ready=lambda ns: print(f"shmq-namesrv listening on {ns.address} ({loop_name()})", flush=True))
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import time
 from collections.abc import Callable
 
@@ -112,3 +113,33 @@ class NameServer:
         addr = self.table.broker_of_connection(conn)
         if addr is not None:
             self.table.remove_broker_addr(addr, f"its connection {conn.local}<-{conn.peer} closed")
+
+
+def run(config: NamesrvConfig, *, on_ready: Callable[[NameServer], None] | None = None) -> int:
+    """Run a NameServer until SIGINT or SIGTERM; returns the process exit code.
+
+    ``on_ready`` is called once the port is bound (the CLI prints its readiness line there)."""
+    from shmq.protocol import loop as loops
+
+    async def serve() -> int:
+        ns = NameServer(config)
+        try:
+            await ns.start()
+        except OSError as e:
+            log.error("cannot listen on %s:%s: %s", config.bindAddress, config.listenPort, e)
+            return 1
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        if on_ready is not None:
+            on_ready(ns)
+        await stop.wait()
+        log.info("shutting down")
+        await ns.close()
+        return 0
+
+    try:
+        return loops.run(serve())
+    except KeyboardInterrupt:
+        return 0
