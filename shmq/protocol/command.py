@@ -48,7 +48,7 @@ from typing import Any
 
 import msgspec
 
-from shmq.errors import HeaderDecodeError
+from shmq.errors import HeaderDecodeError, error_for_response
 from shmq.protocol.codes import (
     FLAG_ONEWAY,
     FLAG_RESPONSE,
@@ -96,6 +96,13 @@ class RemotingCommand(msgspec.Struct, kw_only=True, gc=False):
     @property
     def is_oneway(self) -> bool:
         return bool(self.flag & FLAG_ONEWAY)
+
+    def raise_for_code(self, *accepted: int) -> "RemotingCommand":
+        """Return ``self`` if its code is accepted (SUCCESS by default), else raise the
+        :mod:`shmq.errors` exception for the code, carrying the remark."""
+        if self.code in (accepted or (ResponseCode.SUCCESS,)):
+            return self
+        raise error_for_response(self.code, self.remark)
 
     def make_response(
         self,

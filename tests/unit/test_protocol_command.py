@@ -180,3 +180,16 @@ def test_stream_split_anywhere(cmds, data):
         prev = cut
     assert [decode_command(f) for f in out] == cmds
     assert dec.pending == 0
+
+
+def test_raise_for_code():
+    from shmq.errors import BrokerError, TopicNotExist
+
+    ok = RemotingCommand(code=0)
+    assert ok.raise_for_code() is ok
+    with pytest.raises(TopicNotExist) as e:
+        RemotingCommand(code=17, remark="no route").raise_for_code()
+    assert e.value.code == 17 and e.value.remark == "no route"
+    assert RemotingCommand(code=19).raise_for_code(0, 19).code == 19
+    with pytest.raises(BrokerError):
+        RemotingCommand(code=1).raise_for_code()
