@@ -79,8 +79,67 @@ __attribute__((constructor)) static void crc_init(void) {
             crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
 }
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* CRC-32 by carry-less multiplication ("folding", Gopal et al., Intel, 2009: Fast CRC
+ * Computation for Generic Polynomials Using PCLMULQDQ). Four 128-bit lanes are folded
+ * 512 bits at a time, then into one lane, then 128 -> 64 -> 32 bits with a Barrett
+ * reduction. The constants are x^k mod P for the bit-reflected zlib polynomial, as given
+ * in that paper. Takes and returns the running CRC in its inverted (raw register) form;
+ * len is a multiple of 16 and at least 64. About 5x the table-driven loop on 1 KiB. */
+__attribute__((target("pclmul,sse4.1")))
+static uint32_t crc32_fold(const uint8_t *p, size_t len, uint32_t reg) {
+    const __m128i k_512 = _mm_set_epi64x(0x01c6e41596LL, 0x0154442bd4LL);
+    const __m128i k_128 = _mm_set_epi64x(0x00ccaa009eLL, 0x01751997d0LL);
+    const __m128i k_64 = _mm_set_epi64x(0, 0x0163cd6124LL);
+    const __m128i barrett = _mm_set_epi64x(0x01f7011641LL, 0x01db710641LL);
+    const __m128i low32 = _mm_setr_epi32(~0, 0, ~0, 0);
+    __m128i a = _mm_xor_si128(_mm_loadu_si128((const __m128i *)p), _mm_cvtsi32_si128((int)reg));
+    __m128i b = _mm_loadu_si128((const __m128i *)(p + 16));
+    __m128i c = _mm_loadu_si128((const __m128i *)(p + 32));
+    __m128i d = _mm_loadu_si128((const __m128i *)(p + 48));
+#define FOLD(x, k, next) _mm_xor_si128(_mm_xor_si128(_mm_clmulepi64_si128((x), (k), 0x00), \
+                                                     _mm_clmulepi64_si128((x), (k), 0x11)), (next))
+    for (p += 64, len -= 64; len >= 64; p += 64, len -= 64) {
+        a = FOLD(a, k_512, _mm_loadu_si128((const __m128i *)p));
+        b = FOLD(b, k_512, _mm_loadu_si128((const __m128i *)(p + 16)));
+        c = FOLD(c, k_512, _mm_loadu_si128((const __m128i *)(p + 32)));
+        d = FOLD(d, k_512, _mm_loadu_si128((const __m128i *)(p + 48)));
+    }
+    a = FOLD(a, k_128, b);
+    a = FOLD(a, k_128, c);
+    a = FOLD(a, k_128, d);
+    for (; len >= 16; p += 16, len -= 16) a = FOLD(a, k_128, _mm_loadu_si128((const __m128i *)p));
+#undef FOLD
+    /* 128 -> 64 bits */
+    __m128i t = _mm_clmulepi64_si128(a, k_128, 0x10);
+    a = _mm_xor_si128(_mm_srli_si128(a, 8), t);
+    /* 64 -> 32 bits */
+    t = _mm_srli_si128(a, 4);
+    a = _mm_xor_si128(_mm_clmulepi64_si128(_mm_and_si128(a, low32), k_64, 0x00), t);
+    /* Barrett reduction */
+    t = _mm_clmulepi64_si128(_mm_and_si128(a, low32), barrett, 0x10);
+    t = _mm_clmulepi64_si128(_mm_and_si128(t, low32), barrett, 0x00);
+    return (uint32_t)_mm_extract_epi32(_mm_xor_si128(a, t), 1);
+}
+
+static int have_pclmul;
+__attribute__((constructor)) static void crc_detect(void) {
+    __builtin_cpu_init();
+    have_pclmul = __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1");
+}
+#endif
+
 uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
     crc = ~crc;
+#if defined(__x86_64__)
+    if (len >= 64 && have_pclmul) {
+        size_t n = len & ~(size_t)15;
+        crc = crc32_fold(p, n, crc);
+        p += n;
+        len -= n;
+    }
+#endif
     while (len && ((uintptr_t)p & 7)) { crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF]; len--; }
     while (len >= 8) {
         uint32_t a, b;

@@ -81,6 +81,7 @@ class MessageStore(Reader):
         self.cleaner = None
         self.recovery = None
         self._index_reader = None
+        self._prefaulted: set[int] = set()  # CommitLog files the flush thread pre-touched
         h = cb.ctl.header
         cfg.mapped_file_size_commitlog = h.file_size
         cfg.cq_entries_per_file = h.cq_entries_per_file
@@ -178,7 +179,6 @@ class MessageStore(Reader):
             self.dispatcher.start()
         self.cleaner = CleanupService(self)
         self.cleaner.start()
-        self._prealloc_next()
 
     # ================================================================== putting ==
     def put(self, topic: str, queue_id: int, body: bytes, properties: dict | bytes = b"", *,
@@ -326,12 +326,9 @@ class MessageStore(Reader):
         if self._closed:
             raise StoreClosed()
 
-    def _prealloc_next(self) -> None:
-        """Owner: the file being written (from the commit position on) and the one after it
-        are created and pre-touched ahead of need, by the flush thread (prealloc_tick)."""
-        self._prefaulted: set[int] = set()
-
     def prealloc_tick(self) -> None:
+        """Owner, from the flush thread: the file being written (from the commit position on)
+        and the one after it are created and pre-touched ahead of need."""
         fsize = self.cfg.mapped_file_size_commitlog
         pos = self.commit_pos
         cur = pos // fsize
@@ -430,6 +427,22 @@ class QueueWriter:
         if self._sync:
             self._wait(out.end)
         return out.queue_offset
+
+    def put_nowait(self, body: bytes, props: bytes = b"") -> int:
+        """Append without waiting for SYNC_FLUSH; returns the commit position to pass to
+        ``wait_flushed``. Pipelining many puts and then waiting once is how one thread keeps
+        many messages in flight under SYNC_FLUSH (one msync confirms them all)."""
+        out = self._out
+        while True:
+            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
+            if rc == 0:
+                return out.end
+            self._appender.recover(rc, len(body))
+
+    def wait_flushed(self, end: int) -> None:
+        """Block until everything below ``end`` is on disk (FlushDiskTimeout otherwise)."""
+        if lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) < end:
+            self._wait(end)
 
     def put_batch(self, batch_body: bytes, extra: bytes = b"") -> tuple[int, int]:
         """Append an encoded batch; returns (first queue offset, count)."""
