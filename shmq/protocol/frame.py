@@ -32,15 +32,17 @@ class FrameDecoder:
     """Incremental splitter: :meth:`feed` bytes, get back complete frames.
 
     Each returned frame is ``mark | header | body`` (the length word stripped), ready for
-    :func:`shmq.protocol.command.decode_command`. After :meth:`feed` raised, the stream is
-    out of sync and must be dropped.
+    :func:`shmq.protocol.command.decode_command`. A bad length word ends the stream: the
+    frames before it in the same chunk are still returned (and should be served, as Java's
+    decoder does), :attr:`error` is set, and every later :meth:`feed` raises it.
     """
 
-    __slots__ = ("_buf", "max_frame_size")
+    __slots__ = ("_buf", "max_frame_size", "error")
 
     def __init__(self, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
         self._buf = bytearray()
         self.max_frame_size = max_frame_size
+        self.error: FrameError | None = None
 
     @property
     def pending(self) -> int:
@@ -54,8 +56,20 @@ class FrameDecoder:
             raise FrameTooLarge(total + 4, self.max_frame_size)
 
     def feed(self, data: bytes | bytearray | memoryview) -> list[bytes]:
-        buf = self._buf
+        if self.error is not None:
+            raise self.error
         frames: list[bytes] = []
+        try:
+            self._split(data, frames)
+        except FrameError as e:
+            self.error = e
+            self._buf.clear()
+            if not frames:
+                raise
+        return frames
+
+    def _split(self, data: bytes | bytearray | memoryview, frames: list[bytes]) -> None:
+        buf = self._buf
         if not buf:
             # Fast path: whole frames straight out of the chunk, no copy into the buffer.
             pos, n = 0, len(data)
@@ -69,17 +83,18 @@ class FrameDecoder:
                 pos = end
             if pos < n:
                 buf += data[pos:]
-            return frames
+            return
         buf += data
         pos, n = 0, len(buf)
-        while n - pos >= 4:
-            (total,) = _I32.unpack_from(buf, pos)
-            self._check(total)
-            end = pos + 4 + total
-            if end > n:
-                break
-            frames.append(bytes(buf[pos + 4 : end]))
-            pos = end
-        if pos:
-            del buf[:pos]
-        return frames
+        try:
+            while n - pos >= 4:
+                (total,) = _I32.unpack_from(buf, pos)
+                self._check(total)
+                end = pos + 4 + total
+                if end > n:
+                    break
+                frames.append(bytes(buf[pos + 4 : end]))
+                pos = end
+        finally:
+            if pos:
+                del buf[:pos]

@@ -152,6 +152,8 @@ class Connection(asyncio.Protocol):
                     log.debug("%s: response to unknown opaque %d dropped", self, cmd.opaque)
             else:
                 self._dispatch(cmd, len(frame))
+        if self._decoder.error is not None and not self.closed:
+            self._protocol_error(self._decoder.error)
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:

@@ -47,9 +47,16 @@ def test_limit_counts_the_length_word():
 
 def test_oversized_after_a_good_frame_in_the_same_chunk():
     good = struct.pack(">ii", 6, 2) + b"{}"
-    dec = FrameDecoder(max_frame_size=64)
-    with pytest.raises(FrameTooLarge):
-        dec.feed(good + struct.pack(">i", 1000))
+    for split in (False, True):
+        dec = FrameDecoder(max_frame_size=64)
+        if split:  # the slow path, with bytes already buffered
+            assert dec.feed(good[:3]) == []
+            assert dec.feed(good[3:] + good + struct.pack(">i", 1000)) == [good[4:], good[4:]]
+        else:
+            assert dec.feed(good + struct.pack(">i", 1000)) == [good[4:]]  # the good one is still served
+        assert isinstance(dec.error, FrameTooLarge)
+        with pytest.raises(FrameTooLarge):
+            dec.feed(good)
 
 
 @pytest.mark.parametrize("total", [0, 1, 3, -1, -(2**31)])

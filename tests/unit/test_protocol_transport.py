@@ -286,3 +286,20 @@ def test_connection_limits():
                 for c in clients:
                     await c.close()
     run(main())
+
+
+def test_good_request_before_garbage_in_one_write_is_still_answered():
+    async def main():
+        app = App()
+        async with app.server() as srv:
+            def client() -> list[int]:
+                host, port = srv.address.split(":")
+                good = encode_command(request(FAST))
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    s.sendall(good + struct.pack(">i", 0x7FFFFFFF))
+                    data = b""
+                    while chunk := s.recv(65536):
+                        data += chunk
+                return [decode_command(f).code for f in FrameDecoder().feed(data)]
+            assert await asyncio.to_thread(client) == [0]
+    run(main())
