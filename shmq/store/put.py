@@ -255,7 +255,7 @@ class PutPipeline:
         if to_dlq:
             dest, dest_qid = dlq_topic(topic[len(RETRY_PREFIX):]), 0
             props.pop(P_DELAY, None)  # a dead letter waits for nobody
-            self._announce(dest, DLQ_QUEUE_NUMS)
+            self.announce_topic(dest, DLQ_QUEUE_NUMS)
         if _is_true(props.get(P_TRAN_MSG)):
             if req.producer_group and P_PGROUP not in props:
                 props[P_PGROUP] = req.producer_group
@@ -356,7 +356,8 @@ class PutPipeline:
             raise ShmqError(f"request queueId[{qid}] is illegal, topic {req.topic} has {valid} queues", code=1)
         return qid
 
-    def _announce(self, topic: str, queue_nums: int) -> None:
+    def announce_topic(self, topic: str, queue_nums: int) -> None:
+        """Tell the broker (on_new_topic) that a put into ``topic`` is about to happen."""
         if self.on_new_topic is not None:
             self.on_new_topic(topic, queue_nums)
 
