@@ -1,0 +1,288 @@
+"""The schedule service: delivers delayed messages when they are due (RocketMQ's
+ScheduleMessageService), run by the broker supervisor, which owns the store.
+
+A message with delay level L waits in SCHEDULE_TOPIC_XXXX queue L-1; its ConsumeQueue tag
+code is its due time (store time + delay of L, written by the append: see
+shmq.store.delay_levels). Each level's queue is in due order (one delay, store times that
+never decrease), so the service keeps one progress offset per level and, on every pass, walks
+each queue from there while the entries are due: it reads the record, re-puts it to its
+REAL_TOPIC / REAL_QID with DELAY removed (messageTimeup: body, flag, sysflag, born timestamp
+and host, reconsume times and the other properties kept) and advances the offset. It stops
+at the first entry not yet due and sleeps until the earliest known due time or
+``poll_interval``, whichever is sooner (new delayed messages are noticed by that poll;
+``wake()`` cuts it short).
+
+Progress lives in config/delayOffset.json, RocketMQ's shape ``{"offsetTable":{1:0,2:5}}``
+(level keys unquoted, as fastjson writes Integer keys; value = the next offset of queue
+level-1), written atomically every ``persist_interval`` and at stop, loaded at start, so a
+restarted broker goes on where it stopped and delivers at once what fell due while it was
+down.
+
+At-least-once: an offset is persisted only once the re-put it stands for is in the flushed
+part of the CommitLog (a power loss cannot keep the progress and lose the re-put); a crash
+between a re-put and the next persist delivers that message again after the restart.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+
+from shmq.errors import InvalidMessage
+from shmq.native import lib
+from shmq.store import files
+from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
+from shmq.store.offsets_file import loads_int_keys
+from shmq.store.put import HALF_TOPIC, P_DELAY, P_REAL_QID, P_REAL_TOPIC
+from shmq.store.record import decode_record
+
+log = logging.getLogger("shmq.broker.schedule")
+
+FILE = "delayOffset.json"
+RETRY_AFTER_FAILURE_S = 1.0   # a failed re-put is retried after this (the store refused it)
+_RETRY_SOON = -1
+_PENDING_MAX = 4096           # progress points per level awaiting the flush
+
+
+def dumps_delay_offsets(table: dict[int, int]) -> str:
+    return '{"offsetTable":{' + ",".join(f"{lvl}:{off}" for lvl, off in sorted(table.items())) + "}}"
+
+
+def load_delay_offsets(config_dir: str) -> dict[int, int]:
+    """level -> next offset from config/delayOffset.json; {} when absent or unreadable (a
+    damaged file is logged: the queues are then delivered again from their start, which is
+    at-least-once, rather than skipped)."""
+    path = os.path.join(config_dir, FILE)
+    try:
+        with open(path) as f:
+            data = loads_int_keys(f.read())
+        return {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+    except FileNotFoundError:
+        return {}
+    except (ValueError, OSError, AttributeError, TypeError) as e:
+        log.error("cannot read %s (%s): delayed messages will be delivered from the start of their queues",
+                  path, e)
+        return {}
+
+
+class ScheduleService:
+    """``start()``, ``stop()``, ``wake()``. ``put`` is a PutPipeline (its ``put_inner`` is used)
+    or a function with put_inner's signature returning something with ``.end``.
+
+    ``keep_real_properties``: RocketMQ 4.9.8's re-put keeps REAL_TOPIC and REAL_QID in the
+    delivered message (consumers see them); False strips them too."""
+
+    def __init__(self, store, put, delay_levels: DelayLevels, config_dir: str | None = None,
+                 poll_interval: float = 0.1, *, persist_interval: float = 1.0,
+                 keep_real_properties: bool = True):
+        self.store = store
+        self._put = put.put_inner if hasattr(put, "put_inner") else put
+        self.levels = delay_levels
+        self.config_dir = config_dir or store.cfg.config_dir
+        self.poll_interval = poll_interval
+        self.persist_interval = persist_interval
+        self.keep_real_properties = keep_real_properties
+        # Only the service thread touches these two after start (stop() joins it first).
+        self.offsets: dict[int, int] = {}          # level -> next offset to look at
+        self._pending: dict[int, collections.deque] = {}  # level -> (next offset, re-put end)
+        self._last_end: dict[int, int] = {}
+        self._durable: dict[int, int] = {}         # what delayOffset.json holds / will hold
+        self._written: dict[int, int] | None = None
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self.delivered = 0                         # re-puts done (stats, tests)
+        self.skipped = 0                           # entries that could not be delivered
+
+    # ---- life --------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self.offsets = load_delay_offsets(self.config_dir)
+        self._durable = dict(self.offsets)
+        self._written = dict(self.offsets)
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="shmq-schedule", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Stop delivering, make the re-puts durable and persist the progress. Call it before
+        the store is closed."""
+        t = self._thread
+        if t is None:
+            return
+        self._stopping = True
+        self._wake.set()
+        t.join(timeout)
+        if t.is_alive():
+            log.error("schedule thread did not stop within %.1fs; progress not persisted", timeout)
+            return
+        self._thread = None
+        try:
+            if self.store.commit_pos > self.store.flushed_pos:
+                self.store.flush()
+        except Exception as e:  # noqa: BLE001 - the unflushed part is simply delivered again
+            log.warning("flush before persisting delay progress failed: %s", e)
+        self.persist()
+
+    def wake(self) -> None:
+        """Look at the queues now (e.g. after a delayed message was put)."""
+        self._wake.set()
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None
+
+    # ---- the loop ------------------------------------------------------------------------
+    def _run(self) -> None:
+        last_persist = time.monotonic()
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                wait = self.run_once()
+            except Exception:  # noqa: BLE001 - never let delivery die; try again later
+                log.exception("delayed message delivery failed")
+                wait = RETRY_AFTER_FAILURE_S
+            if time.monotonic() - last_persist >= self.persist_interval:
+                last_persist = time.monotonic()
+                try:
+                    self.persist()
+                except OSError:
+                    log.exception("cannot write %s", FILE)
+            self._wake.wait(min(self.poll_interval, wait) if wait is not None else self.poll_interval)
+
+    def run_once(self) -> float | None:
+        """One pass over every level: deliver what is due. Returns the seconds until the
+        earliest entry seen that is not yet due (None when none is waiting)."""
+        earliest: float | None = None
+        for level, delay in self.levels:
+            if self._stopping:
+                break
+            w = self._deliver_level(level, delay)
+            if w is not None and (earliest is None or w < earliest):
+                earliest = w
+        return earliest
+
+    def _deliver_level(self, level: int, delay: int) -> float | None:
+        store = self.store
+        qid = level - 1
+        bounds = store.queue_bounds(SCHEDULE_TOPIC, qid)
+        if bounds is None:
+            return None
+        mn, mx = bounds
+        off = self.offsets.get(level, 0)
+        if off < mn or off > mx:
+            # The queue was cleaned below us, or it is younger than the progress file
+            # (correctDelayOffset): continue from the nearest offset that exists.
+            log.error("delay level %d: progress %d outside the queue [%d, %d]; continuing from %d",
+                      level, off, mn, mx, min(max(off, mn), mx))
+            off = min(max(off, mn), mx)
+            self._advanced(level, off, 0)
+        cq = store.queues.get(SCHEDULE_TOPIC, qid)
+        wait = None
+        while off < mx and not self._stopping:
+            e = cq.entry(off)
+            if e is None:
+                if off < store.min_offset(SCHEDULE_TOPIC, qid):
+                    off = store.min_offset(SCHEDULE_TOPIC, qid)
+                    self._advanced(level, off, 0)
+                    continue
+                wait = self.poll_interval  # published but not readable yet: look again soon
+                break
+            phys, _size, due = e
+            now = lib.shmq_now_ms()
+            if due > now + delay:
+                due = now  # a due time beyond now + delay (the clock went back): deliver now
+            if due > now:
+                wait = (due - now) / 1000.0
+                break
+            end = self._deliver_entry(level, off, phys)
+            if end is None or end == _RETRY_SOON:
+                wait = self.poll_interval if end == _RETRY_SOON else RETRY_AFTER_FAILURE_S
+                break
+            off += 1
+            self._advanced(level, off, end)
+        return wait
+
+    def _deliver_entry(self, level: int, off: int, phys: int) -> int | None:
+        """Re-put one due record. Returns the end of the re-put in the CommitLog; 0 when the
+        entry is skipped for good (its record is gone or unusable); None when the re-put
+        failed and must be retried later, _RETRY_SOON when the record is not readable yet
+        (the progress is then left at ``off``)."""
+        store = self.store
+        rec = store.read_at(phys)
+        if rec is None:
+            if phys < store.cb.ctl.pos.min_pos:
+                log.warning("delay level %d offset %d: record at %d was already deleted", level, off, phys)
+                self.skipped += 1
+                return 0
+            return _RETRY_SOON  # not committed yet (the entry is published first)
+        try:
+            msg = decode_record(rec)
+        except Exception as e:  # noqa: BLE001 - a damaged record must not block the level
+            log.error("delay level %d offset %d: unreadable record at %d (%s); skipped", level, off, phys, e)
+            self.skipped += 1
+            return 0
+        props = dict(msg.properties)
+        props.pop(P_DELAY, None)
+        topic = props.get(P_REAL_TOPIC)
+        try:
+            queue_id = int(props.get(P_REAL_QID, ""))
+        except ValueError:
+            queue_id = -1
+        if not topic or queue_id < 0 or topic == HALF_TOPIC:
+            log.error("delay level %d offset %d: record at %d has no usable REAL_TOPIC/REAL_QID (%r, %r); "
+                      "discarded", level, off, phys, topic, props.get(P_REAL_QID))
+            self.skipped += 1
+            return 0
+        if not self.keep_real_properties:
+            props.pop(P_REAL_TOPIC, None)
+            props.pop(P_REAL_QID, None)
+        try:
+            res = self._put(topic, queue_id, bytes(msg.body), props, flag=msg.flag, sysflag=msg.sysflag,
+                            born_timestamp=msg.born_timestamp, born_host=msg.born_host,
+                            reconsume_times=msg.reconsume_times, wait_flush=False)
+        except InvalidMessage as e:
+            # the store will never take it (e.g. an invalid REAL_TOPIC): retrying would block the level
+            log.error("delay level %d offset %d: %s/%d refuses the message (%s); discarded",
+                      level, off, topic, queue_id, e)
+            self.skipped += 1
+            return 0
+        except Exception as e:  # noqa: BLE001 - retried; the message stays in its level queue
+            log.warning("delay level %d offset %d: re-put to %s/%d failed (%s); retrying in %.1fs",
+                        level, off, topic, queue_id, e, RETRY_AFTER_FAILURE_S)
+            return None
+        self.delivered += 1
+        return res.end
+
+    def _advanced(self, level: int, off: int, end: int) -> None:
+        # A skip (end 0) counts as durable only with the re-puts before it, so it carries the
+        # last end; ends then never decrease and the bounded deque may drop its oldest points
+        # (persisting then advances in coarser steps, never past an unflushed re-put).
+        end = max(end, self._last_end.get(level, 0))
+        self._last_end[level] = end
+        self.offsets[level] = off
+        q = self._pending.get(level)
+        if q is None:
+            q = self._pending[level] = collections.deque(maxlen=_PENDING_MAX)
+        q.append((off, end))
+
+    # ---- progress ------------------------------------------------------------------------
+    def persist(self) -> None:
+        """Write delayOffset.json with, per level, the furthest offset whose re-put is in
+        the flushed CommitLog (if it changed)."""
+        flushed = self.store.flushed_pos
+        for level, q in self._pending.items():
+            while q and q[0][1] <= flushed:
+                self._durable[level] = q.popleft()[0]
+        if self._durable == self._written:
+            return
+        table = dict(self._durable)
+        files.write_atomic(os.path.join(self.config_dir, FILE), dumps_delay_offsets(table).encode())
+        self._written = table
+
+    def progress(self) -> dict[int, int]:
+        """level -> next offset in memory (delivered up to here)."""
+        return dict(self.offsets)
