@@ -10,9 +10,13 @@ Fixtures:
 * ``namesrv`` — one ``shmq-namesrv --port 0`` (``.addr`` is ``"127.0.0.1:PORT"``);
 * ``start_namesrv(*extra_args, settings={key: value})`` — start more, with settings such as
   ``brokerChannelExpiredTime``.
+
+:func:`run_ons_client` drives ali-ons, a third-party RocketMQ client from npm, through
+``tests/thirdparty/ons_client.js`` (installed by ``scripts/test``; skipped without node).
 """
 from __future__ import annotations
 
+import json
 import os
 import re
 import selectors
@@ -150,3 +154,14 @@ def node_harness_or_skip() -> list[str]:
     if not (THIRDPARTY / "node_modules" / "ali-ons").is_dir():
         pytest.skip("ali-ons is not installed in tests/thirdparty/node_modules (scripts/test runs npm install)")
     return [node, str(THIRDPARTY / "ons_client.js")]
+
+
+def run_ons_client(*args: str, timeout: float = 60.0) -> list[dict]:
+    """Run ``tests/thirdparty/ons_client.js`` (modes route, produce, consume; see its header) and
+    return its JSON lines; fails the test with both output streams if it exits non-zero.
+    Skips when node or ali-ons is missing."""
+    argv = node_harness_or_skip() + list(args)
+    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    assert out.returncode == 0, f"{argv}\nstdout={out.stdout}\nstderr={out.stderr}"
+    return events

@@ -5,9 +5,6 @@ keys, and parses it with its own ``JSON2`` (eval-based) parser, as it does again
 """
 from __future__ import annotations
 
-import json
-import subprocess
-
 import pytest
 
 from shmq.protocol import RequestCode, SyncRemotingClient, request
@@ -15,15 +12,7 @@ from shmq.protocol.bodies import RegisterBrokerBody, TopicConfig, TopicConfigSer
 from shmq.protocol.headers import RegisterBrokerRequestHeader
 from shmq.protocol.message import masked_crc32
 
-from .conftest import node_harness_or_skip
-
-
-def ons(*args: str, timeout: float = 30.0) -> list[dict]:
-    argv = node_harness_or_skip() + list(args)
-    out = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
-    events = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
-    assert out.returncode == 0, f"{argv}\nstdout={out.stdout}\nstderr={out.stderr}"
-    return events
+from .conftest import run_ons_client as ons
 
 
 @pytest.fixture
