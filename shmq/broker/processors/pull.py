@@ -1,0 +1,151 @@
+"""PULL_MESSAGE (11): RocketMQ's ``PullMessageProcessor`` over the store's getMessage.
+
+Every answer carries all four offsets (suggestWhichBrokerId, nextBeginOffset, minOffset,
+maxOffset) and the store status as remark; codes follow §5.3:
+
+==========================================  ====================================
+store status                                code
+==========================================  ====================================
+FOUND                                       0 (body = the stored records)
+NO_MATCHED_MESSAGE, MESSAGE_WAS_REMOVING    20 PULL_RETRY_IMMEDIATELY
+NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE 19 if the offset asked is 0, else 21
+OFFSET_FOUND_NULL, OFFSET_OVERFLOW_ONE      19 PULL_NOT_FOUND
+OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL     21 PULL_OFFSET_MOVED
+==========================================  ====================================
+
+A 19 for a request with the suspend flag is held (pull_hold.py) up to its
+suspendTimeoutMillis and re-run when the queue grows or the time is up; the re-run answers
+whatever it finds. Filtering is by tag hash from the ConsumeQueue (clients filter again by
+tag text). The subscription comes from the request (sysFlag 4) or from the group's
+heartbeat (24 when there is none, 25 when it is older than the request's subVersion).
+"""
+from __future__ import annotations
+
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol.bodies import SubscriptionData
+from shmq.protocol.codes import Perm
+from shmq.protocol.headers import PullMessageRequestHeader
+from shmq.store import GetStatus
+from shmq.store.javahash import java_string_hash_cached
+
+from ..worker import Worker
+
+FLAG_COMMIT_OFFSET = 1
+FLAG_SUSPEND = 2
+FLAG_SUBSCRIPTION = 4
+
+#: RocketMQ's maxTransferCountOnMessageInMemory / maxTransferBytesOnMessageInMemory.
+MAX_TRANSFER_COUNT = 32
+MAX_TRANSFER_BYTES = 256 * 1024
+
+_CODE = {
+    GetStatus.FOUND: ResponseCode.SUCCESS,
+    GetStatus.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    GetStatus.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    GetStatus.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    GetStatus.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def tag_codes_of(sub_string: str | None) -> set[int] | None:
+    """FilterAPI.buildSubscriptionData: ``*`` or empty = every message (None), else the hash
+    codes of the ``||``-separated, trimmed tags."""
+    if sub_string is None:
+        return None
+    s = sub_string.strip()
+    if not s or s == "*":
+        return None
+    codes = {java_string_hash_cached(t.strip()) for t in s.split("||") if t.strip()}
+    return codes or None
+
+
+class Processor:
+    def __init__(self, worker: Worker):
+        self.w = worker
+        self.cfg = worker.cfg
+
+    def handlers(self):
+        return {RequestCode.PULL_MESSAGE: self.pull}
+
+    def pull(self, conn, cmd: RemotingCommand):
+        h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
+        if not self.cfg.brokerPermission & Perm.READ:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.cfg.brokerIP1}] pulling message is forbidden")
+        tc = self.w.topics.get(h.topic)
+        if tc is None:
+            return self._pull_after_lookup(conn, cmd, h)
+        return self._pull_topic(conn, cmd, h, tc)
+
+    async def _pull_after_lookup(self, conn, cmd, h):
+        tc = await self.w.fetch_topic(h.topic)
+        if tc is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"topic[{h.topic}] not exist, apply first please! "
+                                     "See http://rocketmq.apache.org/docs/faq/ for further details.")
+        r = self._pull_topic(conn, cmd, h, tc)
+        return (await r) if not isinstance(r, RemotingCommand) else r
+
+    def _pull_topic(self, conn, cmd, h: PullMessageRequestHeader, tc):
+        if not tc.perm & Perm.READ:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queueId < 0 or h.queueId >= tc.readQueueNums:
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                f"[{tc.readQueueNums}] consumer:[{conn.peer}]")
+        if h.sysFlag & FLAG_SUBSCRIPTION:
+            if (h.expressionType or "TAG").upper() != "TAG":
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                         "The broker does not support consumer to filter message by SQL92")
+            return self._pull_filtered(conn, cmd, h, tag_codes_of(h.subscription))
+        sub = self.w.cached_subscription(h.consumerGroup, h.topic)
+        if sub is None or _sub_version(sub) < h.subVersion:
+            return self._pull_after_subscription(conn, cmd, h)
+        return self._pull_filtered(conn, cmd, h, tag_codes_of(sub.subString))
+
+    async def _pull_after_subscription(self, conn, cmd, h):
+        sub = await self.w.fetch_subscription(h.consumerGroup, h.topic)
+        if sub is None:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
+        if _sub_version(sub) < h.subVersion:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+        r = self._pull_filtered(conn, cmd, h, tag_codes_of(sub.subString))
+        return (await r) if not isinstance(r, RemotingCommand) else r
+
+    def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None):
+        resp = self._get(cmd, h, codes)
+        if h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0:
+            self.w.store.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        if resp.code == ResponseCode.PULL_NOT_FOUND and h.sysFlag & FLAG_SUSPEND and h.suspendTimeoutMillis > 0:
+            return self._held(cmd, h, codes)
+        return resp
+
+    async def _held(self, cmd, h: PullMessageRequestHeader, codes):
+        timeout = min(h.suspendTimeoutMillis, self.cfg.longPollingMaxMillis) / 1000.0
+        await self.w.holds.wait(h.topic, h.queueId, h.queueOffset, timeout)
+        return self._get(cmd, h, codes)
+
+    def _get(self, cmd, h: PullMessageRequestHeader, codes) -> RemotingCommand:
+        res = self.w.store.get_messages(h.topic, h.queueId, h.queueOffset,
+                                        max_count=max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)),
+                                        max_bytes=MAX_TRANSFER_BYTES, tag_codes=codes)
+        st = res.status
+        code = _CODE.get(st)
+        if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_OFFSET_MOVED if h.queueOffset != 0 else ResponseCode.PULL_NOT_FOUND
+        ext = {"suggestWhichBrokerId": "0", "nextBeginOffset": str(res.next_begin_offset),
+               "minOffset": str(res.min_offset), "maxOffset": str(res.max_offset)}
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            msgs = res.messages
+            body = bytes(msgs[0]) if len(msgs) == 1 else b"".join(msgs)
+            self.w.stats["get"] += len(msgs)
+        return cmd.make_response(code, st.value, ext, body)
+
+
+def _sub_version(sub: SubscriptionData) -> int:
+    v = sub.subVersion
+    return v if isinstance(v, int) else 0

@@ -1,0 +1,191 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK
+(36) and END_TRANSACTION (37): RocketMQ's ``SendMessageProcessor`` and its checks.
+
+Order of checks (``AbstractSendMessageProcessor.msgCheck``): broker writable (16), topic
+name valid (1), topic a client may send to (16), topic known or creatable from its
+defaultTopic (17), topic writable (16), queue id in range (1). Then the stored message gets
+bornHost = the peer, storeHost = this broker, CLUSTER added and WAIT dropped (§5.1). The
+append is synchronous C on the event loop (microseconds); only a SYNC_FLUSH wait leaves the
+loop (a thread waits on the store's flush futex).
+
+The fast path (known topic, ASYNC_FLUSH) returns the response directly, so the transport
+answers it inline without creating a task; only a send that needs the supervisor (unknown
+topic) or a flush wait becomes a coroutine.
+"""
+from __future__ import annotations
+
+import asyncio
+import random
+
+from shmq.errors import FlushDiskTimeout, InvalidTopic
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol.bodies import TopicConfig
+from shmq.protocol.codes import Perm
+from shmq.protocol.headers import SendMessageRequestHeader, decode_send_header
+from shmq.protocol.message import decode_properties, encode_properties
+from shmq.store import validate
+
+from ..topics import RETRY_PREFIX
+from ..worker import Worker, born_host
+from . import delegation
+
+_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+def _topic_name_error(topic: str) -> str | None:
+    """TopicValidator.validateTopic's remark, or None when the name is fine."""
+    if not topic:
+        return "The specified topic is blank."
+    if len(topic) > validate.TOPIC_MAX:
+        return "The specified topic is longer than topic max length."
+    if not validate.TOPIC_RE.match(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    return None
+
+
+class Processor:
+    def __init__(self, worker: Worker):
+        self.w = worker
+        self.cfg = worker.cfg
+        self.cluster_prop = f"CLUSTER\x01{self.cfg.brokerClusterName}"
+        self._id_prefix: str | None = None
+
+    def handlers(self):
+        return {
+            RequestCode.SEND_MESSAGE: self.send,
+            RequestCode.SEND_MESSAGE_V2: self.send,
+            RequestCode.SEND_BATCH_MESSAGE: self.send,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
+            RequestCode.END_TRANSACTION: self.end_transaction,
+        }
+
+    # ------------------------------------------------------------------ checks ----
+    def _check(self, cmd: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | TopicConfig | None:
+        """A refusal, the topic's config, or None when the topic must be looked up/created."""
+        if not self.cfg.brokerPermission & Perm.WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
+        why = _topic_name_error(h.topic)
+        if why is not None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, why)
+        if h.topic in validate.SYSTEM_TOPICS:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        return self.w.topics.get(h.topic)
+
+    def _check_topic(self, cmd: RemotingCommand, h: SendMessageRequestHeader, tc: TopicConfig | None):
+        if tc is None:
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"topic[{h.topic}] not exist, apply first please!{_FAQ}")
+        if not tc.perm & Perm.WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        if h.queueId >= max(tc.writeQueueNums, tc.readQueueNums):
+            return cmd.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"request queueId[{h.queueId}] is illegal, {tc} Producer: {h.producerGroup}")
+        return None
+
+    # ------------------------------------------------------------------ send ----
+    def send(self, conn, cmd: RemotingCommand):
+        h = decode_send_header(cmd.code, cmd.ext_fields)
+        r = self._check(cmd, h)
+        if isinstance(r, RemotingCommand):
+            return r
+        if r is None:
+            return self._send_after_lookup(conn, cmd, h)
+        return self._send_checked(conn, cmd, h, r)
+
+    async def _send_after_lookup(self, conn, cmd, h):
+        tc = await self.w.fetch_topic(h.topic)
+        if tc is None and h.defaultTopic:
+            tc = await self.w.auto_create_topic(h.topic, h.defaultTopic, h.defaultTopicQueueNums, h.sysFlag)
+        if tc is None and h.topic.startswith(RETRY_PREFIX):
+            tc = await self.w.auto_create_topic(h.topic, "", 1, 0)
+        r = self._send_checked(conn, cmd, h, tc)
+        return (await r) if asyncio.iscoroutine(r) else r
+
+    def _send_checked(self, conn, cmd, h: SendMessageRequestHeader, tc: TopicConfig | None):
+        bad = self._check_topic(cmd, h, tc)
+        if bad is not None:
+            return bad
+        qid = h.queueId if h.queueId >= 0 else random.randrange(max(1, tc.writeQueueNums))
+        if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            return self._put_batch(conn, cmd, h, qid)
+        props = h.properties or ""
+        if "WAIT\x01" in props or "DELAY\x01" in props or "TRAN_MSG\x01" in props:
+            pm = decode_properties(props)
+            pm.pop("WAIT", None)
+            if pm.get("TRAN_MSG", "").lower() == "true":
+                return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                         "transaction messages are not supported by this broker yet")
+            routed = delegation.route_delay(self.w, h.topic, qid, pm)
+            if routed is not None:
+                return self._put_routed(conn, cmd, h, qid, routed)
+            props = encode_properties(pm)
+        if h.topic.startswith(RETRY_PREFIX):
+            routed = delegation.route_retry(self.w, h, qid, props)
+            if routed is not None:
+                return self._put_routed(conn, cmd, h, qid, routed)
+        props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
+        res = self.w.store.put(
+            h.topic, qid, cmd.body, props.encode(), flag=h.flag, sysflag=h.sysFlag,
+            born_timestamp=h.bornTimestamp, born_host=born_host(conn),
+            reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
+        self.w.stats["put"] += 1
+        return self._answer(cmd, res, res.msg_id)
+
+    def _put_routed(self, conn, cmd, h, qid, routed):
+        """A message the put pipeline rerouted (delay -> SCHEDULE_TOPIC_XXXX, retry -> DLQ):
+        ``routed`` is a callable doing the append and returning the PutResult."""
+        res = routed(cmd.body, born_host(conn), self.cluster_prop)
+        self.w.stats["put"] += 1
+        return self._answer(cmd, res, res.msg_id)
+
+    def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
+        if h.topic.startswith(RETRY_PREFIX):
+            return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
+        pm = decode_properties(h.properties or "")
+        if pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0:
+            return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay or transaction")
+        pm.pop("WAIT", None)
+        pm["CLUSTER"] = self.cfg.brokerClusterName
+        store = self.w.store
+        res = store.put_batch(h.topic, qid, cmd.body, encode_properties(pm).encode(), sysflag=h.sysFlag,
+                              born_timestamp=h.bornTimestamp, born_host=born_host(conn), wait_flush=False)
+        self.w.stats["put"] += res.count
+        prefix = self._prefix()
+        cq = store.queues.get(h.topic, qid)
+        ids = ",".join(f"{prefix}{phys:016X}" for _, phys, _, _ in cq.entries(res.queue_offset, res.count))
+        return self._answer(cmd, res, ids)
+
+    def _prefix(self) -> str:
+        if self._id_prefix is None:
+            st = self.w.store
+            self._id_prefix = st._store_ip.hex().upper() + f"{st._store_port & 0xFFFFFFFF:08X}"
+        return self._id_prefix
+
+    def _answer(self, cmd, res, msg_id: str):
+        ext = {"msgId": msg_id, "queueId": str(res.queue_id), "queueOffset": str(res.queue_offset),
+               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if self.w.store.sync_flush:
+            return self._answer_after_flush(cmd, res, ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
+
+    async def _answer_after_flush(self, cmd, res, ext):
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(None, self.w.store._wait_flushed, res)
+        except FlushDiskTimeout:
+            # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
+            # report FLUSH_DISK_TIMEOUT as a status rather than an error.
+            return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout", ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
+
+    # ------------------------------------------------------------------ others ----
+    def send_back(self, conn, cmd: RemotingCommand):
+        return delegation.send_back(self.w, conn, cmd)
+
+    def end_transaction(self, conn, cmd: RemotingCommand):
+        return cmd.make_response(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION: transactions are not supported yet")
+
+
+__all__ = ["Processor", "InvalidTopic"]

@@ -1,0 +1,108 @@
+"""Long polling: pulls with nothing to return, parked until their queue grows or they time out.
+
+Whoever appends (any worker, a local producer, the supervisor's delay service) advances the
+store's commit position and wakes the store futex. One thread per worker sleeps in
+``store.wait()`` (the GIL is released there) while holds exist, and on every advance
+schedules one check on the event loop (coalesced: at most one pending at a time). The
+check resolves each hold whose queue's max offset passed the offset it waits for; the
+handler then re-runs the pull and answers.
+
+No lost wake-up: a hold is checked once right after it is registered (on the loop), and
+when the thread goes from idle to waiting it reads the commit position and then schedules
+a check, so a commit between a pull's first look and the thread's first futex wait is
+still seen by some check.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+
+log = logging.getLogger("shmq.broker.pull")
+
+
+class _Hold:
+    __slots__ = ("topic", "qid", "offset", "fut")
+
+    def __init__(self, topic: str, qid: int, offset: int, fut: asyncio.Future[bool]):
+        self.topic, self.qid, self.offset, self.fut = topic, qid, offset, fut
+
+
+class PullHolds:
+    def __init__(self, store, loop: asyncio.AbstractEventLoop):
+        self.store = store
+        self.loop = loop
+        self._holds: set[_Hold] = set()
+        self._active = threading.Event()   # set while holds exist: the thread waits on the store
+        self._stop = False
+        self._check_pending = False
+        self._thread = threading.Thread(target=self._run, name="pull-wake", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        return len(self._holds)
+
+    async def wait(self, topic: str, qid: int, offset: int, timeout_s: float) -> bool:
+        """Wait until queue (topic, qid) holds an entry at ``offset`` (True) or the timeout (False)."""
+        fut: asyncio.Future[bool] = self.loop.create_future()
+        h = _Hold(topic, qid, offset, fut)
+        self._holds.add(h)
+        self._active.set()
+        self._check_one(h)
+        try:
+            return await asyncio.wait_for(fut, timeout_s)
+        except asyncio.TimeoutError:
+            return False
+        finally:
+            self._holds.discard(h)
+
+    def _check_one(self, h: _Hold) -> None:
+        if not h.fut.done() and self.store.max_offset(h.topic, h.qid) > h.offset:
+            h.fut.set_result(True)
+
+    def check(self) -> None:
+        """On the loop: resolve every hold whose queue grew."""
+        self._check_pending = False
+        for h in list(self._holds):
+            self._check_one(h)
+
+    def release_all(self) -> None:
+        """Shutdown: answer every held pull now (it re-runs and answers what it finds)."""
+        for h in list(self._holds):
+            if not h.fut.done():
+                h.fut.set_result(False)
+
+    def _schedule_check(self) -> None:
+        if self._check_pending:
+            return
+        self._check_pending = True
+        try:
+            self.loop.call_soon_threadsafe(self.check)
+        except RuntimeError:  # loop closed: shutting down
+            self._stop = True
+
+    def _run(self) -> None:
+        store = self.store
+        while not self._stop:
+            if not self._holds:
+                self._active.clear()
+                if not self._holds:
+                    self._active.wait(0.5)
+                continue
+            seen = store.commit_pos
+            self._schedule_check()
+            while self._holds and not self._stop:
+                try:
+                    pos = store.wait(seen, 0.2)
+                except Exception:  # the store closed under us (shutdown)
+                    log.debug("pull-wake thread: store wait failed", exc_info=True)
+                    return
+                if pos != seen:
+                    seen = pos
+                    self._schedule_check()
+
+    def close(self) -> None:
+        self._stop = True
+        self._active.set()
+        self.release_all()
+        self._thread.join(2.0)

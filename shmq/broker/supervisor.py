@@ -1,0 +1,274 @@
+"""The broker supervisor: owns the store and the per-broker tables, runs N workers.
+
+Start-up order (each step's invariant is what the next relies on):
+
+1. Reserve the ports: bind listenPort and listenPort - 2 with SO_REUSEPORT but never listen
+   (a bound, non-listening socket gets no connections). With listenPort 0 a free pair is
+   picked. The reservation lives as long as the supervisor, so a restarted worker always
+   gets the same ports back and nobody else can take them in between.
+2. Open the store as its owner (flock, fence, recover, flush/index/cleanup threads). Only
+   then may workers attach.
+3. Load topics.json, add the default topics, serve the control channel on a unix socket.
+4. Spawn the workers (``python -m shmq.broker.worker``); each says HELLO, attaches, listens
+   on both ports, says READY. The broker is "up" when all are ready.
+5. Register with the NameServers; start housekeeping (client expiry scan, offset persist).
+
+A worker that exits while the broker runs is restarted (after ``workerRestartDelayMillis``,
+doubling while it keeps dying young); its client channels are dropped at once when its
+control connection closes, so its consumers' groups are told to rebalance.
+
+Shutdown (SIGTERM/SIGINT or :meth:`stop`): unregister from the NameServers, SIGTERM the
+workers and wait for them (they finish in-flight requests), then persist offsets and close
+the store (flush, checkpoint, remove ``abort``).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from shmq.store import MessageStore
+
+from . import control_channel as cc
+from .config import BrokerConfig
+from .control_plane import ControlPlane
+from .register import Registrar
+from .topics import TopicTable, config_path, default_topics
+
+log = logging.getLogger("shmq.broker")
+
+
+def _reserve(host: str, port: int) -> socket.socket:
+    s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    try:
+        s.bind((host, port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def reserve_ports(host: str, port: int) -> tuple[int, list[socket.socket]]:
+    """Bind ``port`` and ``port - 2`` (or a free such pair when ``port`` is 0)."""
+    if port:
+        main = _reserve(host, port)
+        try:
+            vip = _reserve(host, port - 2)
+        except OSError:
+            main.close()
+            raise
+        return port, [main, vip]
+    for _ in range(200):
+        main = _reserve(host, 0)
+        p = main.getsockname()[1]
+        if p < 1026:
+            main.close()
+            continue
+        try:
+            vip = _reserve(host, p - 2)
+        except OSError:
+            main.close()
+            continue
+        return p, [main, vip]
+    raise OSError("no free port pair (p, p - 2) found")
+
+
+def _tag_code_fn(cfg: BrokerConfig):
+    """What recovery uses to recompute ConsumeQueue tag codes (delay topic: due time)."""
+    try:  # the delay-level module is built in parallel (issue 4's delay part)
+        from shmq.store.delay_levels import DelayLevels
+        return DelayLevels.parse(cfg.messageDelayLevel).tag_code
+    except ImportError:  # pragma: no cover - until it lands
+        from shmq.store.recovery import default_tag_code
+        return default_tag_code
+
+
+class WorkerProc:
+    def __init__(self, wid: int):
+        self.wid = wid
+        self.popen: subprocess.Popen | None = None
+        self.started = 0.0
+        self.restarts = 0
+        self.backoff = 0.0
+
+
+class Supervisor:
+    def __init__(self, cfg: BrokerConfig):
+        self.cfg = cfg
+        self.store: MessageStore | None = None
+        self.topics = TopicTable(config_path(cfg.store_root))
+        self.registrar: Registrar | None = None
+        self.plane: ControlPlane | None = None
+        self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
+        self._reserved: list[socket.socket] = []
+        self._ctl_server: asyncio.AbstractServer | None = None
+        self._tasks: list[asyncio.Task] = []
+        self._stopping = False
+        self.stopped = asyncio.Event()
+
+    @property
+    def address(self) -> str:
+        return f"{self.cfg.listenAddress}:{self.cfg.listenPort}"
+
+    # ================================================================ start ==
+    async def start(self, ready_timeout: float = 30.0) -> None:
+        cfg = self.cfg
+        port, self._reserved = reserve_ports(cfg.listenAddress, cfg.listenPort)
+        cfg.listenPort = port
+        self.store = MessageStore.open(cfg.store_config(), tag_code=_tag_code_fn(cfg))
+        try:
+            self.topics.load()
+            self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
+                                                            cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)
+                                  if t.topicName not in self.topics])
+            self.registrar = Registrar(cfg, self.topics)
+            self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
+            self._ctl_server = await cc.serve(cfg.control_path, self.plane.handlers(),
+                                              self.plane.on_connect, self.plane.on_close)
+            for w in self.workers:
+                self._spawn(w)
+            await self._wait_ready(ready_timeout)
+        except BaseException:
+            await self._abort_start()
+            raise
+        self.registrar.start()
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self._every(cfg.clientScanInterval, self.plane.scan_clients)),
+                       loop.create_task(self._every(cfg.flushConsumerOffsetInterval, self._persist_offsets)),
+                       loop.create_task(self._monitor())]
+        log.info("broker %s (%s) up on %s with %d worker(s), store %s", cfg.brokerName, cfg.brokerClusterName,
+                 self.address, len(self.workers), cfg.store_root)
+
+    async def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            ready = [w for w in self.workers if self.plane.ready.get(w.wid) and self.plane.ready[w.wid].is_set()]
+            if len(ready) == len(self.workers):
+                return
+            for w in self.workers:
+                if w.popen is not None and w.popen.poll() is not None:
+                    raise RuntimeError(f"worker {w.wid} exited with code {w.popen.returncode} during start-up")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"workers not ready within {timeout:g}s")
+            await asyncio.sleep(0.02)
+
+    async def _abort_start(self) -> None:
+        self._stopping = True
+        await self._stop_workers()
+        if self._ctl_server is not None:
+            self._ctl_server.close()
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        for s in self._reserved:
+            s.close()
+
+    # ================================================================ workers ==
+    def _spawn(self, w: WorkerProc) -> None:
+        env = dict(os.environ)
+        env["SHMQ_BROKER_CONFIG"] = self.cfg.to_json()
+        env["SHMQ_WORKER_ID"] = str(w.wid)
+        w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker"], env=env,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        # Own session: a terminal's Ctrl-C reaches the supervisor only, which then stops
+        # the workers in order (and does not mistake their exit for a crash).
+        w.started = time.monotonic()
+        log.info("worker %d started (pid %d)", w.wid, w.popen.pid)
+
+    async def _monitor(self) -> None:
+        while not self._stopping:
+            await asyncio.sleep(0.1)
+            for w in self.workers:
+                if self._stopping or w.popen is None or w.popen.poll() is None:
+                    continue
+                rc = w.popen.returncode
+                lived = time.monotonic() - w.started
+                w.backoff = (self.cfg.workerRestartDelayMillis / 1000.0 if lived > 10 or not w.backoff
+                             else min(w.backoff * 2, 10.0))
+                log.warning("worker %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
+                            w.wid, w.popen.pid, rc, lived, w.backoff)
+                w.popen = None
+                w.restarts += 1
+                asyncio.get_running_loop().call_later(w.backoff, self._respawn, w)
+
+    def _respawn(self, w: WorkerProc) -> None:
+        if not self._stopping and w.popen is None:
+            self._spawn(w)
+
+    async def _stop_workers(self, timeout: float | None = None) -> None:
+        timeout = timeout if timeout is not None else self.cfg.shutdownGraceMillis / 1000.0 + 5.0
+        procs = [w.popen for w in self.workers if w.popen is not None]
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        deadline = time.monotonic() + timeout
+        for p in procs:
+            while p.poll() is None and time.monotonic() < deadline:
+                await asyncio.sleep(0.02)
+            if p.poll() is None:
+                log.warning("worker pid %d did not stop in time; killing it", p.pid)
+                p.kill()
+                p.wait()
+
+    def worker_pids(self) -> list[int]:
+        return [w.popen.pid for w in self.workers if w.popen is not None and w.popen.poll() is None]
+
+    # ================================================================ housekeeping ==
+    async def _every(self, period_ms: int, fn) -> None:
+        while not self._stopping:
+            await asyncio.sleep(period_ms / 1000.0)
+            try:
+                fn()
+            except Exception:  # the loop must survive anything
+                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
+
+    def _persist_offsets(self) -> None:
+        if self.store is not None:
+            self.store.persist_offsets()
+
+    # ================================================================ stop ==
+    def stop(self) -> None:
+        """Ask for a shutdown (signal handlers call this)."""
+        self.stopped.set()
+
+    async def close(self) -> None:
+        if self._stopping and self.store is None:
+            return
+        self._stopping = True
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            try:
+                await t
+            except (asyncio.CancelledError, Exception):
+                pass
+        if self.registrar is not None:
+            await self.registrar.close()
+        await self._stop_workers()
+        if self._ctl_server is not None:
+            self._ctl_server.close()
+            try:
+                os.unlink(self.cfg.control_path)
+            except FileNotFoundError:
+                pass
+        if self.store is not None:
+            self.store.close()  # flush, checkpoint, persist offsets, remove abort
+            self.store = None
+        for s in self._reserved:
+            s.close()
+        self._reserved = []
+        log.info("broker %s stopped", self.cfg.brokerName)
+
+    def describe(self) -> dict:
+        return {"address": self.address, "vipPort": self.cfg.vip_port, "workers": len(self.workers),
+                "store": self.cfg.store_root, "pids": self.worker_pids()}
+
+    def describe_json(self) -> str:
+        return json.dumps(self.describe())

@@ -1,0 +1,231 @@
+"""A broker worker process: serves RocketMQ remoting on listenPort and listenPort - 2.
+
+Started by the supervisor (``python -m shmq.broker.worker``; the resolved config arrives as
+JSON in ``SHMQ_BROKER_CONFIG``). It attaches to the store the supervisor owns, binds both
+ports with SO_REUSEPORT beside its sibling workers (the kernel spreads connections among
+them), and talks to the supervisor over the control channel for everything that must be
+one per broker (topic creation, client registry, queue locks).
+
+Client connections are *channels* named ``"<worker id>:<seq>"``; the supervisor names
+them in NOTIFY_IDS_CHANGED / CLOSE_CHANNEL and this worker finds the connection.
+
+Shutdown (SIGTERM/SIGINT, or the supervisor's end of the control channel closing): stop
+accepting, answer held pulls, let in-flight requests finish (``shutdownGraceMillis``),
+close connections, detach from the store.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+
+from shmq.protocol import RemotingServer, RequestCode, request
+from shmq.protocol import loop as loops
+from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, encode_json
+from shmq.protocol.transport import Connection
+from shmq.store import MessageStore
+
+from . import control_channel as cc
+from .config import BrokerConfig
+from .control_channel import Ctl
+from .pull_hold import PullHolds
+from .topics import TopicTable
+
+log = logging.getLogger("shmq.broker.worker")
+
+#: How long a subscription learnt from the supervisor (another worker's heartbeat) is trusted.
+_SUB_TTL = 5.0
+
+
+class Worker:
+    def __init__(self, cfg: BrokerConfig, wid: int):
+        self.cfg = cfg
+        self.wid = wid
+        self.topics = TopicTable(None)
+        self.store: MessageStore | None = None
+        self.ctl: Connection | None = None
+        self.holds: PullHolds | None = None
+        self.servers: list[RemotingServer] = []
+        self.channels: dict[str, Connection] = {}
+        self._seq = 0
+        self._subs: dict[tuple[str, str], tuple[SubscriptionData, float]] = {}
+        self._stop = asyncio.Event()
+        self.boot_ms = int(time.time() * 1000)
+        self.stats = {"put": 0, "get": 0}
+
+    # ================================================================ life ==
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, self._stop.set)
+        self.ctl = await cc.connect(self.cfg.control_path, self._ctl_handlers(), self._ctl_closed)
+        resp = await cc.call(self.ctl, cc.ctl(Ctl.HELLO, worker=self.wid, pid=os.getpid()))
+        self.topics.replace(resp.body)
+        self.store = MessageStore.attach(self.cfg.store_root)
+        self.holds = PullHolds(self.store, loop)
+        handlers = self._handlers()
+        for port in (self.cfg.listenPort, self.cfg.vip_port):
+            srv = RemotingServer(
+                handlers, self.cfg.listenAddress, port, reuse_port=True,
+                max_frame_size=self.cfg.maxFrameSize,
+                idle_timeout=float(self.cfg.serverChannelMaxIdleTimeSeconds) or None,
+                on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}")
+            await srv.start()
+            self.servers.append(srv)
+        await cc.call(self.ctl, cc.ctl(Ctl.READY, port=self.servers[0].port, vipPort=self.servers[1].port))
+        log.info("worker %d (pid %d) serving on %s and %s", self.wid, os.getpid(),
+                 self.servers[0].address, self.servers[1].address)
+        await self._stop.wait()
+        await self.shutdown()
+        return 0
+
+    async def shutdown(self) -> None:
+        for srv in self.servers:  # stop accepting; keep the open connections for now
+            if srv._server is not None:
+                srv._server.close()
+        if self.holds is not None:
+            self.holds.release_all()
+        deadline = time.monotonic() + self.cfg.shutdownGraceMillis / 1000.0
+        while time.monotonic() < deadline and any(
+                c._tasks for srv in self.servers for c in srv.connections):
+            await asyncio.sleep(0.02)
+        for srv in self.servers:
+            await srv.close()
+        if self.holds is not None:
+            self.holds.close()
+        if self.ctl is not None:
+            self.ctl.close()
+        if self.store is not None:
+            self.store.close()
+        log.info("worker %d stopped", self.wid)
+
+    def _ctl_closed(self, conn: Connection) -> None:
+        if not self._stop.is_set():
+            log.warning("worker %d: the supervisor's control channel closed; shutting down", self.wid)
+            self._stop.set()
+
+    # ================================================================ channels ==
+    def _on_connect(self, conn: Connection) -> None:
+        self._seq += 1
+        chan = f"{self.wid}:{self._seq}"
+        conn.context["chan"] = chan
+        self.channels[chan] = conn
+
+    def _on_close(self, conn: Connection) -> None:
+        chan = conn.context.get("chan")
+        self.channels.pop(chan, None)
+        if conn.context.get("client") and self.ctl is not None and not self.ctl.closed:
+            self.ctl.send_oneway(cc.ctl(Ctl.CHANNEL_CLOSED, chan=chan))
+
+    def _ctl_handlers(self):
+        return {
+            Ctl.TOPICS_CHANGED: self._topics_changed,
+            Ctl.NOTIFY_IDS_CHANGED: self._notify_ids_changed,
+            Ctl.CLOSE_CHANNEL: self._close_channels,
+        }
+
+    def _topics_changed(self, conn: Connection, cmd) -> None:
+        self.topics.replace(cmd.body)
+
+    def _notify_ids_changed(self, conn: Connection, cmd) -> None:
+        group = cmd.ext_fields["group"]
+        for chan in cmd.ext_fields.get("chans", "").split(","):
+            c = self.channels.get(chan)
+            if c is not None and not c.closed:
+                c.send_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, consumerGroup=group))
+
+    def _close_channels(self, conn: Connection, cmd) -> None:
+        for chan in cmd.ext_fields.get("chans", "").split(","):
+            c = self.channels.get(chan)
+            if c is not None:
+                c.context.pop("client", None)  # the supervisor dropped it already
+                c.close()
+
+    # ================================================================ shared helpers ==
+    async def ctl_call(self, cmd, ok=(0,)):
+        if self.ctl is None or self.ctl.closed:
+            from shmq.errors import ServiceNotAvailable
+            raise ServiceNotAvailable(14, "the broker is shutting down")
+        return await cc.call(self.ctl, cmd, ok=ok)
+
+    async def fetch_topic(self, topic: str) -> TopicConfig | None:
+        """The topic as the supervisor knows it (a creation another worker made may not have
+        reached this worker's copy yet)."""
+        resp = await self.ctl_call(cc.ctl(Ctl.GET_TOPIC, topic=topic), ok=(0, 17))
+        if resp.code != 0:
+            return None
+        tc = decode_json(resp.body, TopicConfig)
+        self.topics.table.setdefault(topic, tc)
+        return tc
+
+    async def auto_create_topic(self, topic: str, default_topic: str, queue_nums: int, sysflag: int) -> TopicConfig | None:
+        resp = await self.ctl_call(cc.ctl(Ctl.AUTO_CREATE_TOPIC, topic=topic, defaultTopic=default_topic,
+                                          queueNums=queue_nums, sysFlag=sysflag), ok=(0, 17))
+        if resp.code != 0:
+            return None
+        tc = decode_json(resp.body, TopicConfig)
+        self.topics.table.setdefault(topic, tc)
+        return tc
+
+    async def create_topic(self, tc: TopicConfig) -> None:
+        await self.ctl_call(cc.ctl(Ctl.CREATE_TOPIC, encode_json(tc)))
+        self.topics.table[tc.topicName] = tc
+
+    def remember_subscription(self, group: str, sub: SubscriptionData) -> None:
+        self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
+
+    def cached_subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        e = self._subs.get((group, topic))
+        if e is None or e[1] < time.monotonic():
+            return None
+        return e[0]
+
+    async def fetch_subscription(self, group: str, topic: str) -> SubscriptionData | None:
+        resp = await self.ctl_call(cc.ctl(Ctl.SUBSCRIPTION, group=group, topic=topic), ok=(0, 24))
+        if resp.code != 0:
+            self._subs.pop((group, topic), None)
+            return None
+        sub = decode_json(resp.body, SubscriptionData)
+        self._subs[(group, topic)] = (sub, time.monotonic() + _SUB_TTL)
+        return sub
+
+    # ================================================================ handlers ==
+    def _handlers(self):
+        from .processors import admin, consumer, pull, send
+        handlers = {}
+        for mod in (send, pull, consumer, admin):
+            handlers.update(mod.Processor(self).handlers())
+        return handlers
+
+
+def born_host(conn: Connection) -> tuple[str, int]:
+    """The peer as (IPv4, port) for a record's BORNHOST (IPv6 peers become 0.0.0.0: the
+    store writes IPv4 hosts only, which is also all ali-ons can decode)."""
+    bh = conn.context.get("born")
+    if bh is None:
+        host, _, port = conn.peer.rpartition(":")
+        try:
+            socket.inet_aton(host)
+        except OSError:
+            host = "0.0.0.0"
+        bh = conn.context["born"] = (host, int(port) if port.isdigit() else 0)
+    return bh
+
+
+def main() -> int:
+    logging.basicConfig(level=os.environ.get("SHMQ_LOG_LEVEL", "INFO").upper(),
+                        format="%(asctime)s %(levelname)s %(name)s[w%(process)d]: %(message)s", stream=sys.stderr)
+    cfg = BrokerConfig.from_json(os.environ["SHMQ_BROKER_CONFIG"])
+    wid = int(os.environ["SHMQ_WORKER_ID"])
+    try:
+        return loops.run(Worker(cfg, wid).run())
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
