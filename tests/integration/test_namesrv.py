@@ -277,3 +277,39 @@ def test_config_file_and_unknown_key_warning(start_namesrv, tmp_path, doubles):
     b = doubles([ns], "b1", "127.0.0.1:10911", {"TopicA": 4})
     b.register()
     wait_until(lambda: route(ns, "TopicA") is None, timeout=5.0, what="expiry from -c settings")
+
+
+def test_cluster_lists_and_add_write_perm(namesrv, doubles):
+    doubles([namesrv], "b1", "127.0.0.1:10911", {"TopicA": 4}, cluster="c1").register()
+    doubles([namesrv], "b2", "127.0.0.1:10921", {"TopicB": 4}, cluster="c2").register()
+    by_cluster = decode_json(ask(namesrv, RequestCode.GET_TOPICS_BY_CLUSTER, cluster="c1").body, TopicList)
+    assert by_cluster.topicList == ["TopicA"]
+    system = decode_json(ask(namesrv, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS).body, TopicList)
+    assert system.topicList == ["c1", "b1", "c2", "b2"] and system.brokerAddr in ("127.0.0.1:10911", "127.0.0.1:10921")
+    assert decode_json(ask(namesrv, RequestCode.GET_UNIT_TOPIC_LIST).body, TopicList).topicList == []
+    ask(namesrv, RequestCode.WIPE_WRITE_PERM_OF_BROKER, brokerName="b1")
+    r = ask(namesrv, RequestCode.ADD_WRITE_PERM_OF_BROKER, brokerName="b1")
+    assert r.ext_fields == {"addTopicCount": "1"} and route(namesrv, "TopicA").queueDatas[0].perm == 6
+
+
+def test_kv_config_persists_and_lists(start_namesrv, tmp_path):
+    path = tmp_path / "kv" / "kvConfig.json"
+    ns = start_namesrv(settings={"kvConfigPath": path})
+    assert ask(ns, RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="ORDER_TOPIC_CONFIG").code == ResponseCode.QUERY_NOT_FOUND
+    ask(ns, RequestCode.PUT_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="Orders", value="b1:4")
+    listed = ask(ns, RequestCode.GET_KVLIST_BY_NAMESPACE, namespace="ORDER_TOPIC_CONFIG")
+    assert listed.body == b'{"table":{"Orders":"b1:4"}}'
+    ns.stop()
+    assert path.stat().st_mode & 0o777 == 0o600
+    again = start_namesrv(settings={"kvConfigPath": path})
+    got = ask(again, RequestCode.GET_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="Orders")
+    assert got.ext_fields == {"value": "b1:4"}
+
+
+def test_order_topic_conf_in_route_when_enabled(start_namesrv, doubles):
+    ns = start_namesrv(settings={"orderMessageEnable": "true"})
+    b = doubles([ns], "b1", "127.0.0.1:10911", {"Orders": 4})
+    ask(ns, RequestCode.PUT_KV_CONFIG, namespace="ORDER_TOPIC_CONFIG", key="Orders", value="b1:4")
+    (ans,) = b.register()
+    assert ans.body == b'{"table":{"Orders":"b1:4"}}'  # brokers learn the order config on registration
+    assert route(ns, "Orders").orderTopicConf == "b1:4"
