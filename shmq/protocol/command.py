@@ -16,7 +16,7 @@ JSON header (serialize type 0), as Java's fastjson writes it (keys sorted)::
     {"code":105,"extFields":{"topic":"T"},"flag":0,"language":"JAVA","opaque":7,
      "serializeTypeCurrentRPC":"JSON","version":409}
 
-``remark`` and ``extFields`` are left out when empty. On input unknown keys are ignored and
+``remark`` is left out when null and ``extFields`` when empty. On input unknown keys are ignored and
 extFields values may be strings, numbers, booleans or null (ali-ons sends numbers and
 booleans unquoted); they are turned into the strings Java would hold. Output is always
 strings, because the Go client decodes extFields as ``map[string]string``.

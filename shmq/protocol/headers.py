@@ -8,8 +8,9 @@ unknown keys (``bname``, ``Signature``, ``AccessKey``, ``OnsChannel`` …) are i
 missing field that Java marks ``@CFNotNull`` raises :class:`~shmq.errors.CommandFieldError`,
 which servers answer SYSTEM_ERROR. Writing always gives strings and drops ``None``.
 
-``SendMessageRequestHeaderV2`` is the same header with one-letter keys (code 310 and 320);
-:func:`decode_send_header` reads either form into :class:`SendMessageRequestHeader`.
+RocketMQ's ``SendMessageRequestHeaderV2`` is the send header with one-letter keys (codes 310
+and 320, :data:`SEND_V2_LETTERS`); :func:`decode_send_header` reads either form into
+:class:`SendMessageRequestHeader` and :func:`send_header_to_v2` writes the letters.
 """
 from __future__ import annotations
 
