@@ -120,6 +120,11 @@ class ScheduleService:
             log.error("schedule thread did not stop within %.1fs; progress not persisted", timeout)
             return
         self._thread = None
+        if getattr(self.store, "_closed", False):
+            # the control block is unmapped: touching it would crash; keep what is known durable
+            log.error("schedule service stopped after its store was closed; persisting the last durable progress")
+            self._write(self._durable)
+            return
         try:
             if self.store.commit_pos > self.store.flushed_pos:
                 self.store.flush()
@@ -277,12 +282,21 @@ class ScheduleService:
         for level, q in self._pending.items():
             while q and q[0][1] <= flushed:
                 self._durable[level] = q.popleft()[0]
-        if self._durable == self._written:
+        self._write(self._durable)
+
+    def _write(self, table: dict[int, int]) -> None:
+        if table == self._written:
             return
-        table = dict(self._durable)
+        table = dict(table)
         files.write_atomic(os.path.join(self.config_dir, FILE), dumps_delay_offsets(table).encode())
         self._written = table
 
     def progress(self) -> dict[int, int]:
         """level -> next offset in memory (delivered up to here)."""
         return dict(self.offsets)
+
+    def running_stats(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO's ``scheduleMessageOffset_<level>`` = "progress,max offset"
+        (ScheduleMessageService.buildRunningStats), for the levels with progress."""
+        return {f"scheduleMessageOffset_{lvl}": f"{off},{self.store.max_offset(SCHEDULE_TOPIC, lvl - 1)}"
+                for lvl, off in sorted(self.progress().items())}

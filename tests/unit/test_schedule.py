@@ -91,6 +91,7 @@ def test_levels_one_and_two_arrive_when_due(broker):
     while svc.progress() != {1: 3, 2: 3} and time.monotonic() < deadline:
         time.sleep(0.01)
     assert svc.delivered == 6 and svc.progress() == {1: 3, 2: 3}
+    assert svc.running_stats() == {"scheduleMessageOffset_1": "3,3", "scheduleMessageOffset_2": "3,3"}
 
 
 def test_not_delivered_before_due(broker):
@@ -178,3 +179,4 @@ def test_offsets_file_codec(tmp_path):
     assert load_delay_offsets(str(tmp_path)) == {}
     assert load_delay_offsets(str(tmp_path / "missing")) == {}
     assert re.fullmatch(r'\{"offsetTable":\{\}\}', dumps_delay_offsets({}))
+
