@@ -1,0 +1,10 @@
+"""The Python client (DESIGN §6): producers and consumers over TCP, or straight through the
+store's shared memory for a broker on this host (DESIGN §4)."""
+from .message import (ConsumeResult, LocalTransactionState, Message, MessageExt, MessageQueue,
+                      MessageSelector, SendResult, SendStatus)
+from .producer import Producer
+from .pull_consumer import PullConsumer
+from .push_consumer import PushConsumer
+
+__all__ = ["Producer", "PushConsumer", "PullConsumer", "Message", "MessageExt", "MessageQueue",
+           "MessageSelector", "SendResult", "SendStatus", "ConsumeResult", "LocalTransactionState"]

@@ -1,0 +1,431 @@
+"""What push and lite-pull consumers share: subscriptions, rebalance, process queues, the pull
+loops (a long-polling asyncio task per queue over TCP; one thread reading the mapped store
+and sleeping on its futex for queues of a local broker) and offsets.
+
+Subclasses implement ``_deliver(pq, msgs)`` (hand messages to the user) and may override
+``_queue_added`` / ``_queue_removed`` (orderly consumers lock queues on the broker).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+
+from shmq.errors import ShmqError, StaleSegment
+from shmq.protocol import RequestCode, ResponseCode, request
+from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
+from shmq.store import GetStatus
+from shmq.store.javahash import java_string_hash
+from shmq.store.record import decode_record
+
+from .instance import ClientInstance
+from .local import LocalLinks
+from .message import MessageExt, MessageQueue, MessageSelector, message_from_record, messages_from_records
+from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
+from .rebalance import allocate_averagely
+
+log = logging.getLogger("shmq.client.consumer")
+
+CONSUME_FROM = {"LAST_OFFSET": "CONSUME_FROM_LAST_OFFSET", "FIRST_OFFSET": "CONSUME_FROM_FIRST_OFFSET",
+                "TIMESTAMP": "CONSUME_FROM_TIMESTAMP"}
+PULL_SYS_COMMIT, PULL_SYS_SUSPEND, PULL_SYS_SUBSCRIPTION = 1, 2, 4
+PULL_DELAY_ON_ERROR_S = 3.0
+
+
+class ProcessQueue:
+    """The messages of one assigned queue between pull and consume."""
+
+    def __init__(self, mq: MessageQueue, next_offset: int):
+        self.mq = mq
+        self.next_offset = next_offset
+        self.msgs: dict[int, MessageExt] = {}
+        self.max_seen = next_offset - 1
+        self.lock = threading.Lock()
+        self.consume_lock = threading.Lock()  # orderly: one consuming thread per queue
+        self.dropped = False
+        self.locked = False                    # orderly: holds the broker's queue lock
+        self.lock_until = 0.0
+
+    def put(self, msgs: list[MessageExt]) -> None:
+        with self.lock:
+            for m in msgs:
+                self.msgs[m.queue_offset] = m
+                if m.queue_offset > self.max_seen:
+                    self.max_seen = m.queue_offset
+
+    def remove(self, msgs: list[MessageExt]) -> int:
+        """Forget consumed messages; returns the offset safe to commit (the smallest still in
+        flight, or one past everything seen)."""
+        with self.lock:
+            for m in msgs:
+                self.msgs.pop(m.queue_offset, None)
+            return min(self.msgs) if self.msgs else self.max_seen + 1
+
+    def first(self, n: int) -> list[MessageExt]:
+        with self.lock:
+            return [self.msgs[k] for k in sorted(self.msgs)[:n]]
+
+    @property
+    def count(self) -> int:
+        return len(self.msgs)
+
+
+class ConsumerCore:
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, model: str = "CLUSTERING",
+                 local: str = "auto", consume_from: str = "LAST_OFFSET", consume_timestamp: int | None = None,
+                 pull_batch_size: int = 32, pull_threshold_for_queue: int = 1000,
+                 rebalance_interval: float = 20.0, persist_interval: float = 5.0,
+                 suspend_timeout_ms: int = 15000, offset_store_dir: str | None = None,
+                 spin_s: float = 0.00005, idle_wait_s: float = 0.5):
+        if model not in ("CLUSTERING", "BROADCASTING"):
+            raise ValueError("model must be CLUSTERING or BROADCASTING")
+        if consume_from not in CONSUME_FROM:
+            raise ValueError(f"consume_from must be one of {', '.join(CONSUME_FROM)}")
+        self.group = group
+        self.namesrv = namesrv
+        self.model = model
+        self.local_mode = local
+        self.consume_from = consume_from
+        self.consume_timestamp = consume_timestamp if consume_timestamp is not None else int(time.time() * 1000) - 30 * 60_000
+        self.pull_batch_size = pull_batch_size
+        self.threshold = pull_threshold_for_queue
+        self.rebalance_interval = rebalance_interval
+        self.persist_interval = persist_interval
+        self.suspend_timeout_ms = suspend_timeout_ms
+        self.offset_store_dir = offset_store_dir
+        self.spin_s = spin_s
+        self.idle_wait_s = idle_wait_s
+        self.subscriptions: dict[str, SubscriptionData] = {}
+        self._filters: dict[str, tuple[set | None, set | None]] = {}  # topic -> (tag texts, tag codes)
+        self.pqs: dict[MessageQueue, ProcessQueue] = {}
+        self.instance: ClientInstance | None = None
+        self.offsets = None
+        self.links: LocalLinks | None = None
+        self._tasks: dict[MessageQueue, object] = {}
+        self._local_threads: dict[str, threading.Thread] = {}
+        self._running = False
+        self._rebalance_lock: asyncio.Lock | None = None
+        self._bg = []
+
+    # ---- subscriptions ----------------------------------------------------------------------
+    def subscribe(self, topic: str, expression="*") -> None:
+        sel = expression if isinstance(expression, MessageSelector) else MessageSelector.tags(expression or "*")
+        sub = SubscriptionData(topic=topic, subString=sel.expression, subVersion=int(time.time() * 1000),
+                               expressionType=sel.expression_type)
+        texts = codes = None
+        if sel.expression_type == "TAG" and sel.expression.strip() not in ("", "*"):
+            texts = {t.strip() for t in sel.expression.split("||") if t.strip()}
+            codes = {java_string_hash(t) for t in texts}
+            sub.tagsSet = sorted(texts)
+            sub.codeSet = sorted(codes)
+        self.subscriptions[topic] = sub
+        self._filters[topic] = (texts, codes)
+
+    def topics(self) -> set[str]:
+        return set(self.subscriptions)
+
+    def consumer_data(self) -> ConsumerData:
+        return ConsumerData(groupName=self.group, consumeType=self.consume_type,
+                            messageModel=self.model, consumeFromWhere=CONSUME_FROM[self.consume_from],
+                            subscriptionDataSet=list(self.subscriptions.values()))
+
+    consume_type = "CONSUME_PASSIVELY"
+
+    # ---- life ---------------------------------------------------------------------------
+    def start(self):
+        if self._running:
+            return self
+        if not self.subscriptions:
+            raise ShmqError("subscribe to at least one topic before start()")
+        if self.model == "CLUSTERING":
+            self.subscribe(f"%RETRY%{self.group}", "*")
+        self.instance = ClientInstance.acquire(self.namesrv)
+        self.instance.register_consumer(self.group, self)
+        self.links = LocalLinks(self.instance, self.local_mode)
+        self.offsets = (RemoteOffsetStore(self.instance, self.group) if self.model == "CLUSTERING"
+                        else LocalFileOffsetStore(self.instance, self.group, self.offset_store_dir))
+        self._running = True
+        inst = self.instance
+        for t in list(self.subscriptions):
+            try:
+                inst.call(inst.fetch_route(t), 10)
+            except ShmqError as e:
+                log.warning("no route for %s yet: %s", t, e)
+        inst.heartbeat_now()
+        inst.call(self.rebalance(), 30)
+        self._bg = [inst.call_soon(self._every(self.rebalance_interval, self.rebalance)),
+                    inst.call_soon(self._every(self.persist_interval, self.persist_offsets))]
+        return self
+
+    async def _every(self, interval: float, fn) -> None:
+        while self._running:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception as e:
+                log.debug("%s failed: %s", fn.__name__, e)
+
+    def shutdown(self) -> None:
+        if not self._running:
+            return
+        self._running = False
+        inst = self.instance
+        for t in self._bg:
+            t.cancel()
+        for pq in list(self.pqs.values()):
+            pq.dropped = True
+        for th in list(self._local_threads.values()):
+            th.join(5)
+        self._stop_consuming()
+        try:
+            inst.call(self._shutdown_async(), 15)
+        except Exception as e:
+            log.debug("shutdown: %s", e)
+        self.links.close()
+        inst.unregister(consumer_group=self.group)
+        inst.release()
+        self.instance = None
+
+    async def _shutdown_async(self) -> None:
+        for t in list(self._tasks.values()):
+            t.cancel()
+        for pq in list(self.pqs.values()):
+            await self._queue_removed(pq)
+        await self.offsets.persist()
+
+    def _stop_consuming(self) -> None:
+        pass
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    # ---- rebalance ---------------------------------------------------------------------
+    def rebalance_soon(self) -> None:
+        if self._running and self.instance is not None:
+            self.instance.call_soon(self.rebalance())
+
+    async def _consumer_ids(self, topic: str) -> list[str]:
+        inst = self.instance
+        route = inst.routes.get(topic) or await inst.fetch_route(topic)
+        if route is None:
+            return []
+        for bd in route.brokerDatas:
+            addr = bd.brokerAddrs.get(0) or next(iter(bd.brokerAddrs.values()), None)
+            if addr is None:
+                continue
+            resp = await inst.invoke(addr, request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup=self.group))
+            if resp.code == 0:
+                return sorted(decode_json(resp.body, ConsumerListBody).consumerIdList)
+        return []
+
+    async def rebalance(self) -> None:
+        if not self._running:
+            return
+        if self._rebalance_lock is None:
+            self._rebalance_lock = asyncio.Lock()
+        async with self._rebalance_lock:
+            wanted: set[MessageQueue] = set()
+            for topic in list(self.subscriptions):
+                try:
+                    mqs = await self.instance.subscribe_queues(topic)
+                except ShmqError:
+                    continue
+                if self.model == "BROADCASTING":
+                    wanted.update(mqs)
+                    continue
+                cids = await self._consumer_ids(topic)
+                if self.instance.client_id not in cids:
+                    continue  # the broker has not seen our heartbeat yet; keep what we have
+                wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
+            for mq in [m for m in self.pqs if m not in wanted]:
+                pq = self.pqs.pop(mq)
+                pq.dropped = True
+                task = self._tasks.pop(mq, None)
+                if task is not None:
+                    task.cancel()
+                await self._queue_removed(pq)
+                log.info("%s: released %s", self.group, mq)
+            for mq in sorted(wanted - set(self.pqs)):
+                try:
+                    if not await self._queue_added(mq):
+                        continue
+                    start = await self._start_offset(mq)
+                except ShmqError as e:
+                    log.info("%s: cannot start %s yet: %s", self.group, mq, e)
+                    continue
+                pq = ProcessQueue(mq, start)
+                self._prepare_pq(pq)
+                self.pqs[mq] = pq
+                log.info("%s: took %s from offset %d", self.group, mq, start)
+                self._start_pulling(pq)
+
+    async def _queue_added(self, mq: MessageQueue) -> bool:
+        return True
+
+    def _prepare_pq(self, pq: ProcessQueue) -> None:
+        pass
+
+    async def _queue_removed(self, pq: ProcessQueue) -> None:
+        await self.offsets.persist({pq.mq})
+        self.offsets.remove(pq.mq)
+
+    async def _start_offset(self, mq: MessageQueue) -> int:
+        off = await self.offsets.read(mq)
+        if off >= 0:
+            return off
+        if mq.topic.startswith("%RETRY%") or self.consume_from == "FIRST_OFFSET":
+            return 0
+        inst = self.instance
+        addr = inst.master_addr(mq.broker_name)
+        if self.consume_from == "LAST_OFFSET":
+            resp = await inst.invoke(addr, request(RequestCode.GET_MAX_OFFSET, topic=mq.topic, queueId=mq.queue_id))
+        else:
+            resp = await inst.invoke(addr, request(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=mq.topic,
+                                                   queueId=mq.queue_id, timestamp=self.consume_timestamp))
+        resp.raise_for_code()
+        return int(resp.ext_fields["offset"])
+
+    # ---- offsets -------------------------------------------------------------------------
+    def commit(self, pq: ProcessQueue, offset: int) -> None:
+        if not pq.dropped:
+            self.offsets.update(pq.mq, offset)
+
+    async def persist_offsets(self) -> None:
+        await self.offsets.persist()
+
+    # ---- pulling -----------------------------------------------------------------------
+    def _start_pulling(self, pq: ProcessQueue) -> None:
+        link = self.links.get(pq.mq.broker_name)
+        if link is not None:
+            self._ensure_local_thread(pq.mq.broker_name)
+        else:
+            self._tasks[pq.mq] = asyncio.ensure_future(self._pull_tcp(pq))
+
+    def _accept(self, topic: str, msgs: list[MessageExt]) -> list[MessageExt]:
+        texts = self._filters.get(topic, (None, None))[0]
+        if texts is None:
+            return msgs
+        return [m for m in msgs if m.tags in texts]
+
+    async def _pull_tcp(self, pq: ProcessQueue) -> None:
+        inst = self.instance
+        mq = pq.mq
+        sub = self.subscriptions.get(mq.topic)
+        while self._running and not pq.dropped:
+            if pq.count >= self.threshold or not self._may_pull(pq):
+                await asyncio.sleep(0.05)
+                continue
+            addr = inst.master_addr(mq.broker_name)
+            commit = self.offsets.table.get(mq, -1)
+            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (PULL_SYS_COMMIT if commit > 0 and self.model == "CLUSTERING" else 0)
+            try:
+                if addr is None:
+                    raise ShmqError(f"no address for {mq.broker_name}")
+                resp = await inst.invoke(addr, request(
+                    RequestCode.PULL_MESSAGE, consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id,
+                    queueOffset=pq.next_offset, maxMsgNums=self.pull_batch_size, sysFlag=flags,
+                    commitOffset=max(commit, 0), suspendTimeoutMillis=self.suspend_timeout_ms,
+                    subscription=sub.subString, subVersion=sub.subVersion, expressionType=sub.expressionType),
+                    timeout=self.suspend_timeout_ms / 1000 + 15)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:
+                log.debug("pull %s failed: %s", mq, e)
+                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+                continue
+            if pq.dropped:
+                return
+            ext = resp.ext_fields
+            nxt = int(ext.get("nextBeginOffset", pq.next_offset))
+            if resp.code == ResponseCode.SUCCESS:
+                msgs = self._accept(mq.topic, messages_from_records(resp.body, mq.broker_name))
+                pq.next_offset = nxt
+                if msgs:
+                    pq.put(msgs)
+                    self._deliver(pq, msgs)
+                else:
+                    pq.max_seen = max(pq.max_seen, nxt - 1)
+                    if not pq.msgs:
+                        self.commit(pq, nxt)
+            elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+                pq.next_offset = nxt
+                if resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.msgs:
+                    pq.max_seen = max(pq.max_seen, nxt - 1)
+                    self.commit(pq, nxt)
+            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
+                log.warning("%s: offset %d of %s moved to %d", self.group, pq.next_offset, mq, nxt)
+                pq.next_offset = nxt
+                pq.max_seen = nxt - 1
+                self.offsets.update(mq, nxt, increase_only=False)
+            else:
+                log.debug("pull %s answered %d %s", mq, resp.code, resp.remark)
+                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+
+    def _may_pull(self, pq: ProcessQueue) -> bool:
+        return True
+
+    def _ensure_local_thread(self, broker: str) -> None:
+        th = self._local_threads.get(broker)
+        if th is None or not th.is_alive():
+            th = threading.Thread(target=self._pull_local, args=(broker,), name=f"shmq-local-pull-{broker}", daemon=True)
+            self._local_threads[broker] = th
+            th.start()
+
+    def _pull_local(self, broker: str) -> None:
+        """Reads every assigned queue of ``broker`` from the mapped store; when none has
+        anything new, sleeps on the store's futex (spinning ``spin_s`` first)."""
+        while self._running:
+            link = self.links.get(broker)
+            if link is None:
+                time.sleep(0.2)
+                continue
+            store = link.store
+            try:
+                while self._running and link.alive:
+                    seen = store.commit_pos
+                    got = False
+                    for pq in [p for p in list(self.pqs.values()) if p.mq.broker_name == broker]:
+                        if pq.dropped or pq.count >= self.threshold or not self._may_pull(pq):
+                            continue
+                        got |= self._pull_local_once(store, pq)
+                    if not got:
+                        store.wait(seen, self.idle_wait_s, self.spin_s)
+            except StaleSegment:
+                pass
+            except Exception:
+                log.exception("local pull from %s failed", broker)
+                time.sleep(0.5)
+            self.links.invalidate(broker)  # the broker restarted: re-attach on the next round
+
+    def _pull_local_once(self, store, pq: ProcessQueue) -> bool:
+        mq = pq.mq
+        codes = self._filters.get(mq.topic, (None, None))[1]
+        res = store.get_messages(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size, tag_codes=codes)
+        st = res.status
+        if st is GetStatus.FOUND:
+            msgs = [message_from_record(decode_record(v, copy=True), mq.broker_name) for v in res.messages]
+            msgs = self._accept(mq.topic, msgs)
+            pq.next_offset = res.next_begin_offset
+            if msgs:
+                pq.put(msgs)
+                self._deliver(pq, msgs)
+            return True
+        if st is GetStatus.NO_MATCHED_MESSAGE:
+            pq.next_offset = res.next_begin_offset
+            if not pq.msgs:
+                pq.max_seen = max(pq.max_seen, res.next_begin_offset - 1)
+                self.commit(pq, res.next_begin_offset)
+            return True
+        if st in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY):
+            pq.next_offset = res.next_begin_offset
+            pq.max_seen = res.next_begin_offset - 1
+            self.offsets.update(mq, res.next_begin_offset, increase_only=False)
+            return True
+        return False
+
+    def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        raise NotImplementedError

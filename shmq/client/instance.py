@@ -1,0 +1,315 @@
+"""ClientInstance (RocketMQ's MQClientInstance): what the producers and consumers of one
+process share for one set of NameServers: an asyncio loop on its own thread, one connection
+per server, the route cache, heartbeats and the handlers for requests brokers send us.
+
+Public methods are called from user threads; they hand coroutines to the loop thread and
+wait for them (``call``). Everything that touches connections runs on the loop.
+"""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from shmq.errors import (BrokerError, RemotingConnectError, RemotingError, ShmqError,
+                         TopicNotExist)
+from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
+from shmq.protocol.bodies import (ConsumerData, HeartbeatData, ProducerData, TopicRouteData,
+                                  decode_topic_route, encode_json)
+
+from .route import TopicPublishInfo, publish_info, subscribe_queues
+
+log = logging.getLogger("shmq.client")
+
+ROUTE_POLL_S = 30.0
+HEARTBEAT_S = 30.0
+_ids = itertools.count(1)
+
+
+def client_ip() -> str:
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect(("127.0.0.1", 9))
+            return s.getsockname()[0]
+    except OSError:
+        return "127.0.0.1"
+
+
+class ClientInstance:
+    _registry: dict[str, "ClientInstance"] = {}
+    _registry_lock = threading.Lock()
+
+    @classmethod
+    def acquire(cls, namesrv: str, **settings) -> "ClientInstance":
+        key = f"{os.getpid()}|{namesrv}"
+        with cls._registry_lock:
+            inst = cls._registry.get(key)
+            if inst is None or inst._closed:
+                inst = cls._registry[key] = cls(namesrv, **settings)
+            inst._refs += 1
+            return inst
+
+    def __init__(self, namesrv: str, *, route_poll_s: float = ROUTE_POLL_S, heartbeat_s: float = HEARTBEAT_S):
+        addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
+        if not addrs:
+            raise ValueError("at least one NameServer address is needed (host:port)")
+        self.namesrv_addrs = addrs
+        self.client_ip = client_ip()
+        self.client_id = f"{self.client_ip}@{os.getpid()}#{next(_ids)}"
+        self.route_poll_s = route_poll_s
+        self.heartbeat_s = heartbeat_s
+        self.routes: dict[str, TopicRouteData] = {}
+        self.publish: dict[str, TopicPublishInfo] = {}
+        self.broker_addrs: dict[str, dict[int, str]] = {}
+        self.producers: dict[str, Any] = {}
+        self.consumers: dict[str, Any] = {}
+        self._clients: dict[str, RemotingClient] = {}
+        self._refs = 0
+        self._closed = False
+        self._namesrv_index = random.randrange(len(addrs))
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
+        self._thread.start()
+        self._tasks = [self.call_soon(self._periodic(self.route_poll_s, self.refresh_routes)),
+                       self.call_soon(self._periodic(self.heartbeat_s, self.heartbeat_all))]
+
+    # ---- the loop thread -------------------------------------------------------------------
+    def _run_loop(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def call(self, coro: Coroutine, timeout: float | None = None):
+        """Run ``coro`` on the loop and wait for its result (from a user thread)."""
+        if threading.current_thread() is self._thread:
+            raise RuntimeError("ClientInstance.call from the loop thread would deadlock")
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(timeout)
+        except TimeoutError:
+            fut.cancel()
+            raise
+
+    def call_soon(self, coro: Coroutine):
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    async def _periodic(self, interval: float, fn) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await fn()
+            except Exception as e:  # keep the timer alive; the next round retries
+                log.debug("periodic %s failed: %s", getattr(fn, "__name__", fn), e)
+
+    # ---- connections ----------------------------------------------------------------------
+    def _client(self, addr: str) -> RemotingClient:
+        c = self._clients.get(addr)
+        if c is None or c._closed:
+            handlers = {
+                RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: self._on_ids_changed,
+                RequestCode.RESET_CONSUMER_CLIENT_OFFSET: self._on_reset_offset,
+                RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
+                RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
+            }
+            c = self._clients[addr] = RemotingClient(addr, handlers=handlers, name=f"to {addr}")
+        return c
+
+    async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        return await self._client(addr).invoke(cmd, timeout)
+
+    async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
+        await self._client(addr).invoke_oneway(cmd)
+
+    async def namesrv_invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Ask one NameServer (the last one that answered), failing over to the others."""
+        last: Exception | None = None
+        n = len(self.namesrv_addrs)
+        for i in range(n):
+            addr = self.namesrv_addrs[(self._namesrv_index + i) % n]
+            try:
+                resp = await self.invoke(addr, cmd, timeout)
+                self._namesrv_index = (self._namesrv_index + i) % n
+                return resp
+            except RemotingError as e:
+                last = e
+        raise RemotingConnectError(f"no NameServer answered ({', '.join(self.namesrv_addrs)}): {last}")
+
+    # ---- routes ----------------------------------------------------------------------------
+    async def fetch_route(self, topic: str) -> TopicRouteData | None:
+        resp = await self.namesrv_invoke(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic))
+        if resp.code == ResponseCode.TOPIC_NOT_EXIST:
+            return None
+        resp.raise_for_code()
+        route = decode_topic_route(resp.body)
+        self.routes[topic] = route
+        self.publish[topic] = publish_info(topic, route)
+        for bd in route.brokerDatas:
+            self.broker_addrs[bd.brokerName] = dict(bd.brokerAddrs)
+        return route
+
+    async def refresh_routes(self) -> None:
+        topics = set(self.publish) | {t for c in list(self.consumers.values()) for t in c.topics()}
+        for t in topics:
+            try:
+                await self.fetch_route(t)
+            except ShmqError as e:
+                log.debug("route of %s not refreshed: %s", t, e)
+
+    async def publish_info(self, topic: str, default_topic: str | None = "TBW102",
+                           default_queue_nums: int = 4) -> TopicPublishInfo:
+        info = self.publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        route = await self.fetch_route(topic)
+        if route is not None:
+            info = self.publish[topic]
+            if info.queues:
+                return info
+        if default_topic:
+            # RocketMQ's auto-creation: send through the brokers that hold the default topic
+            base = await self.fetch_route(default_topic)
+            if base is not None:
+                info = publish_info(topic, base, max_queues=default_queue_nums, via_default=True)
+                if info.queues:
+                    return info
+        raise TopicNotExist(ResponseCode.TOPIC_NOT_EXIST,
+                            f"No route info of this topic: {topic}")
+
+    async def subscribe_queues(self, topic: str):
+        route = self.routes.get(topic) or await self.fetch_route(topic)
+        if route is None:
+            raise TopicNotExist(ResponseCode.TOPIC_NOT_EXIST, f"No route info of this topic: {topic}")
+        return subscribe_queues(topic, route)
+
+    def master_addr(self, broker_name: str) -> str | None:
+        return self.broker_addrs.get(broker_name, {}).get(0)
+
+    def any_addr(self, broker_name: str) -> str | None:
+        addrs = self.broker_addrs.get(broker_name, {})
+        return addrs.get(0) or next(iter(addrs.values()), None)
+
+    # ---- heartbeats ------------------------------------------------------------------------
+    def heartbeat_data(self) -> HeartbeatData:
+        return HeartbeatData(
+            clientID=self.client_id,
+            producerDataSet=[ProducerData(groupName=g) for g in self.producers],
+            consumerDataSet=[c.consumer_data() for c in self.consumers.values()],
+        )
+
+    async def heartbeat_all(self) -> None:
+        body = encode_json(self.heartbeat_data())
+        for name, addrs in list(self.broker_addrs.items()):
+            for bid, addr in list(addrs.items()):
+                if bid != 0 and not self.consumers:
+                    continue
+                try:
+                    cmd = request(RequestCode.HEART_BEAT)
+                    cmd.body = body
+                    (await self.invoke(addr, cmd)).raise_for_code()
+                except ShmqError as e:
+                    log.debug("heartbeat to %s (%s) failed: %s", name, addr, e)
+
+    def heartbeat_now(self) -> None:
+        self.call(self.heartbeat_all(), 10)
+
+    # ---- broker -> client requests ----------------------------------------------------------
+    async def _on_ids_changed(self, conn, cmd: RemotingCommand):
+        group = cmd.ext_fields.get("consumerGroup")
+        c = self.consumers.get(group)
+        if c is not None:
+            c.rebalance_soon()
+        return None
+
+    async def _on_reset_offset(self, conn, cmd: RemotingCommand):
+        group = cmd.ext_fields.get("group")
+        c = self.consumers.get(group)
+        if c is not None and hasattr(c, "reset_offsets_from_broker"):
+            await c.reset_offsets_from_broker(cmd)
+        return cmd.make_response() if not cmd.is_oneway else None
+
+    async def _on_running_info(self, conn, cmd: RemotingCommand):
+        return cmd.make_response(body=b'{"properties":{},"subscriptionSet":[],"mqTable":{},"statusTable":{}}')
+
+    async def _on_check_transaction(self, conn, cmd: RemotingCommand):
+        # The broker asks a live producer of the half message's group; the group is in the
+        # record's PGROUP property, so any transactional producer here may be asked.
+        for p in list(self.producers.values()):
+            if hasattr(p, "on_check_transaction"):
+                await p.on_check_transaction(conn, cmd)
+                break
+        return None
+
+    # ---- members ---------------------------------------------------------------------------
+    def register_producer(self, group: str, producer) -> None:
+        if group in self.producers and self.producers[group] is not producer:
+            raise ShmqError(f"producer group {group} is already started in this process")
+        self.producers[group] = producer
+
+    def register_consumer(self, group: str, consumer) -> None:
+        if group in self.consumers and self.consumers[group] is not consumer:
+            raise ShmqError(f"consumer group {group} is already started in this process")
+        self.consumers[group] = consumer
+
+    async def _unregister(self, producer_group: str | None, consumer_group: str | None) -> None:
+        for name, addrs in list(self.broker_addrs.items()):
+            addr = addrs.get(0)
+            if addr is None:
+                continue
+            kw = {"clientID": self.client_id}
+            if producer_group:
+                kw["producerGroup"] = producer_group
+            if consumer_group:
+                kw["consumerGroup"] = consumer_group
+            try:
+                await self.invoke(addr, request(RequestCode.UNREGISTER_CLIENT, **kw), 3.0)
+            except ShmqError:
+                pass
+
+    def unregister(self, producer_group: str | None = None, consumer_group: str | None = None) -> None:
+        if producer_group:
+            self.producers.pop(producer_group, None)
+        if consumer_group:
+            self.consumers.pop(consumer_group, None)
+        try:
+            self.call(self._unregister(producer_group, consumer_group), 10)
+        except Exception as e:
+            log.debug("unregister failed: %s", e)
+
+    def release(self) -> None:
+        with self._registry_lock:
+            self._refs -= 1
+            if self._refs > 0:
+                return
+            self._closed = True
+            for k, v in list(self._registry.items()):
+                if v is self:
+                    del self._registry[k]
+        for t in self._tasks:
+            t.cancel()
+
+        async def close_all():
+            for c in list(self._clients.values()):
+                await c.close()
+        try:
+            self.call(close_all(), 5)
+        except Exception:
+            pass
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        if not self.loop.is_running():
+            self.loop.close()
+
+
+def check_response(resp: RemotingCommand, *accepted: int) -> RemotingCommand:
+    if resp.code in (accepted or (ResponseCode.SUCCESS,)):
+        return resp
+    raise BrokerError(resp.code, resp.remark) if resp.code not in (17,) else TopicNotExist(resp.code, resp.remark)
+
+
+__all__ = ["ClientInstance", "check_response", "time"]

@@ -1,0 +1,108 @@
+"""The local transport (DESIGN §4): a producer or consumer on the broker's host maps the
+broker's store and appends or reads directly, through the same put pipeline the broker uses.
+
+A LocalLink is made per broker from its attach info (a shmq-private request that other
+clients never send). It is dropped, and the client goes back to TCP, whenever the store
+cannot be attached (another host, another user, no permission, a stale segment); a
+StaleSegment during use means the broker restarted: re-attach once, from fresh attach info.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+
+from shmq.errors import ShmqError, StaleSegment
+from shmq.protocol import RemotingCommand
+from shmq.store import MessageStore
+from shmq.store.put import PutPipeline
+
+log = logging.getLogger("shmq.client.local")
+
+SHMQ_GET_ATTACH_INFO = 9900  # the broker's attach-info request (shmq/broker/control_channel.py)
+
+
+class LocalLink:
+    """The attached store of one broker, with the pipeline that writes into it."""
+
+    def __init__(self, broker_name: str, info: dict[str, str], cluster: str):
+        self.broker_name = broker_name
+        self.info = info
+        self.root = info["storeRoot"]
+        self.generation = int(info.get("generation", "0"))
+        self.store = MessageStore.attach(self.root)
+        if self.store.cb.generation != self.generation:
+            self.store.close()
+            raise StaleSegment(f"store of {broker_name} changed generation while attaching")
+        self.pipeline = PutPipeline(self.store, cluster_name=cluster)
+        self.lock = threading.Lock()
+
+    @property
+    def alive(self) -> bool:
+        cb = self.store.cb
+        return cb.ctl is not None and cb.state == 1 and cb.generation == self.generation
+
+    def close(self) -> None:
+        try:
+            self.store.close()
+        except ShmqError:
+            pass
+
+
+class LocalLinks:
+    """Per client instance: broker name -> LocalLink, or None when the broker is not local."""
+
+    def __init__(self, instance, mode: str):
+        if mode not in ("auto", "never", "always"):
+            raise ValueError("local must be 'auto', 'never' or 'always'")
+        self.instance = instance
+        self.mode = mode
+        self._links: dict[str, LocalLink | None] = {}
+        self._lock = threading.Lock()
+
+    def get(self, broker_name: str, cluster: str = "DefaultCluster") -> LocalLink | None:
+        if self.mode == "never":
+            return None
+        link = self._links.get(broker_name, False)
+        if link is False or (link is not None and not link.alive):
+            with self._lock:
+                link = self._links.get(broker_name, False)
+                if link is False or (link is not None and not link.alive):
+                    if link:
+                        link.close()
+                    link = self._attach(broker_name, cluster)
+                    self._links[broker_name] = link
+        return link
+
+    def _attach(self, broker_name: str, cluster: str) -> LocalLink | None:
+        addr = self.instance.master_addr(broker_name)
+        try:
+            if addr is None:
+                raise ShmqError(f"no address for broker {broker_name}")
+            resp = self.instance.call(self.instance.invoke(addr, RemotingCommand(code=SHMQ_GET_ATTACH_INFO), 3.0), 5)
+            if resp.code != 0 or "storeRoot" not in resp.ext_fields:
+                raise ShmqError(f"broker {broker_name} gave no attach info (code {resp.code}: {resp.remark})")
+            info = resp.ext_fields
+            if not os.path.isdir(info["storeRoot"]):
+                raise ShmqError(f"store {info['storeRoot']} of {broker_name} is not on this host")
+            link = LocalLink(broker_name, info, cluster)
+            log.info("attached to the store of %s at %s (generation %d)", broker_name, link.root, link.generation)
+            return link
+        except (ShmqError, OSError) as e:
+            if self.mode == "always":
+                raise ShmqError(f"local='always' but the store of {broker_name} cannot be attached: {e}") from e
+            log.info("broker %s stays on TCP: %s", broker_name, e)
+            return None
+
+    def invalidate(self, broker_name: str) -> None:
+        with self._lock:
+            link = self._links.pop(broker_name, None)
+        if link:
+            link.close()
+
+    def close(self) -> None:
+        with self._lock:
+            links, self._links = list(self._links.values()), {}
+        for link in links:
+            if link:
+                link.close()

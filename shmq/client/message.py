@@ -1,0 +1,180 @@
+"""The user-facing message types of the client (DESIGN §6), converted to wire form at the edge."""
+from __future__ import annotations
+
+import enum
+import zlib
+from dataclasses import dataclass, field
+
+from shmq.store.record import FLAG_COMPRESSED, StoredMessage, decode_properties, decode_record
+
+# property names (MessageConst)
+TAGS, KEYS, UNIQ_KEY, DELAY, WAIT = "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"
+RETRY_TOPIC, TRAN_MSG, PGROUP, MAX_OFFSET, MIN_OFFSET = "RETRY_TOPIC", "TRAN_MSG", "PGROUP", "MAX_OFFSET", "MIN_OFFSET"
+RECONSUME_TIME, MAX_RECONSUME_TIMES, CONSUME_START_TIME = "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME"
+COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
+COMPRESS_LEVEL = 5
+
+
+class Message:
+    """A message to send. ``keys`` may be a string ("k1 k2") or a list; ``properties`` are
+    user properties (also what SQL92 filters see)."""
+
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
+
+    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys=None,
+                 properties: dict[str, str] | None = None, delay_level: int = 0, flag: int = 0):
+        if isinstance(body, str):
+            raise TypeError("body must be bytes (encode text yourself)")
+        self.topic = topic
+        self.body = bytes(body)
+        self.tags = tags
+        self.keys = keys
+        self.properties = dict(properties) if properties else {}
+        self.delay_level = delay_level
+        self.flag = flag
+
+    def key_list(self) -> list[str]:
+        if not self.keys:
+            return []
+        if isinstance(self.keys, str):
+            return [k for k in self.keys.split(" ") if k]
+        return [str(k) for k in self.keys]
+
+    def wire_properties(self) -> dict[str, str]:
+        """Every property as it goes on the wire (user properties plus TAGS, KEYS, DELAY)."""
+        props = dict(self.properties)
+        if self.tags:
+            props[TAGS] = self.tags
+        keys = self.key_list()
+        if keys:
+            props[KEYS] = " ".join(keys)
+        if self.delay_level:
+            props[DELAY] = str(self.delay_level)
+        return props
+
+    def __repr__(self) -> str:
+        return f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, {len(self.body)} bytes)"
+
+
+class SendStatus(str, enum.Enum):
+    SEND_OK = "SEND_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
+
+
+class ConsumeResult(str, enum.Enum):
+    SUCCESS = "CONSUME_SUCCESS"
+    RECONSUME_LATER = "RECONSUME_LATER"
+    # orderly listeners
+    SUSPEND_CURRENT_QUEUE_A_MOMENT = "SUSPEND_CURRENT_QUEUE_A_MOMENT"
+
+
+class LocalTransactionState(str, enum.Enum):
+    COMMIT_MESSAGE = "COMMIT_MESSAGE"
+    ROLLBACK_MESSAGE = "ROLLBACK_MESSAGE"
+    UNKNOW = "UNKNOW"
+
+
+@dataclass(frozen=True, order=True)
+class MessageQueue:
+    topic: str
+    broker_name: str
+    queue_id: int
+
+
+@dataclass
+class SendResult:
+    status: SendStatus
+    msg_id: str             # UNIQ_KEY (what Java clients show as msgId)
+    offset_msg_id: str      # store host + commit-log offset
+    queue: MessageQueue
+    queue_offset: int
+    transaction_id: str | None = None
+    local_transaction_state: LocalTransactionState | None = None
+
+    @property
+    def queue_id(self) -> int:
+        return self.queue.queue_id
+
+
+@dataclass(frozen=True)
+class MessageSelector:
+    """A subscription expression: tags ("A || B", "*") or SQL92 over properties."""
+    expression_type: str
+    expression: str
+
+    @classmethod
+    def tags(cls, expression: str = "*") -> "MessageSelector":
+        return cls("TAG", expression or "*")
+
+    @classmethod
+    def sql(cls, expression: str) -> "MessageSelector":
+        return cls("SQL92", expression)
+
+
+@dataclass
+class MessageExt:
+    """A consumed message. ``body`` is decompressed; ``raw`` is the stored record when it
+    came through the local path (a memoryview into the mapping, valid while referenced)."""
+    topic: str
+    body: bytes
+    tags: str | None
+    keys: list[str]
+    properties: dict[str, str]
+    msg_id: str
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    reconsume_times: int
+    born_timestamp: int
+    store_timestamp: int
+    commit_log_offset: int
+    sysflag: int = 0
+    flag: int = 0
+    broker_name: str = ""
+    born_host: tuple = ()
+    store_host: tuple = ()
+    raw: object = field(default=None, repr=False)
+
+    @property
+    def queue(self) -> MessageQueue:
+        return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+
+def message_from_record(m: StoredMessage, broker_name: str = "", *, keep_raw: bool = False) -> MessageExt:
+    body = m.body
+    if m.sysflag & FLAG_COMPRESSED:
+        body = zlib.decompress(bytes(body))
+    else:
+        body = bytes(body)
+    props = m.properties
+    topic = m.topic
+    # a retried message comes back under its original topic (ConsumeMessageService.resetRetryAndNamespace)
+    retry_topic = props.get(RETRY_TOPIC)
+    if retry_topic and topic.startswith("%RETRY%"):
+        topic = retry_topic
+    return MessageExt(
+        topic=topic, body=body, tags=props.get(TAGS), keys=m.keys, properties=props,
+        msg_id=props.get(UNIQ_KEY) or m.offset_msg_id, offset_msg_id=m.offset_msg_id,
+        queue_id=m.queue_id, queue_offset=m.queue_offset, reconsume_times=m.reconsume_times,
+        born_timestamp=m.born_timestamp, store_timestamp=m.store_timestamp,
+        commit_log_offset=m.phys_offset, sysflag=m.sysflag, flag=m.flag, broker_name=broker_name,
+        born_host=m.born_host, store_host=m.store_host, raw=m.raw if keep_raw else None)
+
+
+def messages_from_records(buf, broker_name: str = ""):
+    """Decode a pull response body (a run of records)."""
+    mv = memoryview(buf)
+    pos = 0
+    out = []
+    while pos < len(mv):
+        m = decode_record(mv, pos, copy=True)
+        out.append(message_from_record(m, broker_name))
+        pos += m.size
+    return out
+
+
+__all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "ConsumeResult", "MessageQueue",
+           "MessageSelector", "LocalTransactionState", "message_from_record", "messages_from_records",
+           "decode_properties"]

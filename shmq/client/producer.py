@@ -1,0 +1,333 @@
+"""Producer: sync, async, oneway, batch and ordered sends (DESIGN §6), over TCP or, for a
+broker on this host, straight into its store (DESIGN §4).
+
+Retries follow RocketMQ: a sync send is tried up to 1 + retry_times_when_send_failed times,
+each retry on another broker when there is one; an async send retries
+retry_times_when_send_async_failed times on the same broker; oneway never retries. A send
+answered FLUSH_DISK_TIMEOUT / SLAVE_NOT_AVAILABLE / FLUSH_SLAVE_TIMEOUT is stored but not
+confirmed: it is returned with that status, not raised and not retried.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import itertools
+import logging
+import time
+import zlib
+
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
+                         RemotingError, ShmqError, StaleSegment)
+from shmq.protocol import RequestCode, request
+from shmq.protocol.message import encode_properties
+from shmq.store import validate
+from shmq.store.put import PutRequest
+from shmq.store.record import encode_batch
+
+from .instance import ClientInstance
+from .local import LocalLinks
+from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue,
+                      SendResult, SendStatus)
+from .route import TopicPublishInfo
+from .uniq_id import new_uniq_id
+
+log = logging.getLogger("shmq.client.producer")
+
+# response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
+RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
+STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
+                  11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+
+
+class Producer:
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
+                 send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
+                 retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
+                 max_message_size: int = 4 * 1024 * 1024, send_latency_fault_enable: bool = False,
+                 default_topic_queue_nums: int = 4, create_topic_key: str = "TBW102"):
+        if not group:
+            raise ValueError("a producer group is required")
+        self.group = group
+        self.namesrv = namesrv
+        self.local_mode = local
+        self.send_timeout = send_timeout
+        self.retry_times = retry_times_when_send_failed
+        self.retry_times_async = retry_times_when_send_async_failed
+        self.compress_over = compress_msg_body_over
+        self.max_message_size = max_message_size
+        self.latency_fault = send_latency_fault_enable
+        self.default_queue_nums = default_topic_queue_nums
+        self.create_topic_key = create_topic_key
+        self.instance: ClientInstance | None = None
+        self.links: LocalLinks | None = None
+        self._rr = itertools.count()
+        self._unavailable: dict[str, float] = {}  # broker name -> monotonic time it is usable again
+
+    # ---- life ------------------------------------------------------------------------------
+    def start(self) -> "Producer":
+        if self.instance is not None:
+            return self
+        self.instance = ClientInstance.acquire(self.namesrv)
+        self.instance.register_producer(self.group, self)
+        self.links = LocalLinks(self.instance, self.local_mode)
+        return self
+
+    def shutdown(self) -> None:
+        inst, self.instance = self.instance, None
+        if inst is None:
+            return
+        if self.links:
+            self.links.close()
+        inst.unregister(producer_group=self.group)
+        inst.release()
+
+    def __enter__(self) -> "Producer":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.shutdown()
+
+    def _inst(self) -> ClientInstance:
+        if self.instance is None:
+            raise ShmqError("the producer is not started (call start() or use it as a context manager)")
+        return self.instance
+
+    # ---- preparing a message ---------------------------------------------------------------
+    def _prepare(self, msg: Message, *, compress: bool = True) -> tuple[bytes, dict, int]:
+        validate.check_sendable_topic(msg.topic)
+        if not msg.body:
+            raise InvalidMessage("the message body length is zero")
+        if len(msg.body) > self.max_message_size:
+            raise MessageTooLarge(len(msg.body), self.max_message_size)
+        props = msg.wire_properties()
+        props.setdefault(UNIQ_KEY, new_uniq_id())
+        body, sysflag = msg.body, 0
+        if compress and len(body) > self.compress_over:
+            body = zlib.compress(body, COMPRESS_LEVEL)
+            sysflag |= 0x1  # compressed, zlib (type bits 0: what older clients send)
+        return body, props, sysflag
+
+    def _publish_info(self, topic: str) -> TopicPublishInfo:
+        inst = self._inst()
+        info = inst.publish.get(topic)
+        if info is not None and info.queues:
+            return info
+        return inst.call(inst.publish_info(topic, self.create_topic_key, self.default_queue_nums),
+                         self.send_timeout + 1)
+
+    def _select(self, info: TopicPublishInfo, avoid: str | None) -> MessageQueue:
+        queues = info.queues
+        n = len(queues)
+        start = next(self._rr)
+        now = time.monotonic()
+        for i in range(n):
+            mq = queues[(start + i) % n]
+            if mq.broker_name == avoid and n > 1 and any(q.broker_name != avoid for q in queues):
+                continue
+            if self.latency_fault and self._unavailable.get(mq.broker_name, 0) > now:
+                continue
+            return mq
+        return queues[start % n]
+
+    def _mark_failed(self, broker: str) -> None:
+        if self.latency_fault:
+            self._unavailable[broker] = time.monotonic() + 30.0
+
+    # ---- sync send -------------------------------------------------------------------------
+    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        body, props, sysflag = self._prepare(msg)
+        info = self._publish_info(msg.topic)
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        last: Exception | None = None
+        avoid = None
+        for attempt in range(1 + self.retry_times):
+            if time.monotonic() >= deadline:
+                break
+            mq = self._select(info, avoid)
+            try:
+                return self._send_one(mq, msg, body, props, sysflag, info, deadline)
+            except (RemotingError, BrokerError, StaleSegment) as e:
+                if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
+                    raise
+                last = e
+                avoid = mq.broker_name
+                self._mark_failed(mq.broker_name)
+                log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, e)
+        raise last if last else ShmqError(f"send timed out after {timeout or self.send_timeout}s")
+
+    def send_orderly(self, msg: Message, selector, arg=None, timeout: float | None = None) -> SendResult:
+        """Send to the queue ``selector(queues, msg, arg)`` picks (same arg, same queue)."""
+        body, props, sysflag = self._prepare(msg)
+        info = self._publish_info(msg.topic)
+        mq = selector(list(info.queues), msg, arg)
+        if not isinstance(mq, MessageQueue):
+            raise ShmqError("the selector must return one of the queues it was given")
+        return self._send_one(mq, msg, body, props, sysflag, info,
+                              time.monotonic() + (timeout or self.send_timeout))
+
+    def send_to_queue(self, msg: Message, mq: MessageQueue, timeout: float | None = None) -> SendResult:
+        body, props, sysflag = self._prepare(msg)
+        info = self._publish_info(msg.topic)
+        return self._send_one(mq, msg, body, props, sysflag, info,
+                              time.monotonic() + (timeout or self.send_timeout))
+
+    def _send_one(self, mq: MessageQueue, msg: Message, body: bytes, props: dict, sysflag: int,
+                  info: TopicPublishInfo, deadline: float) -> SendResult:
+        link = None if info.via_default else self.links.get(mq.broker_name)
+        if link is not None:
+            return self._send_local(link, mq, msg, body, props, sysflag, info)
+        inst = self._inst()
+        addr = inst.master_addr(mq.broker_name)
+        if addr is None:
+            raise RemotingError(f"no address for broker {mq.broker_name}")
+        cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
+        left = max(0.001, deadline - time.monotonic())
+        resp = inst.call(inst.invoke(addr, cmd, left), left + 1)
+        return self._send_result(resp, mq, props.get(UNIQ_KEY))
+
+    def _send_request(self, mq, msg, body, props, sysflag, *, batch: bool):
+        code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        return request(code, body=body, a=self.group, b=mq.topic, c=self.create_topic_key,
+                       d=self.default_queue_nums, e=mq.queue_id, f=sysflag, g=int(time.time() * 1000),
+                       h=msg.flag, i=encode_properties(props), j=0, k=False, m=batch)
+
+    def _send_result(self, resp, mq: MessageQueue, uniq: str | None) -> SendResult:
+        status = STATUS_OF_CODE.get(resp.code)
+        if status is None:
+            raise BrokerError(resp.code, resp.remark)
+        ext = resp.ext_fields
+        qid = int(ext.get("queueId", mq.queue_id))
+        return SendResult(status, uniq or ext.get("msgId", ""), ext.get("msgId", ""),
+                          MessageQueue(mq.topic, mq.broker_name, qid), int(ext.get("queueOffset", -1)),
+                          transaction_id=ext.get("transactionId"))
+
+    def _send_local(self, link, mq, msg, body, props, sysflag, info, *, batch_ids: str | None = None) -> SendResult:
+        batch = batch_ids is not None
+        req = PutRequest(topic=mq.topic, body=body, properties=encode_properties(props), queue_id=mq.queue_id,
+                         flag=msg.flag if msg is not None else 0, sysflag=sysflag,
+                         born_host=(self._inst().client_ip, 0), producer_group=self.group, batch=batch,
+                         write_queues=sum(1 for q in info.queues if q.broker_name == mq.broker_name))
+        status = SendStatus.SEND_OK
+        try:
+            with link.lock:
+                pr = link.pipeline.put(req)
+        except StaleSegment:
+            self.links.invalidate(mq.broker_name)  # the broker restarted: re-attach next time
+            raise
+        except FlushDiskTimeout as e:
+            pr, status = e.result, SendStatus.FLUSH_DISK_TIMEOUT
+        uniq = batch_ids if batch else props.get(UNIQ_KEY)
+        return SendResult(status, uniq or pr.msg_id, pr.msg_id,
+                          MessageQueue(mq.topic, mq.broker_name, pr.request_queue_id), pr.queue_offset)
+
+    # ---- async and oneway ------------------------------------------------------------------
+    def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> concurrent.futures.Future:
+        """Returns a Future of the SendResult; ``callback(result_or_exception)`` runs when it is done."""
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        if callback is not None:
+            fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
+        try:
+            body, props, sysflag = self._prepare(msg)
+            info = self._publish_info(msg.topic)
+            mq = self._select(info, None)
+            link = None if info.via_default else self.links.get(mq.broker_name)
+            if link is not None:
+                fut.set_result(self._send_local(link, mq, msg, body, props, sysflag, info))
+                return fut
+            inst = self._inst()
+            cmd_args = (mq, msg, body, props, sysflag)
+            inner = inst.call_soon(self._send_async_tcp(cmd_args, timeout or self.send_timeout))
+        except Exception as e:
+            fut.set_exception(e)
+            return fut
+
+        def done(f):
+            if f.cancelled():
+                fut.cancel()
+            elif f.exception() is not None:
+                fut.set_exception(f.exception())
+            else:
+                fut.set_result(f.result())
+        inner.add_done_callback(done)
+        return fut
+
+    async def _send_async_tcp(self, args, timeout: float) -> SendResult:
+        mq, msg, body, props, sysflag = args
+        inst = self._inst()
+        last: Exception | None = None
+        for _ in range(1 + self.retry_times_async):  # same broker, as RocketMQ's async retry
+            addr = inst.master_addr(mq.broker_name)
+            try:
+                if addr is None:
+                    raise RemotingError(f"no address for broker {mq.broker_name}")
+                resp = await inst.invoke(addr, self._send_request(mq, msg, body, props, sysflag, batch=False), timeout)
+                return self._send_result(resp, mq, props.get(UNIQ_KEY))
+            except (RemotingError, BrokerError) as e:
+                if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
+                    raise
+                last = e
+        raise last
+
+    def send_oneway(self, msg: Message) -> None:
+        body, props, sysflag = self._prepare(msg)
+        info = self._publish_info(msg.topic)
+        mq = self._select(info, None)
+        link = None if info.via_default else self.links.get(mq.broker_name)
+        if link is not None:
+            try:
+                self._send_local(link, mq, msg, body, props, sysflag, info)
+            except ShmqError as e:  # oneway: the caller asked not to hear about it
+                log.debug("oneway send failed: %s", e)
+            return
+        inst = self._inst()
+        addr = inst.master_addr(mq.broker_name)
+        if addr is None:
+            return
+        cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
+        cmd.flag |= 2
+        inst.call(inst.invoke_oneway(addr, cmd), self.send_timeout)
+
+    # ---- batch -----------------------------------------------------------------------------
+    def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
+        """One topic, no delay, not a retry topic, at most 4 MiB encoded: stored as consecutive
+        messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
+        if not msgs:
+            raise InvalidMessage("an empty batch")
+        topic = msgs[0].topic
+        entries, ids = [], []
+        for m in msgs:
+            if m.topic != topic:
+                raise InvalidMessage("the topic of the messages in one batch should be the same")
+            if m.delay_level:
+                raise InvalidMessage("TimeDelayLevel is not supported for batching")
+            if topic.startswith("%RETRY%"):
+                raise InvalidMessage("retry group topic is not supported for batching")
+            body, props, _ = self._prepare(m, compress=False)
+            ids.append(props[UNIQ_KEY])
+            entries.append((body, encode_properties(props).encode(), m.flag))
+        batch = encode_batch(entries)
+        if len(batch) > MAX_BATCH_BYTES:
+            raise MessageTooLarge(len(batch), MAX_BATCH_BYTES)
+        info = self._publish_info(topic)
+        deadline = time.monotonic() + (timeout or self.send_timeout)
+        last: Exception | None = None
+        avoid = None
+        for _ in range(1 + self.retry_times):
+            mq = self._select(info, avoid)
+            try:
+                link = None if info.via_default else self.links.get(mq.broker_name)
+                if link is not None:
+                    return self._send_local(link, mq, None, batch, {}, 0, info, batch_ids=",".join(ids))
+                inst = self._inst()
+                addr = inst.master_addr(mq.broker_name)
+                if addr is None:
+                    raise RemotingError(f"no address for broker {mq.broker_name}")
+                cmd = self._send_request(mq, Message(topic, b"-"), batch, {}, 0, batch=True)
+                left = max(0.001, deadline - time.monotonic())
+                resp = inst.call(inst.invoke(addr, cmd, left), left + 1)
+                return self._send_result(resp, mq, ",".join(ids))
+            except (RemotingError, BrokerError, StaleSegment) as e:
+                if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
+                    raise
+                last, avoid = e, mq.broker_name
+        raise last

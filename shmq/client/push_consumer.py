@@ -1,0 +1,225 @@
+"""PushConsumer: messages pulled in the background are handed to a listener on a pool of
+consume threads (DESIGN §6).
+
+Concurrently (orderly=False): any thread takes any batch; RECONSUME_LATER sends the messages
+back to the broker (CONSUMER_SEND_MSG_BACK: %RETRY%<group>, delay level 3 + reconsume
+times, %DLQ%<group> after max_reconsume_times), or re-delivers locally if that fails.
+Orderly (orderly=True): a queue is consumed only while this client holds its lock on the
+broker (LOCK_BATCH_MQ, renewed every 20 s, 60 s lease), and by one thread at a time, in
+queue order; SUSPEND_CURRENT_QUEUE_A_MOMENT retries the same messages after a pause.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import time
+
+from shmq.errors import ShmqError
+from shmq.protocol import RequestCode, request
+from shmq.protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, MessageQueue as WireMQ
+from shmq.protocol.bodies import decode_json, encode_json
+
+from .consumer_core import ConsumerCore, ProcessQueue
+from .message import ConsumeResult, MessageExt, MessageQueue
+
+log = logging.getLogger("shmq.client.push")
+
+LOCK_RENEW_S = 20.0
+LOCK_LEASE_S = 30.0  # consume only while the lock was confirmed this recently (broker: 60 s)
+SUSPEND_S = 1.0
+
+
+class PushConsumer(ConsumerCore):
+    def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, model: str = "CLUSTERING",
+                 orderly: bool = False, consume_threads: int = 20, consume_batch_size: int = 1,
+                 max_reconsume_times: int = 16, suspend_time_s: float = SUSPEND_S, **kw):
+        super().__init__(group, namesrv, model=model, **kw)
+        self.orderly = orderly
+        self.consume_threads = consume_threads
+        self.consume_batch_size = consume_batch_size
+        self.max_reconsume_times = max_reconsume_times
+        self.suspend_time_s = suspend_time_s
+        self.listener = None
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def on_message(self, listener) -> None:
+        """``listener(msgs: list[MessageExt]) -> ConsumeResult``; an exception counts as
+        RECONSUME_LATER (SUSPEND_CURRENT_QUEUE_A_MOMENT for orderly consumers)."""
+        self.listener = listener
+
+    register_listener = on_message
+
+    def start(self):
+        if self.listener is None:
+            raise ShmqError("set a listener with on_message() before start()")
+        self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_threads, thread_name_prefix=f"shmq-consume-{self.group}")
+        super().start()
+        if self.orderly and self.model == "CLUSTERING":
+            self._bg.append(self.instance.call_soon(self._every(LOCK_RENEW_S, self._renew_locks)))
+        return self
+
+    def _stop_consuming(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+    # ---- delivery ------------------------------------------------------------------------
+    def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self.orderly:
+            self._submit(self._consume_orderly, pq)
+            return
+        n = self.consume_batch_size
+        for i in range(0, len(msgs), n):
+            self._submit(self._consume_concurrently, pq, msgs[i:i + n])
+
+    def _submit(self, fn, *args) -> None:
+        try:
+            self._pool.submit(fn, *args)
+        except RuntimeError:  # shutting down
+            pass
+
+    def _call_listener(self, msgs: list[MessageExt]):
+        try:
+            r = self.listener(msgs)
+            return r if r is not None else ConsumeResult.SUCCESS
+        except Exception:
+            log.exception("%s: listener raised; the messages will be consumed again", self.group)
+            return None
+
+    # ---- concurrently --------------------------------------------------------------------
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if pq.dropped:
+            return
+        result = self._call_listener(msgs)
+        if result is not ConsumeResult.SUCCESS and self.model == "CLUSTERING":
+            failed = [m for m in msgs if not self._send_back(m)]
+            if failed:  # the broker did not take them back: consume them again here, later
+                time.sleep(min(5.0, 0.2 * (1 + failed[0].reconsume_times)))
+                for m in failed:
+                    m.reconsume_times += 1
+                self._submit(self._consume_concurrently, pq, failed)
+                done = [m for m in msgs if m not in failed]
+                if done:
+                    self.commit(pq, pq.remove(done))
+                return
+        elif result is not ConsumeResult.SUCCESS:
+            log.warning("%s: BROADCASTING drops %d messages the listener did not consume", self.group, len(msgs))
+        self.commit(pq, pq.remove(msgs))
+
+    def _send_back(self, m: MessageExt, delay_level: int = 0) -> bool:
+        inst = self.instance
+        if inst is None:
+            return False
+        addr = inst.master_addr(m.broker_name)
+        cmd = request(RequestCode.CONSUMER_SEND_MSG_BACK, offset=m.commit_log_offset, group=self.group,
+                      delayLevel=delay_level, originMsgId=m.msg_id, originTopic=m.topic, unitMode=False,
+                      maxReconsumeTimes=self.max_reconsume_times)
+        try:
+            if addr is None:
+                raise ShmqError(f"no address for {m.broker_name}")
+            resp = inst.call(inst.invoke(addr, cmd, 5.0), 10)
+            return resp.code == 0
+        except Exception as e:
+            log.debug("send back of %s failed: %s", m.msg_id, e)
+            return False
+
+    # ---- orderly -------------------------------------------------------------------------
+    def _may_pull(self, pq: ProcessQueue) -> bool:
+        return not self.orderly or self.model != "CLUSTERING" or pq.locked
+
+    async def _lock(self, mqs: list[MessageQueue]) -> set[MessageQueue]:
+        inst = self.instance
+        by_broker: dict[str, list[MessageQueue]] = {}
+        for mq in mqs:
+            by_broker.setdefault(mq.broker_name, []).append(mq)
+        ok: set[MessageQueue] = set()
+        for broker, group in by_broker.items():
+            addr = inst.master_addr(broker)
+            if addr is None:
+                continue
+            body = LockBatchRequestBody(consumerGroup=self.group, clientId=inst.client_id,
+                                        mqSet=[WireMQ(topic=m.topic, brokerName=m.broker_name, queueId=m.queue_id) for m in group])
+            try:
+                resp = await inst.invoke(addr, request(RequestCode.LOCK_BATCH_MQ, body=encode_json(body)))
+                if resp.code == 0:
+                    got = decode_json(resp.body, LockBatchResponseBody).lockOKMQSet
+                    ok.update(MessageQueue(w.topic, w.brokerName, w.queueId) for w in got)
+            except ShmqError as e:
+                log.debug("lock on %s failed: %s", broker, e)
+        return ok
+
+    async def _queue_added(self, mq: MessageQueue) -> bool:
+        if not self.orderly or self.model != "CLUSTERING":
+            return True
+        return mq in await self._lock([mq])
+
+    async def _queue_removed(self, pq: ProcessQueue) -> None:
+        await super()._queue_removed(pq)
+        if self.orderly and self.model == "CLUSTERING":
+            # wait for the consuming thread to finish its batch before giving the lock away
+            await asyncio.get_running_loop().run_in_executor(None, self._wait_consume_idle, pq)
+            inst = self.instance
+            addr = inst.master_addr(pq.mq.broker_name)
+            body = LockBatchRequestBody(consumerGroup=self.group, clientId=inst.client_id,
+                                        mqSet=[WireMQ(topic=pq.mq.topic, brokerName=pq.mq.broker_name, queueId=pq.mq.queue_id)])
+            try:
+                if addr:
+                    await inst.invoke(addr, request(RequestCode.UNLOCK_BATCH_MQ, body=encode_json(body)))
+            except ShmqError:
+                pass
+
+    @staticmethod
+    def _wait_consume_idle(pq: ProcessQueue) -> None:
+        if pq.consume_lock.acquire(timeout=10):
+            pq.consume_lock.release()
+
+    async def _renew_locks(self) -> None:
+        mqs = [mq for mq in self.pqs if not mq.topic.startswith("%RETRY%")]
+        ok = await self._lock(mqs) if mqs else set()
+        now = time.monotonic()
+        for mq, pq in list(self.pqs.items()):
+            if mq in ok or mq.topic.startswith("%RETRY%"):
+                pq.locked, pq.lock_until = True, now + LOCK_LEASE_S
+            else:
+                pq.locked = False
+
+    def _pq_locked(self, pq: ProcessQueue) -> bool:
+        if self.model != "CLUSTERING" or pq.mq.topic.startswith("%RETRY%"):
+            return True
+        return pq.locked and time.monotonic() < pq.lock_until
+
+    def _consume_orderly(self, pq: ProcessQueue) -> None:
+        if not pq.consume_lock.acquire(blocking=False):
+            return  # another thread is on this queue; it will pick up what was added
+        try:
+            while not pq.dropped and self._running:
+                if not self._pq_locked(pq):
+                    time.sleep(0.1)
+                    continue
+                msgs = pq.first(self.consume_batch_size)
+                if not msgs:
+                    return
+                result = self._call_listener(msgs)
+                if result is ConsumeResult.SUCCESS:
+                    self.commit(pq, pq.remove(msgs))
+                    continue
+                # suspend: the same messages again after a pause; past the max, to the DLQ
+                if msgs[0].reconsume_times >= self.max_reconsume_times:
+                    for m in msgs:
+                        self._send_back(m, delay_level=-1)
+                    self.commit(pq, pq.remove(msgs))
+                    continue
+                for m in msgs:
+                    m.reconsume_times += 1
+                time.sleep(self.suspend_time_s)
+        finally:
+            pq.consume_lock.release()
+        if pq.count and not pq.dropped:
+            self._submit(self._consume_orderly, pq)
+
+    def _prepare_pq(self, pq: ProcessQueue) -> None:
+        if self.orderly:  # _queue_added just took the broker's lock for it
+            pq.locked, pq.lock_until = True, time.monotonic() + LOCK_LEASE_S
+
+
+__all__ = ["PushConsumer"]
