@@ -96,3 +96,35 @@ def send_back(pipeline: PutPipeline, record_offset: int, group: str, delay_level
                              born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                              reconsume_times=msg.reconsume_times + 1, wait_flush=False)
     return SendBackResult(topic, queue_id, msg.reconsume_times + 1, res.delay_level, dead, res)
+
+
+# ---- for the processors ------------------------------------------------------------------
+V3_4_9 = 121  # MQVersion V3_4_9: from this request version on, the header's maxReconsumeTimes counts
+
+
+def max_reconsume_times_of(request_version: int, header_value: int | None,
+                           group_retry_max_times: int = DEFAULT_MAX_RECONSUME_TIMES) -> int:
+    """The maxReconsumeTimes a SEND_MESSAGE to %RETRY%G or a CONSUMER_SEND_MSG_BACK obeys:
+    the header's when the client is new enough to send it, else the group's retryMaxTimes."""
+    if request_version >= V3_4_9 and header_value is not None:
+        return header_value
+    return group_retry_max_times
+
+
+def answer_send_back(pipeline: PutPipeline, offset: int, group: str, delay_level: int,
+                     max_reconsume_times: int | None, request_version: int, *,
+                     group_retry_max_times: int = DEFAULT_MAX_RECONSUME_TIMES, retry_queue_nums: int = 1,
+                     origin_msg_id: str | None = None, origin_topic: str | None = None) -> tuple[int, str | None]:
+    """CONSUMER_SEND_MSG_BACK's (response code, remark) once the processor has checked the
+    group exists (26) and the broker is writable (16). A group with retryQueueNums <= 0 is
+    answered SUCCESS without storing (as RocketMQ does); any failure is SYSTEM_ERROR with
+    the reason as remark (RocketMQ puts the put status there)."""
+    if retry_queue_nums <= 0:
+        return 0, None
+    limit = max_reconsume_times_of(request_version, max_reconsume_times, group_retry_max_times)
+    try:
+        send_back(pipeline, offset, group, delay_level, origin_msg_id, origin_topic, limit,
+                  retry_queue_nums=retry_queue_nums)
+    except ShmqError as e:
+        return SYSTEM_ERROR, e.remark or str(e)
+    return 0, None

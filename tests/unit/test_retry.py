@@ -111,3 +111,17 @@ def test_no_record_at_offset(pipe, offset):
     with pytest.raises(ShmqError) as e:
         send_back(pipe, offset, "G")
     assert e.value.code == 1 and f"look message by offset failed, {offset}" in str(e.value)
+
+
+def test_processor_answer(pipe):
+    from shmq.broker.retry import answer_send_back, max_reconsume_times_of
+    assert max_reconsume_times_of(121, 3) == 3 and max_reconsume_times_of(120, 3) == 16
+    assert max_reconsume_times_of(400, None, 5) == 5
+    r = pipe.put(PutRequest("T", b"x", queue_id=0, reconsume_times=3))
+    assert answer_send_back(pipe, r.phys_offset, "G", 0, 3, 401) == (0, None)
+    assert pipe.store.max_offset("%DLQ%G", 0) == 1                       # header max honoured
+    assert answer_send_back(pipe, r.phys_offset, "G", 0, 3, 100) == (0, None)
+    assert pipe.store.max_offset(SCHEDULE_TOPIC, 5) == 1                 # old client: 16, level 6
+    assert answer_send_back(pipe, r.phys_offset, "G", 0, None, 401, retry_queue_nums=0) == (0, None)
+    code, remark = answer_send_back(pipe, 12345678, "G", 0, None, 401)
+    assert code == 1 and remark == "look message by offset failed, 12345678"
