@@ -8,7 +8,7 @@
 //                              [--body TEXT]   (body of message i is TEXT-i)
 //       {"event":"sent","index":i,"msgId":...,"offsetMsgId":...,"queueId":...,"queueOffset":...,"status":...}
 //   node ons_client.js consume --namesrv H:P --topic T --group G [--count N] [--expr '*'] [--timeout MS]
-//                              [--from first|last]
+//                              [--from first|last] [--heartbeat MS]
 //       {"event":"message","msgId":...,"topic":...,"tags":...,"keys":[...],"body":"...","queueId":...,"queueOffset":...}
 // Every mode ends with {"event":"done",...} and exit code 0, or {"event":"error",...} and exit code 1.
 'use strict';
@@ -120,6 +120,7 @@ async function consume(args) {
     instanceName: `c${process.pid}`,
     consumeFromWhere: args.from === 'last' ? 'CONSUME_FROM_LAST_OFFSET' : 'CONSUME_FROM_FIRST_OFFSET',
     rebalanceInterval: 1000,
+    heartbeatBrokerInterval: Number(args.heartbeat || 30000),
   });
   let seen = 0;
   let finish;
