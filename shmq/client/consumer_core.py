@@ -261,7 +261,7 @@ class ConsumerCore:
                 self._prepare_pq(pq)
                 self.pqs[mq] = pq
                 log.info("%s: took %s from offset %d", self.group, mq, start)
-                self._start_pulling(pq)
+                await self._start_pulling(pq)
 
     async def _queue_added(self, mq: MessageQueue) -> bool:
         return True
@@ -298,8 +298,8 @@ class ConsumerCore:
         await self.offsets.persist()
 
     # ---- pulling -----------------------------------------------------------------------
-    def _start_pulling(self, pq: ProcessQueue) -> None:
-        link = self.links.get(pq.mq.broker_name)
+    async def _start_pulling(self, pq: ProcessQueue) -> None:
+        link = await self.links.aget(pq.mq.broker_name)
         if link is not None:
             self._ensure_local_thread(pq.mq.broker_name)
         else:

@@ -61,25 +61,35 @@ class LocalLinks:
         self._lock = threading.Lock()
 
     def get(self, broker_name: str, cluster: str = "DefaultCluster") -> LocalLink | None:
+        """From a user thread."""
         if self.mode == "never":
             return None
         link = self._links.get(broker_name, False)
-        if link is False or (link is not None and not link.alive):
-            with self._lock:
-                link = self._links.get(broker_name, False)
-                if link is False or (link is not None and not link.alive):
-                    if link:
-                        link.close()
-                    link = self._attach(broker_name, cluster)
-                    self._links[broker_name] = link
+        if link is not False and (link is None or link.alive):
+            return link
+        return self.instance.call(self.aget(broker_name, cluster), 10)
+
+    async def aget(self, broker_name: str, cluster: str = "DefaultCluster") -> LocalLink | None:
+        """From the client's loop (attach info is asked over TCP; the attach itself is a few
+        file operations)."""
+        if self.mode == "never":
+            return None
+        link = self._links.get(broker_name, False)
+        if link is not False and (link is None or link.alive):
+            return link
+        if link:
+            link.close()
+        link = await self._attach(broker_name, cluster)
+        with self._lock:
+            self._links[broker_name] = link
         return link
 
-    def _attach(self, broker_name: str, cluster: str) -> LocalLink | None:
+    async def _attach(self, broker_name: str, cluster: str) -> LocalLink | None:
         addr = self.instance.master_addr(broker_name)
         try:
             if addr is None:
                 raise ShmqError(f"no address for broker {broker_name}")
-            resp = self.instance.call(self.instance.invoke(addr, RemotingCommand(code=SHMQ_GET_ATTACH_INFO), 3.0), 5)
+            resp = await self.instance.invoke(addr, RemotingCommand(code=SHMQ_GET_ATTACH_INFO), 3.0)
             if resp.code != 0 or "storeRoot" not in resp.ext_fields:
                 raise ShmqError(f"broker {broker_name} gave no attach info (code {resp.code}: {resp.remark})")
             info = resp.ext_fields

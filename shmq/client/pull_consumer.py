@@ -51,7 +51,7 @@ class PullConsumer(ConsumerCore):
             start = await self._start_offset(mq)
             pq = ProcessQueue(mq, start)
             self.pqs[mq] = pq
-            self._start_pulling(pq)
+            await self._start_pulling(pq)
 
     def assignment(self) -> list[MessageQueue]:
         return sorted(self.pqs)
@@ -105,7 +105,7 @@ class PullConsumer(ConsumerCore):
             npq = ProcessQueue(mq, offset)
             self.pqs[mq] = npq
             self.offsets.update(mq, offset, increase_only=False)
-            self._start_pulling(npq)
+            await self._start_pulling(npq)
         inst.call(do_seek(), 10)
 
     def committed(self, mq: MessageQueue) -> int:
