@@ -1,0 +1,150 @@
+"""The producer and consumer loops every adapter runs, so shmq and each peer do exactly the
+same work around their own send and receive calls.
+
+Both loops take their clock and their stop test as arguments, so the tests drive them with a
+fake clock (tests/unit/test_bench_histogram.py: a synthetic stall).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable
+
+from .histogram import LatencyRecorder, Pacer, wait_until
+from .scenarios import HEADER, Scenario
+
+STOP_CHECK_EVERY = 64  # send calls between looks at the stop flag
+
+
+def producer_count(sc: Scenario, idx: int) -> int:
+    """Messages producer ``idx`` sends in count mode (the total split evenly)."""
+    if not sc.count_mode:
+        return 0
+    q, r = divmod(sc.count, sc.producers)
+    return q + (1 if idx < r else 0)
+
+
+def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int, go_ns: int, *,
+            stop: Callable[[], bool] = lambda: False, progress: Callable[[int], None] | None = None,
+            clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> dict:
+    """Send this producer's share; returns {"sent", "sent_window", "end_ns"}.
+
+    Paced (``sc.rate``): message i is due at ``go + offset + i / rate_per_producer`` and is
+    stamped with that due time whether it leaves on time or late (coordinated omission).
+    Unpaced: stamped with the clock just before the send call."""
+    rate = sc.rate / sc.producers if sc.rate else 0.0
+    pacer = Pacer(go_ns, rate, offset_ns=int(idx * (1e9 / sc.rate)) if sc.rate else 0)
+    paced = pacer.paced
+    count = producer_count(sc, idx)
+    warm_end = go_ns + (0 if sc.count_mode else int(sc.warmup * 1e9))
+    end = None if sc.count_mode else go_ns + int((sc.warmup + sc.duration) * 1e9)
+    pad = b"x" * (sc.size - HEADER.size)
+    pack = HEADER.pack
+    b = sc.batch
+    seq = sent_window = calls = 0
+    while True:
+        if count and seq >= count:
+            break
+        calls += 1
+        if calls % STOP_CHECK_EVERY == 0:
+            if stop():
+                break
+            if progress is not None:
+                progress(seq)
+        if paced:
+            stamp = pacer.due(seq)
+            if end is not None and stamp >= end:
+                break
+            wait_until(stamp, clock, sleep)
+        else:
+            stamp = clock()
+            if end is not None and stamp >= end:
+                break
+        n = min(b, count - seq) if count else b
+        if n == 1 or send_batch is None:
+            for k in range(n):
+                send(pack(stamp, idx, seq + k) + pad)
+        else:
+            send_batch([pack(stamp, idx, seq + k) + pad for k in range(n)])
+        seq += n
+        if stamp >= warm_end:
+            sent_window += n
+    if progress is not None:
+        progress(seq)
+    return {"sent": seq, "sent_window": sent_window, "end_ns": clock()}
+
+
+class Consumer:
+    """Checks and times every message a receiver hands over (``handle(bodies)``), from the
+    receive loop (``run``) or from a push client's callback thread."""
+
+    def __init__(self, sc: Scenario, go_ns: int, *, clock: Callable[[], int] = time.monotonic_ns,
+                 progress: Callable[[int], None] | None = None, threadsafe: bool = False):
+        self.sc = sc
+        self.clock = clock
+        self.progress = progress
+        self.recorder = LatencyRecorder()
+        self.warm_end = go_ns + (0 if sc.count_mode else int(sc.warmup * 1e9))
+        self.window_end = None if sc.count_mode else go_ns + int((sc.warmup + sc.duration) * 1e9)
+        self.window_start = self.warm_end
+        self.received = self.in_window = self.duplicates = self.corrupt = 0
+        self.first_ns = self.last_ns = 0
+        self._pad = b"x" * (sc.size - HEADER.size)
+        self._seen: list[bytearray] = []
+        self._lock = threading.Lock() if threadsafe else None
+
+    def handle(self, bodies) -> None:
+        if self._lock is not None:
+            with self._lock:
+                self._handle(bodies)
+        else:
+            self._handle(bodies)
+
+    def _handle(self, bodies) -> None:
+        now = self.clock()
+        size, hs, pad = self.sc.size, HEADER.size, self._pad
+        unpack = HEADER.unpack_from
+        warm_end = self.warm_end
+        record = self.sc.records_latency
+        add = self.recorder.add
+        seen = self._seen
+        for body in bodies:
+            if len(body) != size or body[hs:] != pad:
+                self.corrupt += 1
+                continue
+            stamp, p, seq = unpack(body)
+            while p >= len(seen):
+                seen.append(bytearray())
+            s = seen[p]
+            if seq >= len(s):
+                s.extend(bytes(max(seq + 1 - len(s), len(s), 4096)))
+            if s[seq]:
+                self.duplicates += 1
+                continue
+            s[seq] = 1
+            if record and stamp >= warm_end:
+                add(now - stamp)
+        n = len(bodies)
+        if not self.first_ns:
+            self.first_ns = now
+        self.last_ns = now
+        self.received += n
+        if now >= self.window_start and (self.window_end is None or now < self.window_end):
+            self.in_window += n
+        if self.progress is not None:
+            self.progress(self.received)
+
+    def run(self, recv: Callable[[float], list], stop: Callable[[], bool]) -> None:
+        """Receive until ``stop()``: ``recv(timeout_s)`` returns a list of bodies (maybe empty)."""
+        handle = self.handle if self._lock is not None else self._handle
+        maybe_fold = self.recorder.maybe_fold
+        while not stop():
+            bodies = recv(0.05)
+            if bodies:
+                handle(bodies)
+                maybe_fold()
+
+    def report(self) -> dict:
+        return {"received": self.received, "in_window": self.in_window, "duplicates": self.duplicates,
+                "corrupt": self.corrupt, "first_ns": self.first_ns, "last_ns": self.last_ns,
+                "histogram": self.recorder.encode()}

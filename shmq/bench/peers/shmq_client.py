@@ -1,0 +1,114 @@
+"""shmq through its public client API (DESIGN §6), against a broker this run started:
+``Producer(group, namesrv=..., local=...)`` with ``send`` / ``send_batch``, and
+``PushConsumer(group, namesrv=..., model="CLUSTERING")`` with an ``on_message`` listener
+(consume batches of up to 32, reading from the first offset of a fresh topic).
+
+``--transport local`` runs the clients with ``local="always"`` (they must attach to the
+store's shared memory: a failure to attach is an error, never a silent TCP run);
+``--transport tcp`` with ``local="never"`` (RocketMQ remoting over loopback). The broker's
+processes (supervisor and workers) count as "broker" CPU. Rows degrade to a note when the
+client is not exported by ``shmq`` or the broker cannot start.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import time
+
+from .base import FuncSender, Peer
+
+_topics = itertools.count()
+
+
+def client_missing() -> str | None:
+    try:
+        from shmq import ConsumeResult, Message, Producer, PushConsumer  # noqa: F401
+    except (ImportError, AttributeError) as e:
+        return f"the shmq client API is not available yet ({e})"
+    return None
+
+
+class ShmqClientPeer(Peer):
+    name = "shmq"
+    description = "shmq Producer / PushConsumer (public API) through a shmq-broker started for the run"
+    is_shmq = True
+    durable = True
+
+    def __init__(self):
+        self._flush = "ASYNC_FLUSH"
+        self._env = None
+
+    def skip_reason(self, sc, env):
+        return client_missing() or super().skip_reason(sc, env)
+
+    def setup(self, sc, env, tmpdir):
+        self._env = env
+        self._flush = "SYNC_FLUSH" if sc.durable else "ASYNC_FLUSH"
+        ns = env.namesrv()
+        broker = env.broker(self._flush)
+        topic = f"Bench{os.getpid()}x{next(_topics)}"
+        queues = max(4, sc.consumers, sc.producers)
+        create_topic(broker, ns, topic, queues)
+        return {"namesrv": ns, "topic": topic, "group": f"bench-{topic}",
+                "local": "always" if sc.transport == "local" else "never"}
+
+    def service_pids(self):
+        return self._env.broker_pids(self._flush) if self._env else []
+
+    @classmethod
+    def open_sender(cls, ch, sc, idx):
+        from shmq import Message, Producer
+        p = Producer(f"{ch['group']}-p{idx}", namesrv=ch["namesrv"], local=ch["local"])
+        p.start()
+        topic = ch["topic"]
+        send, send_batch = p.send, p.send_batch
+        return FuncSender(lambda body: send(Message(topic, body)),
+                          lambda bodies: send_batch([Message(topic, b) for b in bodies]), p.shutdown)
+
+    @classmethod
+    def open_receiver(cls, ch, sc, idx):
+        return _PushReceiver(ch, idx)
+
+
+class _PushReceiver:
+    def __init__(self, ch, idx):
+        self.ch = ch
+        self.idx = idx
+        self.consumer = None
+
+    def start(self, handle) -> None:
+        from shmq import ConsumeResult, PushConsumer
+        success = ConsumeResult.SUCCESS
+
+        def listener(msgs):
+            handle([m.body for m in msgs])
+            return success
+
+        c = PushConsumer(self.ch["group"], namesrv=self.ch["namesrv"], model="CLUSTERING", local=self.ch["local"],
+                         consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0)
+        c.subscribe(self.ch["topic"], "*")
+        c.on_message(listener)
+        c.start()
+        self.consumer = c
+
+    def close(self) -> None:
+        if self.consumer is not None:
+            self.consumer.shutdown()
+
+
+def create_topic(broker: str, namesrv: str, topic: str, queues: int, timeout: float = 15.0) -> None:
+    """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
+    from shmq.protocol import RequestCode, SyncRemotingClient, request
+    from shmq.protocol.headers import CreateTopicRequestHeader
+    h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues, writeQueueNums=queues,
+                                 perm=6, topicFilterType="SINGLE_TAG")
+    with SyncRemotingClient(broker, timeout=5) as c:
+        r = c.invoke(request(RequestCode.UPDATE_AND_CREATE_TOPIC, h))
+        if r.code != 0:
+            raise RuntimeError(f"create topic {topic}: code {r.code} {r.remark}")
+    deadline = time.monotonic() + timeout
+    with SyncRemotingClient(namesrv, timeout=5) as c:
+        while c.invoke(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic=topic)).code != 0:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the NameServer has no route for {topic} after {timeout:.0f} s")
+            time.sleep(0.05)

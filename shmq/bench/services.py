@@ -1,0 +1,256 @@
+"""Everything a bench run starts outside its own process, and the guarantee that it goes away.
+
+``Env`` owns one temporary root (``shmq-bench-*`` under the system temp dir); every store,
+socket and server directory of the run lives below it. Processes are tracked by pid and
+stopped by pid (SIGTERM, then SIGKILL); the shared-memory control block of every store
+created here is unlinked by name; the temporary root is removed. ``Env.close`` does all of
+that whatever happened before (also at interpreter exit, and it is idempotent), and keeps
+an inventory (``Env.inventory``) the tests check against.
+
+Servers: ``namesrv()`` runs ``shmq-namesrv --port 0``; ``broker(flush)`` runs ``shmq-broker``
+on a temporary store (one per flush mode, started on first use); each is skipped with a
+reason when its command is not installed yet or fails to start.
+"""
+from __future__ import annotations
+
+import atexit
+import importlib.util
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+#: broker settings for bench runs: short registration so new topics route at once
+BROKER_SETTINGS = {
+    "registerNameServerPeriod": 1000,
+    "mappedFileSizeCommitLog": 256 * 1024 * 1024,
+    "autoCreateTopicEnable": "true",
+}
+
+
+class ServiceUnavailable(Exception):
+    """A server the run wanted could not be started (the message says why)."""
+
+
+class Env:
+    def __init__(self, *, workers: int | None = None, keep: bool = False):
+        self.root = tempfile.mkdtemp(prefix="shmq-bench-")
+        self.workers = workers
+        self.keep = keep
+        self._pids: dict[int, subprocess.Popen | None] = {}
+        self._stores: set[str] = set()
+        self._dirs: list[str] = [self.root]
+        self._namesrv: str | None = None
+        self._namesrv_error: str | None = None
+        self._brokers: dict[str, str | Exception] = {}
+        self.inventory = {"pids": [], "segments": [], "dirs": [self.root]}
+        self._closed = False
+        atexit.register(self.close)
+
+    # ---- bookkeeping ------------------------------------------------------------------
+    def tmpdir(self, prefix: str) -> str:
+        d = tempfile.mkdtemp(prefix=prefix, dir=self.root)
+        return d
+
+    def remove_tmpdir(self, d: str) -> None:
+        shutil.rmtree(d, ignore_errors=True)
+
+    def track_process(self, pid: int, popen: subprocess.Popen | None = None) -> None:
+        self._pids[pid] = popen
+        self.inventory["pids"].append(pid)
+
+    def untrack_process(self, pid: int) -> None:
+        self._pids.pop(pid, None)
+
+    def track_store(self, root: str) -> None:
+        """A store whose shm control block must not outlive the run."""
+        from shmq.store.control import segment_name
+        self._stores.add(os.path.abspath(root))
+        self.inventory["segments"].append(segment_name(root))
+
+    # ---- servers ----------------------------------------------------------------------
+    def spawn(self, argv: list[str], ready: str, log_name: str, timeout: float = 30.0,
+              env: dict | None = None) -> tuple[subprocess.Popen, re.Match]:
+        """Start a server in its own session (Ctrl-C in the terminal does not reach it; we stop
+        it by pid) and wait for a stdout line matching ``ready``."""
+        log_path = os.path.join(self.root, log_name)
+        with open(log_path, "wb") as log:
+            p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
+                                 start_new_session=True, env=env)
+        self.track_process(p.pid, p)
+        pattern = re.compile(ready)
+        sel = selectors.DefaultSelector()
+        sel.register(p.stdout, selectors.EVENT_READ)
+        deadline = time.monotonic() + timeout
+        buf = b""
+        try:
+            while time.monotonic() < deadline:
+                if not sel.select(0.1):
+                    if p.poll() is not None:
+                        break
+                    continue
+                chunk = os.read(p.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buf += chunk
+                for line in buf.decode(errors="replace").splitlines():
+                    m = pattern.search(line)
+                    if m:
+                        return p, m
+        finally:
+            sel.close()
+        self.stop_process(p.pid)
+        tail = _tail(log_path)
+        raise ServiceUnavailable(f"{os.path.basename(argv[0]) if argv[0] != sys.executable else ' '.join(argv[1:3])} "
+                                 f"did not start{': ' + tail if tail else ''}")
+
+    def namesrv(self) -> str:
+        """Address of this run's NameServer (started on first use)."""
+        if self._namesrv:
+            return self._namesrv
+        if self._namesrv_error:
+            raise ServiceUnavailable(self._namesrv_error)
+        if importlib.util.find_spec("shmq.cli.namesrv") is None:
+            self._namesrv_error = "shmq-namesrv is not installed"
+            raise ServiceUnavailable(self._namesrv_error)
+        try:
+            _, m = self.spawn([sys.executable, "-m", "shmq.cli.namesrv", "--port", "0", "--log-level", "WARNING"],
+                              r"listening on (\S+:\d+)", "namesrv.log")
+        except ServiceUnavailable as e:
+            self._namesrv_error = str(e)
+            raise
+        self._namesrv = m.group(1)
+        return self._namesrv
+
+    def broker(self, flush: str = "ASYNC_FLUSH") -> str:
+        """Address of this run's broker for ``flush`` (ASYNC_FLUSH or SYNC_FLUSH), started on
+        first use on a temporary store, registered with this run's NameServer."""
+        got = self._brokers.get(flush)
+        if isinstance(got, Exception):
+            raise got
+        if got:
+            return got
+        try:
+            if importlib.util.find_spec("shmq.cli.broker") is None:
+                raise ServiceUnavailable("shmq-broker is not installed yet (the broker issue)")
+            ns = self.namesrv()
+            store = os.path.join(self.root, f"broker-{flush.lower()}")
+            self.track_store(store)
+            argv = [sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store,
+                    "--namesrv", ns, "--log-level", "WARNING"]
+            if self.workers:
+                argv += ["--workers", str(self.workers)]
+            settings = dict(BROKER_SETTINGS, flushDiskType=flush, brokerName=f"bench-{flush.lower()}")
+            for k, v in settings.items():
+                argv += ["--set", f"{k}={v}"]
+            _, m = self.spawn(argv, r"listening on (\S+:\d+)", f"broker-{flush.lower()}.log", timeout=60)
+            self._brokers[flush] = m.group(1)
+            return m.group(1)
+        except ServiceUnavailable as e:
+            self._brokers[flush] = e
+            raise
+
+    def broker_pids(self, flush: str = "ASYNC_FLUSH") -> list[int]:
+        """Supervisor and workers of the broker for ``flush`` (for CPU accounting)."""
+        import psutil
+        out = []
+        for pid, p in self._pids.items():
+            if p is not None and "shmq.cli.broker" in p.args and f"bench-{flush.lower()}" in " ".join(p.args):
+                out.append(pid)
+                try:
+                    out += [c.pid for c in psutil.Process(pid).children(recursive=True)]
+                except psutil.Error:
+                    pass
+        return out
+
+    # ---- teardown ---------------------------------------------------------------------
+    def stop_process(self, pid: int, timeout: float = 10.0) -> None:
+        popen = self._pids.pop(pid, None)
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        if popen is not None:
+            try:
+                popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                popen.wait(5)
+            for f in (popen.stdout, popen.stderr):
+                if f:
+                    f.close()
+        else:
+            _wait_gone(pid, timeout)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # brokers before the NameServer (they unregister), newest first
+        for pid in reversed(list(self._pids)):
+            self.stop_process(pid)
+        for root in self._stores:
+            _unlink_segment(root)
+        if not self.keep:
+            for d in self._dirs:
+                shutil.rmtree(d, ignore_errors=True)
+        atexit.unregister(self.close)
+
+    def __enter__(self) -> "Env":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _unlink_segment(root: str) -> None:
+    try:
+        import posix_ipc
+
+        from shmq.store.control import segment_name
+        posix_ipc.unlink_shared_memory(segment_name(root))
+    except Exception:
+        pass
+
+
+def _wait_gone(pid: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            pass
+        time.sleep(0.02)
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _tail(path: str, n: int = 300) -> str:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()[-n:]
+        return " ".join(data.decode(errors="replace").split())
+    except OSError:
+        return ""
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -1,0 +1,62 @@
+"""``shmq-bench``: shmq's latency and throughput side by side with its peers. Argument parsing
+only; the harness is :mod:`shmq.bench` (runner, engine, peers).
+
+    shmq-bench                         # the standard suite (< 90 s), one table
+    shmq-bench --json r.json --plot r.png
+    shmq-bench e2e --rate 20000 --duration 5 --peers zmq,redis
+    shmq-bench produce --transport tcp --batch 32 --producers 2
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from shmq.bench import scenarios
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="shmq-bench", formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Latency and throughput of shmq beside multiprocessing.Queue, faster-fifo, pyzmq (ipc) and "
+                    "Redis Streams, moving the same messages between the same processes. With no scenario: the "
+                    "standard suite (local and TCP produce, e2e latency at 10,000 msgs/s, sync-flush).",
+        epilog="Scenarios: produce (throughput), e2e (latency at a fixed rate), pull (drain a backlog of --count), "
+               "sync-flush (every send on disk first). Latency at a fixed --rate is measured from each message's "
+               "intended send time (coordinated omission corrected).")
+    p.add_argument("scenario", nargs="?", choices=scenarios.KINDS, help="one scenario (default: the standard suite)")
+    p.add_argument("--transport", choices=scenarios.TRANSPORTS, default=None,
+                   help="shmq client path: local (shared memory) or tcp (remoting); default local")
+    p.add_argument("--size", type=int, default=None, help="message body bytes (default 100, at least 16)")
+    p.add_argument("--batch", type=int, default=None, help="messages per send call (send_batch); default 1")
+    p.add_argument("--producers", type=int, default=None, help="producer processes (default 1; sync-flush 4)")
+    p.add_argument("--consumers", type=int, default=None, help="consumer processes (default 1)")
+    p.add_argument("--rate", type=float, default=None, help="total msgs/s, fixed (default: as fast as possible; e2e 10000)")
+    p.add_argument("--duration", type=float, default=None, help="measured seconds (default 2)")
+    p.add_argument("--warmup", type=float, default=None, help="seconds before the measured window (default 0.5)")
+    p.add_argument("--count", type=int, default=None, help="send exactly N messages instead (pull: the backlog)")
+    p.add_argument("--peers", default=None,
+                   help="comma-separated peers: mpqueue, faster-fifo, zmq, redis (default all; 'none' for none)")
+    p.add_argument("--shmq", default=None, help="shmq rows: shmq (client API), shmq-store (store direct); default both")
+    p.add_argument("--json", metavar="FILE", help="write the results (schema shmq-bench/1) here")
+    p.add_argument("--plot", metavar="FILE.png", help="write the latency spectrum and throughput bars here")
+    p.add_argument("--workers", type=int, default=None, help="broker worker processes (default: the broker's)")
+    p.add_argument("--quick", action="store_true", default=os.environ.get("SHMQ_BENCH_QUICK") == "1",
+                   help="a seconds-long version (tests; also SHMQ_BENCH_QUICK=1)")
+    p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, stores)")
+    p.add_argument("--no-progress", action="store_true", help="no live progress line")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from shmq.bench import main as bench_main
+    try:
+        return bench_main.run(args)
+    except ValueError as e:
+        print(f"shmq-bench: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
