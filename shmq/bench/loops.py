@@ -11,7 +11,11 @@ import time
 from typing import Callable
 
 from .histogram import LatencyRecorder, Pacer, wait_until
+import struct
+
 from .scenarios import HEADER, Scenario
+
+STAMP = struct.Struct("<q")
 
 STOP_CHECK_EVERY = 64  # send calls between looks at the stop flag
 
@@ -75,12 +79,16 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
 
 
 class Consumer:
-    """Checks and times every message a receiver hands over (``handle(bodies)``), from the
+    """Times (and in count mode checks) every message a receiver hands over (``handle(bodies)``), from the
     receive loop (``run``) or from a push client's callback thread."""
 
     def __init__(self, sc: Scenario, go_ns: int, *, clock: Callable[[], int] = time.monotonic_ns,
-                 progress: Callable[[int], None] | None = None, threadsafe: bool = False):
+                 progress: Callable[[int], None] | None = None, threadsafe: bool = False,
+                 verify: bool | None = None):
         self.sc = sc
+        #: check length, padding and duplicates of every message (count mode by default:
+        #: duration runs measure, and the checks would cap every system at the consumer's pace)
+        self.verify = sc.count_mode if verify is None else verify
         self.clock = clock
         self.progress = progress
         self.recorder = LatencyRecorder()
@@ -102,11 +110,30 @@ class Consumer:
 
     def _handle(self, bodies) -> None:
         now = self.clock()
-        size, hs, pad = self.sc.size, HEADER.size, self._pad
-        unpack = HEADER.unpack_from
         warm_end = self.warm_end
         record = self.sc.records_latency
         add = self.recorder.add
+        if self.verify:
+            self._verify(bodies, now, warm_end, record, add)
+        elif record:
+            unpack = STAMP.unpack_from
+            for body in bodies:
+                stamp = unpack(body)[0]
+                if stamp >= warm_end:
+                    add(now - stamp)
+        n = len(bodies)
+        if not self.first_ns:
+            self.first_ns = now
+        self.last_ns = now
+        self.received += n
+        if now >= self.window_start and (self.window_end is None or now < self.window_end):
+            self.in_window += n
+        if self.progress is not None:
+            self.progress(self.received)
+
+    def _verify(self, bodies, now, warm_end, record, add) -> None:
+        size, hs, pad = self.sc.size, HEADER.size, self._pad
+        unpack = HEADER.unpack_from
         seen = self._seen
         for body in bodies:
             if len(body) != size or body[hs:] != pad:
@@ -124,15 +151,6 @@ class Consumer:
             s[seq] = 1
             if record and stamp >= warm_end:
                 add(now - stamp)
-        n = len(bodies)
-        if not self.first_ns:
-            self.first_ns = now
-        self.last_ns = now
-        self.received += n
-        if now >= self.window_start and (self.window_end is None or now < self.window_end):
-            self.in_window += n
-        if self.progress is not None:
-            self.progress(self.received)
 
     def run(self, recv: Callable[[float], list], stop: Callable[[], bool]) -> None:
         """Receive until ``stop()``: ``recv(timeout_s)`` returns a list of bodies (maybe empty)."""

@@ -163,24 +163,27 @@ def reference(rows: list[Result]) -> Result | None:
     by = {r.peer: r for r in rows}
     for name in ("shmq", "shmq-store"):
         r = by.get(name)
-        if r is not None and r.ok:
+        if r is not None and r.ok and r.msgs_per_s:
             return r
     return None
 
 
 def ratio(ref: Result | None, r: Result) -> str:
     """shmq/peer: throughput ratio (higher is better for shmq) for throughput scenarios;
-    p50 and p99 latency ratios (lower is better for shmq) for e2e."""
+    p50 and p99 latency ratios (lower is better for shmq) for e2e. Taken against the client
+    row, or the store row (named) when the client row has no figures."""
     if ref is None or not r.ok or r.peer in SHMQ_NAMES:
         return ""
     if r.scenario.kind == "e2e":
         a, b = ref.latency_us, r.latency_us
         if not a or not b:
             return ""
-        return f"p50 {a['p50'] / max(b['p50'], 1e-9):.2f}x, p99 {a['p99'] / max(b['p99'], 1e-9):.2f}x"
-    if not ref.msgs_per_s or not r.msgs_per_s:
+        out = f"p50 {a['p50'] / max(b['p50'], 1e-9):.2f}x, p99 {a['p99'] / max(b['p99'], 1e-9):.2f}x"
+    elif not ref.msgs_per_s or not r.msgs_per_s:
         return ""
-    return f"{ref.msgs_per_s / r.msgs_per_s:.2f}x"
+    else:
+        out = f"{ref.msgs_per_s / r.msgs_per_s:.2f}x"
+    return out if ref.peer == "shmq" else f"{out} ({ref.peer})"
 
 
 SHMQ_NAMES = {cls.name for cls in SHMQ.values()}
