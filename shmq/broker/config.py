@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass, fields
 from shmq.protocol import javaprops
 from shmq.store import StoreConfig
 from shmq.store.config import FLUSH_MODES, ROLES
+from shmq.store.delay_levels import DelayLevels
+from shmq.store.put import PutPipeline
 
 log = logging.getLogger("shmq.broker")
 
@@ -143,6 +145,7 @@ class BrokerConfig:
             raise ValueError(f"brokerRole must be one of {sorted(ROLES)}, got {self.brokerRole!r}")
         if self.brokerRole == "SLAVE":
             raise ValueError("brokerRole=SLAVE is not supported by shmq yet (no replication)")
+        DelayLevels.parse(self.messageDelayLevel)  # a bad level refuses to start, naming it
         if self.workers < 0:
             raise ValueError("workers must be >= 0")
         if self.listenPort != 0 and not (2 < self.listenPort < 65536):
@@ -189,6 +192,13 @@ class BrokerConfig:
     @property
     def delay_levels_ms(self) -> list[int]:
         return parse_delay_levels(self.messageDelayLevel)
+
+    def put_pipeline(self, store, on_new_topic) -> PutPipeline:
+        """The put pipeline with this broker's cluster name, delay levels and retry limit: the
+        supervisor (schedule service) and every worker build the same one, so a message is
+        stored alike whoever puts it."""
+        return PutPipeline(store, self.brokerClusterName, DelayLevels.parse(self.messageDelayLevel),
+                           default_max_reconsume_times=self.maxReconsumeTimes, on_new_topic=on_new_topic)
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(

@@ -22,7 +22,7 @@ code                   direction    meaning
 HELLO                  w -> s       ext worker, pid; answer body = topics.json
 READY                  w -> s       the worker listens; ext port, vipPort
 GET_TOPIC              w -> s       ext topic; body TopicConfig or code 17
-CREATE_TOPIC           w -> s       body TopicConfig (explicit create or update)
+CREATE_TOPIC           w -> s       body TopicConfig (create or update; ext ifAbsent=true: keep an existing one)
 AUTO_CREATE_TOPIC      w -> s       ext topic, defaultTopic, queueNums, sysFlag; body the new config or 17
 DELETE_TOPIC           w -> s       ext topic
 HEARTBEAT              w -> s       ext chan, addr, language, version; body HeartbeatData

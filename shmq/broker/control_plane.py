@@ -118,6 +118,8 @@ class ControlPlane:
 
     def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         tc = decode_json(cmd.body, TopicConfig)
+        if cmd.ext_fields.get("ifAbsent") == "true":
+            return cmd.make_response(body=encode_json(self.ensure_topic(tc)))
         if self.topics.put(tc):
             self._topics_changed()
         return cmd.make_response(body=encode_json(tc))

@@ -33,11 +33,15 @@ import sys
 import time
 
 from shmq.store import MessageStore
+from shmq.store.delay_levels import DelayLevels
+from shmq.store.put import PutPipeline
+from shmq.protocol.bodies import TopicConfig
 
 from . import control_channel as cc
 from .config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
+from .schedule import ScheduleService
 from .topics import TopicTable, config_path, default_topics
 
 log = logging.getLogger("shmq.broker")
@@ -80,16 +84,6 @@ def reserve_ports(host: str, port: int) -> tuple[int, list[socket.socket]]:
     raise OSError("no free port pair (p, p - 2) found")
 
 
-def _tag_code_fn(cfg: BrokerConfig):
-    """What recovery uses to recompute ConsumeQueue tag codes (delay topic: due time)."""
-    try:  # the delay-level module is built in parallel (issue 4's delay part)
-        from shmq.store.delay_levels import DelayLevels
-        return DelayLevels.parse(cfg.messageDelayLevel).tag_code
-    except ImportError:  # pragma: no cover - until it lands
-        from shmq.store.recovery import default_tag_code
-        return default_tag_code
-
-
 class WorkerProc:
     def __init__(self, wid: int):
         self.wid = wid
@@ -106,6 +100,8 @@ class Supervisor:
         self.topics = TopicTable(config_path(cfg.store_root))
         self.registrar: Registrar | None = None
         self.plane: ControlPlane | None = None
+        self.pipeline: PutPipeline | None = None
+        self.schedule: ScheduleService | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
@@ -122,7 +118,8 @@ class Supervisor:
         cfg = self.cfg
         port, self._reserved = reserve_ports(cfg.listenAddress, cfg.listenPort)
         cfg.listenPort = port
-        self.store = MessageStore.open(cfg.store_config(), tag_code=_tag_code_fn(cfg))
+        levels = DelayLevels.parse(cfg.messageDelayLevel)
+        self.store = MessageStore.open(cfg.store_config(), tag_code=levels.tag_code)
         try:
             self.topics.load()
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
@@ -132,6 +129,12 @@ class Supervisor:
             self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
             self._ctl_server = await cc.serve(cfg.control_path, self.plane.handlers(),
                                               self.plane.on_connect, self.plane.on_close)
+            # Delayed messages come due in the supervisor, which owns the store (DESIGN §1).
+            loop = asyncio.get_running_loop()
+            self.pipeline = cfg.put_pipeline(self.store, lambda t, n: loop.call_soon_threadsafe(
+                self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
+            self.schedule = ScheduleService(self.store, self.pipeline, levels)
+            self.schedule.start()
             for w in self.workers:
                 self._spawn(w)
             await self._wait_ready(ready_timeout)
@@ -164,6 +167,8 @@ class Supervisor:
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
+        if self.schedule is not None:
+            self.schedule.stop()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -258,6 +263,8 @@ class Supervisor:
                 os.unlink(self.cfg.control_path)
             except FileNotFoundError:
                 pass
+        if self.schedule is not None:
+            self.schedule.stop()  # before the store closes: it flushes and persists its progress
         if self.store is not None:
             self.store.close()  # flush, checkpoint, persist offsets, remove abort
             self.store = None

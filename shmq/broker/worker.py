@@ -49,6 +49,7 @@ class Worker:
         self.store: MessageStore | None = None
         self.ctl: Connection | None = None
         self.holds: PullHolds | None = None
+        self.pipeline = None
         self.servers: list[RemotingServer] = []
         self.channels: dict[str, Connection] = {}
         self._seq = 0
@@ -66,6 +67,7 @@ class Worker:
         resp = await cc.call(self.ctl, cc.ctl(Ctl.HELLO, worker=self.wid, pid=os.getpid()))
         self.topics.replace(resp.body)
         self.store = MessageStore.attach(self.cfg.store_root)
+        self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
         handlers = self._handlers()
         for port in (self.cfg.listenPort, self.cfg.vip_port):
@@ -170,6 +172,16 @@ class Worker:
         tc = decode_json(resp.body, TopicConfig)
         self.topics.table.setdefault(topic, tc)
         return tc
+
+    def _on_new_topic(self, topic: str, queue_nums: int) -> None:
+        """The put pipeline is about to put into a topic it chose (%RETRY%G, %DLQ%G): make
+        sure the topic exists (1 queue, perm 6), here at once and at the supervisor."""
+        if topic in self.topics.table:
+            return
+        tc = TopicConfig(topicName=topic, readQueueNums=queue_nums, writeQueueNums=queue_nums, perm=6)
+        self.topics.table[topic] = tc
+        if self.ctl is not None and not self.ctl.closed:
+            self.ctl.send_oneway(cc.ctl(Ctl.CREATE_TOPIC, encode_json(tc), ifAbsent="true"))
 
     async def create_topic(self, tc: TopicConfig) -> None:
         await self.ctl_call(cc.ctl(Ctl.CREATE_TOPIC, encode_json(tc)))

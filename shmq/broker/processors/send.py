@@ -24,13 +24,14 @@ from shmq.errors import FlushDiskTimeout, InvalidTopic
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig
 from shmq.protocol.codes import Perm
-from shmq.protocol.headers import SendMessageRequestHeader, decode_send_header
+from shmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, decode_send_header
 from shmq.protocol.message import decode_properties, encode_properties
 from shmq.store import validate
+from shmq.store.put import PutRequest
 
+from .. import retry
 from ..topics import RETRY_PREFIX
 from ..worker import Worker, born_host
-from . import delegation
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -117,20 +118,12 @@ class Processor:
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             return self._put_batch(conn, cmd, h, qid)
         props = h.properties or ""
-        if "WAIT\x01" in props or "DELAY\x01" in props or "TRAN_MSG\x01" in props:
-            pm = decode_properties(props)
-            pm.pop("WAIT", None)
-            if pm.get("TRAN_MSG", "").lower() == "true":
-                return cmd.make_response(ResponseCode.NO_PERMISSION,
-                                         "transaction messages are not supported by this broker yet")
-            routed = delegation.route_delay(self.w, h.topic, qid, pm)
-            if routed is not None:
-                return self._put_routed(conn, cmd, h, qid, routed)
-            props = encode_properties(pm)
-        if h.topic.startswith(RETRY_PREFIX):
-            routed = delegation.route_retry(self.w, h, qid, props)
-            if routed is not None:
-                return self._put_routed(conn, cmd, h, qid, routed)
+        if "TRAN_MSG\x01" in props and decode_properties(props).get("TRAN_MSG", "").lower() == "true":
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     "transaction messages are not supported by this broker yet")
+        if "DELAY\x01" in props or "WAIT\x01" in props or h.topic.startswith(RETRY_PREFIX):
+            # Delay (SCHEDULE_TOPIC_XXXX), retry -> DLQ and WAIT are the put pipeline's.
+            return self._put_pipeline(conn, cmd, h, qid, tc)
         props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
         store = self.w.store
         self.w.stats["put"] += 1
@@ -155,12 +148,18 @@ class Processor:
             "msgId": f"{self._prefix()}{qw._out.phys_offset:016X}", "queueId": str(qid), "queueOffset": str(qoff),
             "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
 
-    def _put_routed(self, conn, cmd, h, qid, routed):
-        """A message the put pipeline rerouted (delay -> SCHEDULE_TOPIC_XXXX, retry -> DLQ):
-        ``routed`` is a callable doing the append and returning the PutResult."""
-        res = routed(cmd.body, born_host(conn), self.cluster_prop)
+    def _put_pipeline(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
+        req = PutRequest(
+            topic=h.topic, body=cmd.body, properties=h.properties or b"", queue_id=qid, flag=h.flag,
+            sysflag=h.sysFlag, born_timestamp=h.bornTimestamp, born_host=born_host(conn),
+            reconsume_times=h.reconsumeTimes or 0,
+            max_reconsume_times=retry.max_reconsume_times_of(cmd.version, h.maxReconsumeTimes,
+                                                             self.cfg.maxReconsumeTimes),
+            producer_group=h.producerGroup, write_queues=tc.writeQueueNums, read_queues=tc.readQueueNums)
+        pr = self.w.pipeline.put(req, wait_flush=False)
         self.w.stats["put"] += 1
-        return self._answer(cmd, res, res.msg_id)
+        # RocketMQ answers the queue the send asked for and the offset where it was stored.
+        return self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
 
     def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
         if h.topic.startswith(RETRY_PREFIX):
@@ -184,8 +183,9 @@ class Processor:
             self._id_prefix = st._store_ip.hex().upper() + f"{st._store_port & 0xFFFFFFFF:08X}"
         return self._id_prefix
 
-    def _answer(self, cmd, res, msg_id: str):
-        ext = {"msgId": msg_id, "queueId": str(res.queue_id), "queueOffset": str(res.queue_offset),
+    def _answer(self, cmd, res, msg_id: str, qid: int | None = None, qoff: int | None = None):
+        ext = {"msgId": msg_id, "queueId": str(res.queue_id if qid is None else qid),
+               "queueOffset": str(res.queue_offset if qoff is None else qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_flush:
             return self._answer_after_flush(cmd, res, ext)
@@ -203,7 +203,18 @@ class Processor:
 
     # ------------------------------------------------------------------ others ----
     def send_back(self, conn, cmd: RemotingCommand):
-        return delegation.send_back(self.w, conn, cmd)
+        """CONSUMER_SEND_MSG_BACK: the retry copy (or dead letter) is retry.py's."""
+        h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
+        if not self.cfg.brokerPermission & Perm.WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
+        code, remark = retry.answer_send_back(
+            self.w.pipeline, h.offset, h.group, h.delayLevel, h.maxReconsumeTimes, cmd.version,
+            group_retry_max_times=self.cfg.maxReconsumeTimes, origin_msg_id=h.originMsgId,
+            origin_topic=h.originTopic)
+        if code == 0:
+            self.w.stats["put"] += 1
+        return cmd.make_response(code, remark)
 
     def end_transaction(self, conn, cmd: RemotingCommand):
         return cmd.make_response(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION: transactions are not supported yet")
