@@ -141,6 +141,10 @@ class Processor:
             "brokerAddr": self.cfg.broker_addr,
             "storeHost": f"{self.cfg.brokerIP1}:{self.cfg.listenPort}",
             "maxMessageSize": str(self.cfg.maxMessageSize),
+            # what a local producer's put pipeline needs to store a message as this broker would
+            "clusterName": self.cfg.brokerClusterName,
+            "messageDelayLevel": self.cfg.messageDelayLevel,
+            "maxReconsumeTimes": str(self.cfg.maxReconsumeTimes),
             "uid": str(os.getuid()),
         }
         return cmd.make_response(ext_fields=ext)
