@@ -108,6 +108,7 @@ def run(scenarios: list[Scenario], peer_names: list[str], env: Env, *, shmq_rows
                     continue
                 peer = cls()
                 progress.update(f"{sc.label}: {peer.name} starting")
+                t_run = time.monotonic()
                 try:
                     r = engine.run(peer, sc, env, on_progress=lambda s, lab=sc.label: progress.update(f"{lab}: {s}"))
                 except engine.Interrupted as e:
@@ -115,7 +116,7 @@ def run(scenarios: list[Scenario], peer_names: list[str], env: Env, *, shmq_rows
                     raise KeyboardInterrupt from None
                 report.results.append(r)
                 measured[key] = r
-                progress.done(f"  {sc.label}: {_one_line(r)}")
+                progress.done(f"  [{time.monotonic() - t_run:4.1f} s] {sc.label}: {_one_line(r)}")
     except KeyboardInterrupt:
         report.interrupted = True
         progress.done("interrupted: reporting what was measured")

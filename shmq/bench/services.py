@@ -57,6 +57,16 @@ class Env:
         d = tempfile.mkdtemp(prefix=prefix, dir=self.root)
         return d
 
+    def socket_dir(self) -> str:
+        """A directory with a short path for Unix sockets (sun_path holds 107 bytes; pytest's
+        and the user's temp roots can be longer), removed by ``remove_tmpdir`` or ``close``."""
+        d = self.tmpdir("s")
+        if len(d) > 60:
+            d = tempfile.mkdtemp(prefix="shmq-bench-s", dir="/tmp")
+            self._dirs.append(d)
+            self.inventory["dirs"].append(d)
+        return d
+
     def remove_tmpdir(self, d: str) -> None:
         shutil.rmtree(d, ignore_errors=True)
 
@@ -139,7 +149,7 @@ class Env:
             if importlib.util.find_spec("shmq.cli.broker") is None:
                 raise ServiceUnavailable("shmq-broker is not installed yet (the broker issue)")
             ns = self.namesrv()
-            store = os.path.join(self.root, f"broker-{flush.lower()}")
+            store = os.path.join(self.socket_dir(), "store")  # short: the broker binds a Unix socket in it
             self.track_store(store)
             argv = [sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store,
                     "--namesrv", ns, "--log-level", "WARNING"]

@@ -20,16 +20,27 @@ from .base import FuncReceiver, FuncSender, Peer
 
 TOPIC = "BenchTopic"
 SPIN_S = float(os.environ.get("SHMQ_BENCH_SPIN_US", "50")) / 1e6
-COMMITLOG_FILE = 512 * 1024 * 1024
+COMMITLOG_MIN, COMMITLOG_MAX = 16 << 20, 1 << 30
 _BODYLEN = struct.Struct(">i")
 R_BODYLEN, R_BODY = 84, 88
 
 
-def _owner_main(root: str, sync: bool, conn) -> None:
+def commitlog_file_size(sc) -> int:
+    """CommitLog file size for a run: about half of what it may write (at most 1.5 M msgs/s),
+    a power of two in [16 MiB, 1 GiB], so a short run does not pre-touch gigabytes."""
+    msgs = sc.count if sc.count_mode else (sc.warmup + sc.duration) * (sc.rate or 1_500_000)
+    want = int(msgs * (sc.size + 120) / 2)
+    size = COMMITLOG_MIN
+    while size < want and size < COMMITLOG_MAX:
+        size *= 2
+    return size
+
+
+def _owner_main(root: str, sync: bool, file_size: int, conn) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from shmq.store import ASYNC_FLUSH, SYNC_FLUSH, MessageStore, StoreConfig
     try:
-        cfg = StoreConfig(root=root, mapped_file_size_commitlog=COMMITLOG_FILE, message_index_enable=False,
+        cfg = StoreConfig(root=root, mapped_file_size_commitlog=file_size, message_index_enable=False,
                           flush_disk_type=SYNC_FLUSH if sync else ASYNC_FLUSH)
         store = MessageStore.open(cfg)
     except BaseException as e:
@@ -67,7 +78,7 @@ class ShmqStorePeer(Peer):
         env.track_store(root)
         ctx = mp.get_context("spawn")
         rx, tx = ctx.Pipe()
-        self._owner = ctx.Process(target=_owner_main, args=(root, sc.durable, tx), name="shmq-bench-store-owner")
+        self._owner = ctx.Process(target=_owner_main, args=(root, sc.durable, commitlog_file_size(sc), tx), name="shmq-bench-store-owner")
         self._owner.start()
         env.track_process(self._owner.pid)
         self._conn = rx

@@ -20,8 +20,18 @@ class ZmqPeer(Peer):
             return "pyzmq is not installed (pip install shmq[bench])"
         return super().skip_reason(sc, env)
 
+    def __init__(self):
+        self._dir = None
+        self._env = None
+
     def setup(self, sc, env, tmpdir):
-        return [f"ipc://{os.path.join(tmpdir, f'c{j}.ipc')}" for j in range(max(sc.consumers, 1))]
+        self._env, self._dir = env, env.socket_dir()
+        return [f"ipc://{os.path.join(self._dir, f'c{j}.ipc')}" for j in range(max(sc.consumers, 1))]
+
+    def teardown(self):
+        if self._dir is not None:
+            self._env.remove_tmpdir(self._dir)
+            self._dir = None
 
     @classmethod
     def open_sender(cls, endpoints, sc, idx):

@@ -1,0 +1,84 @@
+"""Every shmq-bench adapter moves 1,000 messages intact between separate processes (count
+mode: every body checked for length, padding and duplicates). Redis is skipped only when
+redis-server is not installed; the shmq client rows only when the client or broker is not."""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("hdrh")
+
+from shmq.bench import engine
+from shmq.bench.peers import PEERS, SHMQ
+from shmq.bench.scenarios import make
+from shmq.bench.services import Env
+
+pytestmark = pytest.mark.timeout(180)
+
+
+@pytest.fixture
+def env(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    import tempfile
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    e = Env(workers=2)
+    yield e
+    e.close()
+    assert not os.path.exists(e.root)
+
+
+def check_intact(r, n):
+    assert r.status == "ok", r.note
+    assert r.sent == n and r.messages == n
+    assert r.corrupt == 0 and r.duplicates == 0 and r.undelivered == 0
+    assert r.latency_us is not None and r.latency_us["count"] == n
+
+
+@pytest.mark.parametrize("name", ["mpqueue", "faster-fifo", "zmq", "redis"])
+def test_peer_moves_1000_messages(env, name):
+    if name == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    sc = make("produce", count=1000, size=128)
+    r = engine.run(PEERS[name](), sc, env)
+    check_intact(r, 1000)
+
+
+@pytest.mark.parametrize("name", ["mpqueue", "faster-fifo", "zmq", "redis"])
+def test_peer_batches_two_to_two(env, name):
+    if name == "redis" and shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    sc = make("produce", count=1000, batch=16, producers=2, consumers=2)
+    check_intact(engine.run(PEERS[name](), sc, env), 1000)
+
+
+@pytest.mark.parametrize("batch", [1, 16])
+def test_shmq_store_moves_1000_messages(env, batch):
+    sc = make("produce", count=1000, batch=batch, producers=2, consumers=2)
+    check_intact(engine.run(SHMQ["shmq-store"](), sc, env), 1000)
+
+
+def test_shmq_store_sync_flush_and_pull(env):
+    check_intact(engine.run(SHMQ["shmq-store"](), make("sync-flush", count=1000, producers=2), env), 1000)
+    r = engine.run(SHMQ["shmq-store"](), make("pull", count=1000), env)
+    assert r.status == "ok" and r.messages == 1000 and r.latency_us is None
+
+
+def test_redis_sync_flush(env):
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (Debian package redis-server)")
+    check_intact(engine.run(PEERS["redis"](), make("sync-flush", count=1000, producers=2), env), 1000)
+
+
+def test_peers_without_durability_skip_sync_flush(env):
+    r = engine.run(PEERS["mpqueue"](), make("sync-flush", count=10), env)
+    assert r.status == "skipped" and "durability" in r.note
+
+
+@pytest.mark.parametrize("transport", ["local", "tcp"])
+def test_shmq_client_moves_1000_messages(env, transport):
+    r = engine.run(SHMQ["shmq"](), make("produce", count=1000, transport=transport), env)
+    if r.status == "skipped":
+        pytest.skip(r.note)
+    check_intact(r, 1000)
