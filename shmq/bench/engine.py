@@ -6,8 +6,9 @@ inherited) -> each opens its sender or receiver and says ready on its pipe -> th
 publishes a start instant ``go`` a little ahead, and everyone starts on it -> the parent
 watches progress counters and raises ``stop`` at the end of the window (plus a short grace
 for messages in flight) or when every message of a count-mode run has arrived -> children
-send their figures (counts, HDR histogram, CPU seconds from psutil) -> ``release`` lets the
-producers close (a multiprocessing.Queue producer must not exit while its feeder thread
+send their figures (counts, HDR histogram, CPU seconds from psutil), consumers go on
+draining (unrecorded) so that no producer stays blocked on a full queue -> ``release`` lets
+everyone close (a multiprocessing.Queue producer must not exit while its feeder thread
 still holds messages a consumer might want) -> join, kill by pid whatever did not exit ->
 ``teardown``.
 
@@ -102,9 +103,15 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
             out = cons.report()
         out.update(role=role, idx=idx, cpu_s=_cpu_seconds() - cpu0, start_ns=start_ns)
         conn.send(out)
-        if role == "producer":
-            deadline = time.monotonic() + 60
-            while not release.value and time.monotonic() < deadline:
+        # Stay open until the parent has every report: a producer's queue may still hold
+        # messages (multiprocessing.Queue's feeder thread), and a consumer keeps draining so
+        # that no producer stays blocked on a full queue (stopped early: Ctrl-C).
+        drain = getattr(endpoint, "recv", None) if role == "consumer" else None
+        deadline = time.monotonic() + 60
+        while not release.value and time.monotonic() < deadline:
+            if drain is not None:
+                drain(0.01)
+            else:
                 time.sleep(0.005)
     except BaseException as e:  # report, never hang the parent
         try:
@@ -161,6 +168,7 @@ def run(peer: Peer, sc: Scenario, env, on_progress: Callable[[str], None] | None
     shared = {"go": ctx.RawValue("q", 0), "cgo": ctx.RawValue("q", 0), "stop": ctx.RawValue("i", 0),
               "release": ctx.RawValue("i", 0), "progress": ctx.RawArray("q", max(n, 1))}
     interrupted = False
+    cut_ns = None
     try:
         try:
             channel = peer.setup(sc, env, tmpdir)
@@ -187,9 +195,11 @@ def run(peer: Peer, sc: Scenario, env, on_progress: Callable[[str], None] | None
         except KeyboardInterrupt:
             interrupted = True
             shared["stop"].value = 1
+            cut_ns = time.monotonic_ns()
         _collect(children, RESULT_TIMEOUT)
         svc_cpu = _service_cpu(pids) - svc0
-        res = summarize(peer.name, sc, [c.result for c in children if c.result], svc_cpu if pids else None)
+        res = summarize(peer.name, sc, [c.result for c in children if c.result], svc_cpu if pids else None,
+                        cut_ns=cut_ns)
         if interrupted:
             res.status = "interrupted"
             res.note = (res.note + "; " if res.note else "") + "stopped by Ctrl-C"
@@ -293,8 +303,10 @@ def _reap(children: list[_Child]) -> None:
         c.conn.close()
 
 
-def summarize(name: str, sc: Scenario, reports: list[dict], broker_cpu_s: float | None) -> Result:
-    """Fold the children's reports into one Result (also used by the tests)."""
+def summarize(name: str, sc: Scenario, reports: list[dict], broker_cpu_s: float | None,
+              cut_ns: int | None = None) -> Result:
+    """Fold the children's reports into one Result (also used by the tests). ``cut_ns``: when
+    the run was stopped early (the measured window ends there)."""
     res = Result(peer=name, scenario=sc)
     errors = [r for r in reports if "error" in r]
     prods = [r for r in reports if r.get("role") == "producer" and "error" not in r and not r.get("aborted")]
@@ -325,14 +337,22 @@ def summarize(name: str, sc: Scenario, reports: list[dict], broker_cpu_s: float 
             res.seconds = send_s
             res.msgs_per_s = res.send_msgs_per_s
     else:
-        res.seconds = sc.duration
-        res.send_msgs_per_s = sum(r["sent_window"] for r in prods) / sc.duration
-        res.msgs_per_s = (sum(r["in_window"] for r in cons) / sc.duration) if cons else res.send_msgs_per_s
+        window = sc.duration
+        if cut_ns is not None:
+            window = min(window, (cut_ns - go) / 1e9 - sc.warmup)
+            if window <= 0.05:
+                res.note = "stopped before the measured window"
+                return res
+        res.seconds = window
+        res.send_msgs_per_s = sum(r["sent_window"] for r in prods) / window
+        res.msgs_per_s = (sum(r["in_window"] for r in cons) / window) if cons else res.send_msgs_per_s
     res.mb_per_s = res.msgs_per_s * sc.size / 1e6 if res.msgs_per_s is not None else None
     if sc.records_latency and cons:
         h = histogram.merge([r["histogram"] for r in cons])
         res.latency_us = histogram.summary_us(h)
         res.histogram = histogram.encode(h) if h.get_total_count() else None
+    acks = histogram.merge([r.get("ack_histogram", "") for r in prods])
+    res.ack_latency_us = histogram.summary_us(acks)
     cpu = {}
     if res.sent:
         cpu["producer"] = round(sum(r["cpu_s"] for r in prods) / res.sent * 1e6, 3)

@@ -31,7 +31,8 @@ def producer_count(sc: Scenario, idx: int) -> int:
 def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int, go_ns: int, *,
             stop: Callable[[], bool] = lambda: False, progress: Callable[[int], None] | None = None,
             clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> dict:
-    """Send this producer's share; returns {"sent", "sent_window", "end_ns"}.
+    """Send this producer's share; returns {"sent", "sent_window", "end_ns", "ack_histogram"}
+    (the time from each call's intended start to its return: for sync-flush, the durable answer).
 
     Paced (``sc.rate``): message i is due at ``go + offset + i / rate_per_producer`` and is
     stamped with that due time whether it leaves on time or late (coordinated omission).
@@ -46,6 +47,8 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
     pack = HEADER.pack
     b = sc.batch
     seq = sent_window = calls = 0
+    acks = LatencyRecorder()  # intended send time -> the send call returned (one sample per call)
+    ack = acks.add
     while True:
         if count and seq >= count:
             break
@@ -73,9 +76,10 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
         seq += n
         if stamp >= warm_end:
             sent_window += n
+            ack(clock() - stamp)
     if progress is not None:
         progress(seq)
-    return {"sent": seq, "sent_window": sent_window, "end_ns": clock()}
+    return {"sent": seq, "sent_window": sent_window, "end_ns": clock(), "ack_histogram": acks.encode()}
 
 
 class Consumer:

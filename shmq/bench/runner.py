@@ -210,6 +210,9 @@ def table(report: Report) -> str:
             note = r.note if r.status == "ok" else f"{r.status}: {r.note}"
             if r.ok and r.undelivered and sc.count_mode:
                 note += f" {r.undelivered:,} undelivered"
+            if r.ok and sc.durable and r.ack_latency_us:
+                a = r.ack_latency_us
+                note = f"send answered p50 {_fmt_us(a['p50'])} µs, p99 {_fmt_us(a['p99'])} µs" + (f"; {note}" if note else "")
             cells = [short, r.peer,
                      _fmt_num(r.msgs_per_s) if r.ok else "-", _fmt_num(r.mb_per_s, 1) if r.ok else "-",
                      _fmt_num(r.send_msgs_per_s) if r.ok else "-",
@@ -229,7 +232,8 @@ def render(report: Report) -> str:
     out = "\n".join(head) + "\n" + table(report) + "\n"
     out += ("\nmsgs/s: delivered to consumers per second in the measured window (after warm-up); send/s: the "
             "producers' own rate. Latency: send -> consumer, from each message's intended send time at a fixed "
-            "rate (coordinated omission corrected). shmq/peer: throughput ratio, or for e2e the latency ratio "
+            "rate (coordinated omission corrected); for sync-flush the note gives the send call's own latency (answered "
+            "once on disk). shmq/peer: throughput ratio, or for e2e the latency ratio "
             "(below 1: shmq is faster).\n")
     for n in report.notes:
         out += f"- {n}\n"

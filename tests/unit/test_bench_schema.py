@@ -69,7 +69,7 @@ def test_json_schema(tmp_path):
                           "warmup", "count", "label"}
     for r in d["results"]:
         assert set(r) >= {"peer", "scenario", "status", "note", "messages", "sent", "seconds", "msgs_per_s",
-                          "mb_per_s", "send_msgs_per_s", "latency_us", "histogram", "cpu_us_per_msg",
+                          "mb_per_s", "send_msgs_per_s", "latency_us", "histogram", "ack_latency_us", "cpu_us_per_msg",
                           "undelivered", "duplicates", "corrupt"}
         assert r["status"] in ("ok", "skipped", "error", "interrupted")
         if r["status"] == "ok":
