@@ -138,9 +138,9 @@ class ConsumerCore:
             return self
         if not self.subscriptions:
             raise ShmqError("subscribe to at least one topic before start()")
-        if self.model == "CLUSTERING":
-            self.subscribe(f"%RETRY%{self.group}", "*")
-        self.instance = ClientInstance.acquire(self.namesrv)
+        if self.model == "CLUSTERING" and self.consume_type == "CONSUME_PASSIVELY":
+            self.subscribe(f"%RETRY%{self.group}", "*")  # push consumers get their retries back
+        self.instance = ClientInstance.acquire(self.namesrv, consumer_group=self.group)
         self.instance.register_consumer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
         self.offsets = (RemoteOffsetStore(self.instance, self.group) if self.model == "CLUSTERING"

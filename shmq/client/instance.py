@@ -47,14 +47,21 @@ class ClientInstance:
     _registry_lock = threading.Lock()
 
     @classmethod
-    def acquire(cls, namesrv: str, **settings) -> "ClientInstance":
-        key = f"{os.getpid()}|{namesrv}"
+    def acquire(cls, namesrv: str, *, producer_group: str | None = None, consumer_group: str | None = None,
+                **settings) -> "ClientInstance":
+        """The shared instance for these NameServers, or a new one when this process already
+        runs a member of the same group there (a second consumer of a group in one process
+        is a second client, with its own client id, as Java's instanceName makes it)."""
         with cls._registry_lock:
-            inst = cls._registry.get(key)
-            if inst is None or inst._closed:
-                inst = cls._registry[key] = cls(namesrv, **settings)
-            inst._refs += 1
-            return inst
+            for n in itertools.count():
+                key = f"{os.getpid()}|{namesrv}|{n}"
+                inst = cls._registry.get(key)
+                if inst is None or inst._closed:
+                    inst = cls._registry[key] = cls(namesrv, **settings)
+                if producer_group in inst.producers or consumer_group in inst.consumers:
+                    continue
+                inst._refs += 1
+                return inst
 
     def __init__(self, namesrv: str, *, route_poll_s: float = ROUTE_POLL_S, heartbeat_s: float = HEARTBEAT_S):
         addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
@@ -290,16 +297,23 @@ class ClientInstance:
             for k, v in list(self._registry.items()):
                 if v is self:
                     del self._registry[k]
-        for t in self._tasks:
-            t.cancel()
-
         async def close_all():
+            # every task of ours ends before the connections close, so nothing is left
+            # pending or half-open when the loop stops
             for c in list(self._clients.values()):
-                await c.close()
+                try:
+                    await c.close()
+                except Exception as e:
+                    log.debug("closing %s: %s", c.addr, e)
+            me = asyncio.current_task()
+            tasks = [t for t in asyncio.all_tasks() if t is not me]
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
         try:
-            self.call(close_all(), 5)
-        except Exception:
-            pass
+            self.call(close_all(), 10)
+        except Exception as e:
+            log.debug("closing client instance: %s", e)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         if not self.loop.is_running():

@@ -67,7 +67,7 @@ class Producer:
     def start(self) -> "Producer":
         if self.instance is not None:
             return self
-        self.instance = ClientInstance.acquire(self.namesrv)
+        self.instance = ClientInstance.acquire(self.namesrv, producer_group=self.group)
         self.instance.register_producer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
         return self

@@ -1,0 +1,120 @@
+"""Every send mode, over TCP and straight into the store (local), including compression, batch
+limits and bad input; what a consumer receives is the same either way."""
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from shmq import Message, Producer, SendStatus
+from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge
+
+from .broker_helpers import start_broker  # noqa: F401
+from .client_helpers import Collector, consumer, make_topic, wait_route
+from .conftest import namesrv, processes, start_namesrv  # noqa: F401
+
+MODES = ["never", "always"]
+
+
+@pytest.fixture
+def env(namesrv, start_broker):
+    b = start_broker(namesrv)
+    make_topic(b, "T", 4)
+    wait_route(namesrv.addr, "T")
+    return namesrv, b
+
+
+def consume_all(ns, n, group="cg", topic="T", local="never", **kw):
+    col = Collector()
+    c = consumer(ns.addr, group, topic, col, local=local, **kw)
+    try:
+        assert col.wait_for(lambda s: len(s.msgs) >= n), f"{len(col.msgs)} of {n}"
+    finally:
+        c.shutdown()
+    return col.msgs
+
+
+@pytest.mark.parametrize("local", MODES)
+def test_every_send_mode(env, local):
+    ns, b = env
+    with Producer("pg", ns.addr, local=local) as p:
+        r = p.send(Message("T", b"sync", tags="A", keys=["k-sync"], properties={"u": "1"}))
+        assert r.status is SendStatus.SEND_OK and len(r.msg_id) == 32 and len(r.offset_msg_id) == 32
+        fut = p.send_async(Message("T", b"async", tags="B"))
+        called = threading.Event()
+        got = []
+        p.send_async(Message("T", b"async-cb"), callback=lambda res: (got.append(res), called.set()))
+        assert fut.result(10).status is SendStatus.SEND_OK
+        assert called.wait(10) and got[0].status is SendStatus.SEND_OK
+        p.send_oneway(Message("T", b"oneway"))
+        rb = p.send_batch([Message("T", b"batch-%d" % i, keys=f"bk{i}") for i in range(10)])
+        assert rb.msg_id.count(",") == 9
+        ro = p.send_orderly(Message("T", b"orderly"), lambda qs, m, arg: qs[arg % len(qs)], 3)
+        assert ro.queue.queue_id == 3
+        big = bytes(range(256)) * 40  # 10 KiB: compressed on the wire, not for the consumer
+        rbig = p.send(Message("T", big))
+        assert rbig.status is SendStatus.SEND_OK
+    msgs = consume_all(ns, 16)
+    by_body = {m.body: m for m in msgs}
+    assert set(by_body) == {b"sync", b"async", b"async-cb", b"oneway", b"orderly", big,
+                            *(b"batch-%d" % i for i in range(10))}
+    s = by_body[b"sync"]
+    assert s.tags == "A" and s.keys == ["k-sync"] and s.properties["u"] == "1" and s.msg_id == r.msg_id
+    assert by_body[b"orderly"].queue_id == 3
+    assert by_body[big].sysflag & 1  # stored compressed, delivered decompressed
+    batch = sorted((m for m in msgs if m.body.startswith(b"batch-")), key=lambda m: m.queue_offset)
+    assert len({m.queue_id for m in batch}) == 1
+    assert [m.queue_offset for m in batch] == list(range(batch[0].queue_offset, batch[0].queue_offset + 10))
+
+
+@pytest.mark.parametrize("local", MODES)
+def test_bad_input_is_refused_before_sending(env, local):
+    ns, _ = env
+    with Producer("pg", ns.addr, local=local) as p:
+        with pytest.raises(InvalidTopic):
+            p.send(Message("bad topic", b"x"))
+        with pytest.raises(InvalidTopic):
+            p.send(Message("SCHEDULE_TOPIC_XXXX", b"x"))
+        with pytest.raises(InvalidMessage, match="zero"):
+            p.send(Message("T", b""))
+        with pytest.raises(MessageTooLarge):
+            p.send(Message("T", b"x" * (4 * 1024 * 1024 + 1)))
+        with pytest.raises(InvalidMessage, match="same"):
+            p.send_batch([Message("T", b"a"), Message("U", b"b")])
+        with pytest.raises(InvalidMessage, match="Delay"):
+            p.send_batch([Message("T", b"a", delay_level=2)])
+        with pytest.raises(MessageTooLarge):
+            p.send_batch([Message("T", b"y" * 1_000_000) for _ in range(5)])
+        assert p.send(Message("T", b"still fine")).status is SendStatus.SEND_OK
+
+
+def test_new_topic_is_created_through_tbw102(env):
+    ns, _ = env
+    with Producer("pg", ns.addr, local="auto") as p:
+        r = p.send(Message("BrandNew", b"first"))
+        assert r.status is SendStatus.SEND_OK
+    assert [m.body for m in consume_all(ns, 1, topic="BrandNew")] == [b"first"]
+
+
+def test_mixed_local_and_tcp_producers_and_consumers(env):
+    """Local and TCP producers write to one topic at once; local and TCP consumers (two
+    groups) read it; both see identical results."""
+    ns, _ = env
+    n = 400
+
+    def produce(local, tag):
+        with Producer(f"pg-{tag}", ns.addr, local=local) as p:
+            for i in range(n):
+                p.send(Message("T", b"%s-%d" % (tag.encode(), i), tags=tag, keys=[f"{tag}{i}"]))
+    ts = [threading.Thread(target=produce, args=(m, t)) for m, t in (("always", "L"), ("never", "R"))]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    via_local = consume_all(ns, 2 * n, group="g-local", local="always")
+    via_tcp = consume_all(ns, 2 * n, group="g-tcp", local="never")
+
+    def view(msgs):
+        return sorted((m.body, m.tags, tuple(m.keys), m.queue_id, m.queue_offset, m.msg_id) for m in msgs)
+    assert view(via_local) == view(via_tcp)
+    assert len(via_local) == 2 * n
