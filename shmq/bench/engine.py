@@ -353,6 +353,8 @@ def summarize(name: str, sc: Scenario, reports: list[dict], broker_cpu_s: float 
         res.histogram = histogram.encode(h) if h.get_total_count() else None
     acks = histogram.merge([r.get("ack_histogram", "") for r in prods])
     res.ack_latency_us = histogram.summary_us(acks)
+    if sc.rate:
+        res.pacing_late_us = histogram.summary_us(histogram.merge([r.get("late_histogram", "") for r in prods]))
     cpu = {}
     if res.sent:
         cpu["producer"] = round(sum(r["cpu_s"] for r in prods) / res.sent * 1e6, 3)

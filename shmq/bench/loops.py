@@ -49,6 +49,8 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
     seq = sent_window = calls = 0
     acks = LatencyRecorder()  # intended send time -> the send call returned (one sample per call)
     ack = acks.add
+    lates = LatencyRecorder()  # paced: how late each send call started (the harness's own pacing error)
+    late = lates.add
     while True:
         if count and seq >= count:
             break
@@ -62,7 +64,7 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
             stamp = pacer.due(seq)
             if end is not None and stamp >= end:
                 break
-            wait_until(stamp, clock, sleep)
+            late(wait_until(stamp, clock, sleep) - stamp)
         else:
             stamp = clock()
             if end is not None and stamp >= end:
@@ -79,7 +81,8 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
             ack(clock() - stamp)
     if progress is not None:
         progress(seq)
-    return {"sent": seq, "sent_window": sent_window, "end_ns": clock(), "ack_histogram": acks.encode()}
+    return {"sent": seq, "sent_window": sent_window, "end_ns": clock(), "ack_histogram": acks.encode(),
+            "late_histogram": lates.encode()}
 
 
 class Consumer:

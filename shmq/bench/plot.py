@@ -2,13 +2,16 @@
 
 Left: the latency percentile spectrum (HdrHistogram's "latency by percentile" chart: the
 x axis is 1 / (1 - percentile), so p90, p99, p99.9, p99.99 are evenly spaced) of shmq and
-each peer for the first scenario that recorded latency, one line per system, log-scale µs.
+each peer for the first scenario that recorded latency, one line per system, log-scale µs
+(shmq's rows of the same scenario over the other transport dashed).
 Right: throughput bars (msgs/s, log scale) per throughput scenario and system.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import histogram
-from .runner import Report
+from .runner import SHMQ_NAMES, Report
 
 PCT_TICKS = (0.0, 90.0, 99.0, 99.9, 99.99, 99.999)
 
@@ -37,6 +40,16 @@ def write(report: Report, path: str) -> None:
             pts = histogram.spectrum_us(histogram.decode(r.histogram))
             xs = [1.0 / max(1.0 - p / 100.0, 1e-6) for p, _ in pts]
             ax1.plot(xs, [v for _, v in pts], label=r.peer, linewidth=1.6 if r.peer.startswith("shmq") else 1.1)
+        for other in report.scenarios:  # the same scenario over TCP: shmq's rows, dashed
+            if other is sc or other.kind != sc.kind or other.transport == sc.transport:
+                continue
+            if replace(other, transport=sc.transport) != sc:
+                continue
+            for r in report.rows(other):
+                if r.histogram and r.peer in SHMQ_NAMES:
+                    pts = histogram.spectrum_us(histogram.decode(r.histogram))
+                    ax1.plot([1.0 / max(1.0 - p / 100.0, 1e-6) for p, _ in pts], [v for _, v in pts],
+                             linestyle="--", linewidth=1.3, label=f"{r.peer} ({other.transport})")
         ax1.set_xscale("log")
         ax1.set_yscale("log")
         ax1.set_xticks([1.0 / (1.0 - p / 100.0) for p in PCT_TICKS])

@@ -179,12 +179,20 @@ def ratio(ref: Result | None, r: Result) -> str:
         a, b = ref.latency_us, r.latency_us
         if not a or not b:
             return ""
-        out = f"p50 {a['p50'] / max(b['p50'], 1e-9):.2f}x, p99 {a['p99'] / max(b['p99'], 1e-9):.2f}x"
+        out = f"p50 {_x(a['p50'] / max(b['p50'], 1e-9))}, p99 {_x(a['p99'] / max(b['p99'], 1e-9))}"
     elif not ref.msgs_per_s or not r.msgs_per_s:
         return ""
     else:
-        out = f"{ref.msgs_per_s / r.msgs_per_s:.2f}x"
+        out = _x(ref.msgs_per_s / r.msgs_per_s)
     return out if ref.peer == "shmq" else f"{out} ({ref.peer})"
+
+
+def _x(v: float) -> str:
+    if v >= 100:
+        return f"{v:,.0f}x"
+    if v >= 0.01:
+        return f"{v:.2f}x"
+    return "<0.01x"
 
 
 SHMQ_NAMES = {cls.name for cls in SHMQ.values()}

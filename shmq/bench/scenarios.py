@@ -149,6 +149,7 @@ class Result:
     latency_us: dict | None = None     # histogram.summary_us
     histogram: str | None = None       # HdrHistogram compressed encoding (ns)
     ack_latency_us: dict | None = None # intended send -> send call returned (sync-flush: on disk)
+    pacing_late_us: dict | None = None # fixed rate: how late send calls started (harness pacing error)
     cpu_us_per_msg: dict = field(default_factory=dict)  # producer / consumer / broker
     undelivered: int = 0               # sent but not received when the run stopped
     duplicates: int = 0

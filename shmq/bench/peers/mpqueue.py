@@ -1,5 +1,8 @@
 """multiprocessing.Queue: the standard library's inter-process queue (pickled items over a
-pipe, a feeder thread in each producer). A batch is one item (a list of bodies)."""
+pipe, a feeder thread in each producer). A batch is one item (a list of bodies). Bounded
+(``MAXSIZE`` items, as pyzmq's default high-water mark bounds it) so that a producer sending
+as fast as it can blocks instead of starving its own feeder thread of the GIL while its
+buffer grows without limit; unbounded for a pull backlog."""
 from __future__ import annotations
 
 import multiprocessing as mp
@@ -8,12 +11,15 @@ import queue
 from .base import FuncReceiver, FuncSender, Peer
 
 
+MAXSIZE = 1000
+
+
 class MpQueuePeer(Peer):
     name = "mp.Queue"
-    description = "multiprocessing.Queue (spawn context), one queue shared by all processes"
+    description = "multiprocessing.Queue (spawn context, at most 1000 items), one queue shared by all processes"
 
     def setup(self, sc, env, tmpdir):
-        return mp.get_context("spawn").Queue()
+        return mp.get_context("spawn").Queue(0 if sc.backlog else MAXSIZE)
 
     @classmethod
     def open_sender(cls, q, sc, idx):
