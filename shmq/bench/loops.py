@@ -93,9 +93,10 @@ class Consumer:
                  progress: Callable[[int], None] | None = None, threadsafe: bool = False,
                  verify: bool | None = None):
         self.sc = sc
-        #: check length, padding and duplicates of every message (count mode by default:
-        #: duration runs measure, and the checks would cap every system at the consumer's pace)
-        self.verify = sc.count_mode if verify is None else verify
+        #: check length, padding and duplicates of every message (count mode by default, but
+        #: for a pull backlog: timed runs measure, and the checks would cap every system at
+        #: the consumer's pace)
+        self.verify = (sc.count_mode and not sc.backlog) if verify is None else verify
         self.clock = clock
         self.progress = progress
         self.recorder = LatencyRecorder()

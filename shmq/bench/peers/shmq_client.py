@@ -71,29 +71,41 @@ class ShmqClientPeer(Peer):
 
 
 class _PushReceiver:
-    def __init__(self, ch, idx):
-        self.ch = ch
-        self.idx = idx
-        self.consumer = None
+    """The consumer starts (route, rebalance, first pulls) while the run gets ready; its
+    listener holds every delivery until ``start`` hands it the harness's ``handle`` (at the
+    start instant: a pull backlog is not consumed early, and no startup cost lands in the
+    measured window)."""
 
-    def start(self, handle) -> None:
+    def __init__(self, ch, idx):
+        import threading
+
         from shmq import ConsumeResult, PushConsumer
+        self._go = threading.Event()
+        self._handle = None
         success = ConsumeResult.SUCCESS
 
         def listener(msgs):
-            handle([m.body for m in msgs])
+            if self._handle is None:
+                self._go.wait()
+            self._handle([m.body for m in msgs])
             return success
 
-        c = PushConsumer(self.ch["group"], namesrv=self.ch["namesrv"], model="CLUSTERING", local=self.ch["local"],
+        c = PushConsumer(ch["group"], namesrv=ch["namesrv"], model="CLUSTERING", local=ch["local"],
                          consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0)
-        c.subscribe(self.ch["topic"], "*")
+        c.subscribe(ch["topic"], "*")
         c.on_message(listener)
         c.start()
         self.consumer = c
 
+    def start(self, handle) -> None:
+        self._handle = handle
+        self._go.set()
+
     def close(self) -> None:
-        if self.consumer is not None:
-            self.consumer.shutdown()
+        if self._handle is None:
+            self._handle = lambda bodies: None
+        self._go.set()
+        self.consumer.shutdown()
 
 
 def create_topic(broker: str, namesrv: str, topic: str, queues: int, timeout: float = 15.0) -> None:
