@@ -379,7 +379,11 @@ class ConsumerCore:
         """Reads every assigned queue of ``broker`` from the mapped store; when none has
         anything new, sleeps on the store's futex (spinning ``spin_s`` first)."""
         while self._running:
-            link = self.links.get(broker)
+            try:
+                link = self.links.get(broker)
+            except Exception as e:  # the broker is down or restarting: try again shortly
+                log.debug("local store of %s not attachable: %s", broker, e)
+                link = None
             if link is None:
                 time.sleep(0.2)
                 continue

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 
 from shmq.errors import ShmqError, StaleSegment
 from shmq.protocol import RemotingCommand
@@ -50,22 +51,35 @@ class LocalLink:
 
 
 class LocalLinks:
-    """Per client instance: broker name -> LocalLink, or None when the broker is not local."""
+    """Per client: broker name -> LocalLink, or None while the broker is not (or not yet)
+    attachable. A None is re-examined after RETRY_S, so a broker that was down, or that
+    restarted under a new generation, is attached again without the client restarting."""
+
+    RETRY_S = 2.0
 
     def __init__(self, instance, mode: str):
         if mode not in ("auto", "never", "always"):
             raise ValueError("local must be 'auto', 'never' or 'always'")
         self.instance = instance
         self.mode = mode
-        self._links: dict[str, LocalLink | None] = {}
+        self._links: dict[str, tuple[LocalLink | None, float]] = {}
         self._lock = threading.Lock()
+
+    def _cached(self, broker_name: str):
+        entry = self._links.get(broker_name)
+        if entry is None:
+            return False
+        link, when = entry
+        if link is not None:
+            return link if link.alive else False
+        return None if time.monotonic() - when < self.RETRY_S else False
 
     def get(self, broker_name: str, cluster: str = "DefaultCluster") -> LocalLink | None:
         """From a user thread."""
         if self.mode == "never":
             return None
-        link = self._links.get(broker_name, False)
-        if link is not False and (link is None or link.alive):
+        link = self._cached(broker_name)
+        if link is not False:
             return link
         return self.instance.call(self.aget(broker_name, cluster), 10)
 
@@ -74,14 +88,15 @@ class LocalLinks:
         file operations)."""
         if self.mode == "never":
             return None
-        link = self._links.get(broker_name, False)
-        if link is not False and (link is None or link.alive):
+        link = self._cached(broker_name)
+        if link is not False:
             return link
-        if link:
-            link.close()
+        old = self._links.get(broker_name)
+        if old and old[0]:
+            old[0].close()
         link = await self._attach(broker_name, cluster)
         with self._lock:
-            self._links[broker_name] = link
+            self._links[broker_name] = (link, time.monotonic())
         return link
 
     async def _attach(self, broker_name: str, cluster: str) -> LocalLink | None:
@@ -106,13 +121,13 @@ class LocalLinks:
 
     def invalidate(self, broker_name: str) -> None:
         with self._lock:
-            link = self._links.pop(broker_name, None)
-        if link:
-            link.close()
+            entry = self._links.pop(broker_name, None)
+        if entry and entry[0]:
+            entry[0].close()
 
     def close(self) -> None:
         with self._lock:
-            links, self._links = list(self._links.values()), {}
-        for link in links:
+            entries, self._links = list(self._links.values()), {}
+        for link, _ in entries:
             if link:
                 link.close()

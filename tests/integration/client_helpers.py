@@ -48,11 +48,13 @@ class Collector:
         self.fail_first = fail_first
         self.name = name
         self.changed = threading.Condition(self.lock)
+        self._bodies: set = set()
 
     def __call__(self, msgs):
         with self.lock:
             for m in msgs:
                 self.seen[m.body] += 1
+                self._bodies.add(m.body)
             if self.fail_first and any(self.seen[m.body] <= self.fail_first for m in msgs):
                 self.msgs.extend(msgs)
                 self.changed.notify_all()
@@ -62,8 +64,8 @@ class Collector:
         return ConsumeResult.SUCCESS
 
     def bodies(self) -> set:
-        with self.lock:
-            return {m.body for m in self.msgs}
+        """Every body received (the live set: do not modify)."""
+        return self._bodies
 
     def wait_for(self, pred, timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
