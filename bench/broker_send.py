@@ -7,6 +7,7 @@ and pull throughput, with workers = 1 and 2; next to Redis Streams when redis-se
 Each scenario runs for ``--duration`` seconds after a 0.5 s warm-up on one blocking socket
 with pre-encoded requests (the client costs as little as Python allows):
 
+* ``GET_MAX_OFFSET``: the cheapest request, one in flight: what the transport alone costs.
 * ``send 100 B``: SEND_MESSAGE_V2, one in flight; msgs/s and round-trip p50/p99.
 * ``batch 32x100 B``: SEND_BATCH_MESSAGE, one in flight; msgs/s = 32 x batches/s.
 * ``batch 32x100 B, 8 in flight``: the same, pipelined (answers matched by opaque).
@@ -168,6 +169,10 @@ def bench_shmq(workers: int, duration: float) -> list[tuple[str, float, str]]:
                                       queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
                                       properties="TAGS\x01bench\x02KEYS\x01k\x02UNIQ_KEY\x01" + "A" * 32)
         v2 = send_header_to_v2(sh)
+        floor = [_frame(request(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId=0), 1)]
+        rate, lat = run_closed_loop(conn, floor, duration, 1)
+        rows.append(("GET_MAX_OFFSET round trip (the transport's floor)", rate,
+                     f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs"))
         rate, lat = run_closed_loop(conn, send_frames(v2, BODY, RequestCode.SEND_MESSAGE_V2), duration, 1)
         rows.append(("send 100 B, sync", rate, f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs"))
         sh.batch = True

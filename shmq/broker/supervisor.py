@@ -230,13 +230,16 @@ class Supervisor:
         while not self._stopping:
             await asyncio.sleep(period_ms / 1000.0)
             try:
-                fn()
+                r = fn()
+                if asyncio.iscoroutine(r):
+                    await r
             except Exception:  # the loop must survive anything
                 log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
 
-    def _persist_offsets(self) -> None:
+    async def _persist_offsets(self) -> None:
+        # A thread: the write fsyncs, and the control channel must not wait for the disk.
         if self.store is not None:
-            self.store.persist_offsets()
+            await asyncio.to_thread(self.store.persist_offsets)
 
     # ================================================================ stop ==
     def stop(self) -> None:
