@@ -32,7 +32,7 @@ from .scenarios import Result, Scenario
 from .services import ServiceUnavailable
 
 READY_TIMEOUT = 60.0
-GRACE_S = 0.5          # after the window: time for messages in flight to arrive
+GRACE_S = 0.3          # after the window: time for messages in flight to arrive
 RESULT_TIMEOUT = 15.0
 START_AHEAD_S = 0.05
 

@@ -159,32 +159,28 @@ def _fmt_us(v) -> str:
     return f"{v:,.0f}"
 
 
-def reference(rows: list[Result]) -> Result | None:
-    """The shmq row the ratios are taken against: the client's if it ran, else the store's."""
+def references(rows: list[Result]) -> list[Result]:
+    """The shmq rows the ratios are taken against: the client's and the store's, where measured."""
     by = {r.peer: r for r in rows}
-    for name in ("shmq", "shmq-store"):
-        r = by.get(name)
-        if r is not None and r.ok and r.msgs_per_s:
-            return r
-    return None
+    return [by[n] for n in ("shmq", "shmq-store") if n in by and by[n].ok and by[n].msgs_per_s]
 
 
-def ratio(ref: Result | None, r: Result) -> str:
-    """shmq/peer: throughput ratio (higher is better for shmq) for throughput scenarios;
-    p50 and p99 latency ratios (lower is better for shmq) for e2e. Taken against the client
-    row, or the store row (named) when the client row has no figures."""
-    if ref is None or not r.ok or r.peer in SHMQ_NAMES:
+def ratio(refs: list[Result], r: Result) -> str:
+    """shmq/peer, for the client row ("shmq") and the store row ("store"): the throughput
+    ratio (higher is better for shmq) for throughput scenarios; p50 and p99 latency ratios
+    (lower is better for shmq) for e2e."""
+    if not r.ok or r.peer in SHMQ_NAMES:
         return ""
-    if r.scenario.kind == "e2e":
-        a, b = ref.latency_us, r.latency_us
-        if not a or not b:
-            return ""
-        out = f"p50 {_x(a['p50'] / max(b['p50'], 1e-9))}, p99 {_x(a['p99'] / max(b['p99'], 1e-9))}"
-    elif not ref.msgs_per_s or not r.msgs_per_s:
-        return ""
-    else:
-        out = _x(ref.msgs_per_s / r.msgs_per_s)
-    return out if ref.peer == "shmq" else f"{out} ({ref.peer})"
+    out = []
+    for ref in refs:
+        who = "shmq" if ref.peer == "shmq" else "store"
+        if r.scenario.kind == "e2e":
+            a, b = ref.latency_us, r.latency_us
+            if a and b:
+                out.append(f"{who} p50 {_x(a['p50'] / max(b['p50'], 1e-9))} p99 {_x(a['p99'] / max(b['p99'], 1e-9))}")
+        elif r.msgs_per_s:
+            out.append(f"{who} {_x(ref.msgs_per_s / r.msgs_per_s)}")
+    return ", ".join(out)
 
 
 def _x(v: float) -> str:
@@ -209,7 +205,7 @@ def table(report: Report) -> str:
         rows = report.rows(sc)
         if not rows:
             continue
-        ref = reference(rows)
+        refs = references(rows)
         short = f"{sc.kind} {sc.transport}" if sc.kind != "pull" else sc.kind
         for r in rows:
             lat = r.latency_us or {}
@@ -225,7 +221,7 @@ def table(report: Report) -> str:
                      _fmt_num(r.msgs_per_s) if r.ok else "-", _fmt_num(r.mb_per_s, 1) if r.ok else "-",
                      _fmt_num(r.send_msgs_per_s) if r.ok else "-",
                      *(_fmt_us(lat.get(k)) for k in ("p50", "p90", "p99", "p99.9", "p99.99", "max")),
-                     cpu_s, ratio(ref, r), note.replace("|", "/").strip()]
+                     cpu_s, ratio(refs, r), note.replace("|", "/").strip()]
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -241,8 +237,8 @@ def render(report: Report) -> str:
     out += ("\nmsgs/s: delivered to consumers per second in the measured window (after warm-up); send/s: the "
             "producers' own rate. Latency: send -> consumer, from each message's intended send time at a fixed "
             "rate (coordinated omission corrected); for sync-flush the note gives the send call's own latency (answered "
-            "once on disk). shmq/peer: throughput ratio, or for e2e the latency ratio "
-            "(below 1: shmq is faster).\n")
+            "once on disk). shmq/peer: throughput ratio of the client row (shmq) and "
+            "the store row (store) to the peer; for e2e the latency ratios (below 1: shmq is faster).\n")
     for n in report.notes:
         out += f"- {n}\n"
     return out

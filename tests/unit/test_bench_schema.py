@@ -85,9 +85,9 @@ def test_table_ratios():
     text = runner.render(sample_report())
     lines = text.splitlines()
     zmq_thr = next(ln for ln in lines if "| produce local | pyzmq |" in ln)
-    assert "| 2.00x |" in zmq_thr  # shmq client 2,000/s over pyzmq 1,000/s
+    assert "| shmq 2.00x, store 3.00x |" in zmq_thr  # 2,000/s and 3,000/s over pyzmq 1,000/s
     zmq_lat = next(ln for ln in lines if "| e2e local | pyzmq |" in ln)
-    assert "p50 0.10x" in zmq_lat  # ~6 µs over ~60.5 µs
+    assert "shmq p50 0.10x" in zmq_lat  # ~6 µs over ~60.5 µs
     assert "skipped: redis-server not found" in text
 
 

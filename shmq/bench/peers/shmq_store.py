@@ -20,14 +20,14 @@ from .base import FuncReceiver, FuncSender, Peer
 
 TOPIC = "BenchTopic"
 SPIN_S = float(os.environ.get("SHMQ_BENCH_SPIN_US", "50")) / 1e6
-COMMITLOG_MIN, COMMITLOG_MAX = 16 << 20, 256 << 20
+COMMITLOG_MIN, COMMITLOG_MAX = 16 << 20, 128 << 20
 _BODYLEN = struct.Struct(">i")
 R_BODYLEN, R_BODY = 84, 88
 
 
 def commitlog_file_size(sc) -> int:
     """CommitLog file size for a run: about half of what it may write (at most 1.5 M msgs/s),
-    a power of two in [16 MiB, 256 MiB], so a short run does not pre-touch gigabytes."""
+    a power of two in [16 MiB, 128 MiB], so a short run does not pre-touch gigabytes."""
     msgs = sc.count if sc.count_mode else (sc.warmup + sc.duration) * (sc.rate or 1_500_000)
     want = int(msgs * (sc.size + 120) / 2)
     size = COMMITLOG_MIN
