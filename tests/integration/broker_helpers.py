@@ -115,3 +115,23 @@ def pull(c: SyncRemotingClient, topic: str, queue_id: int, offset: int, group: s
                                  maxMsgNums=max_nums, sysFlag=sysflag, commitOffset=0,
                                  suspendTimeoutMillis=suspend_ms, subVersion=0, subscription=sub)
     return c.invoke(request(RequestCode.PULL_MESSAGE, h), timeout)
+
+
+def worker_id(c: SyncRemotingClient) -> int:
+    """Which worker serves this connection (GET_BROKER_RUNTIME_INFO carries it)."""
+    from shmq.protocol.bodies import KVTable, decode_json
+    return int(decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table["shmqWorkerId"])
+
+
+def clients_on_two_workers(addr: str, tries: int = 64) -> tuple[SyncRemotingClient, SyncRemotingClient]:
+    """Two connections the kernel gave to different workers (SO_REUSEPORT hashes each
+    connection; a few attempts find a pair). The caller closes both."""
+    first = SyncRemotingClient(addr, timeout=5)
+    w0 = worker_id(first)
+    for _ in range(tries):
+        c = SyncRemotingClient(addr, timeout=5)
+        if worker_id(c) != w0:
+            return first, c
+        c.close()
+    first.close()
+    raise AssertionError("every connection went to the same worker")

@@ -14,7 +14,7 @@ from shmq.protocol.message import encode_batch, BatchEntry
 from shmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from shmq.store.record import decode_record, iter_records
 
-from .broker_helpers import create_topic, pull, send, start_broker  # noqa: F401
+from .broker_helpers import clients_on_two_workers, create_topic, pull, send, start_broker  # noqa: F401
 from .conftest import processes, start_namesrv, namesrv  # noqa: F401
 
 
@@ -107,8 +107,9 @@ def test_offsets_and_times(broker):
     assert q.ext_fields["offset"] == "4"
 
 
-def test_long_poll_held_then_answered_by_a_send_on_another_connection(broker):
-    c, d = clients(broker)
+def test_long_poll_held_then_answered_by_a_send_on_another_worker(broker):
+    c, d = clients_on_two_workers(broker.addr)
+    _open.extend((c, d))
     create_topic(c, "LP", queues=1)
     h_pull = pull  # the held pull goes out raw, so the test can look at it while it is parked
     from shmq.protocol.headers import PullMessageRequestHeader
@@ -242,7 +243,8 @@ def test_heartbeat_consumer_list_locks_and_runtime(broker):
 
 
 def test_connection_close_notifies_the_rest_of_the_group(broker):
-    a, b = clients(broker)
+    a, b = clients_on_two_workers(broker.addr)  # members on different workers
+    _open.extend((a, b))
     hb = lambda cid: json.dumps({"clientID": cid, "consumerDataSet": [
         {"groupName": "ng", "subscriptionDataSet": [{"topic": "NT", "subString": "*"}]}]}).encode()
     assert a.invoke(request(RequestCode.HEART_BEAT, body=hb("ca"))).code == 0
