@@ -30,15 +30,24 @@ class Report:
     elapsed: float = 0.0
     command: list[str] = field(default_factory=lambda: list(sys.argv))
     cleanup: dict = field(default_factory=dict)
+    load_before: float | None = field(default_factory=lambda: _load())
 
     def rows(self, sc: Scenario) -> list[Result]:
         return [r for r in self.results if r.scenario == sc]
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(self.started)),
-                "command": self.command, "machine": machine(), "elapsed_s": round(self.elapsed, 2),
+                "command": self.command, "machine": machine() | {"load_average_1m_before": self.load_before},
+                "elapsed_s": round(self.elapsed, 2),
                 "interrupted": self.interrupted, "scenarios": [s.to_dict() | {"label": s.label} for s in self.scenarios],
                 "results": [r.to_dict() for r in self.results], "notes": self.notes, "cleanup": self.cleanup}
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
 
 
 def machine() -> dict:
@@ -51,12 +60,8 @@ def machine() -> dict:
                     break
     except OSError:
         pass
-    try:
-        load = os.getloadavg()[0]
-    except OSError:
-        load = None
     return {"nproc": os.cpu_count(), "cpu": model, "python": platform.python_version(),
-            "system": f"{platform.system()} {platform.release()}", "load_average_1m": load}
+            "system": f"{platform.system()} {platform.release()}", "load_average_1m": _load()}
 
 
 class Progress:
@@ -229,7 +234,8 @@ def table(report: Report) -> str:
 def render(report: Report) -> str:
     m = machine()
     head = [f"# shmq-bench {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime(report.started))}; "
-            f"nproc {m['nproc']}; {m['cpu']}; Python {m['python']}; {report.elapsed:.0f} s"
+            f"nproc {m['nproc']}; {m['cpu']}; Python {m['python']}; {report.elapsed:.0f} s; "
+            f"load average {report.load_before} before, {m['load_average_1m']:.2f} after"
             + ("; INTERRUPTED" if report.interrupted else "")]
     for sc in report.scenarios:
         head.append(f"# {sc.label}")
@@ -257,4 +263,11 @@ def load_json(path: str) -> Report:
     scs = [Scenario.from_dict(s) for s in d["scenarios"]]
     rep = Report(scs, [Result.from_dict(r) for r in d["results"]], d.get("notes", []), d.get("interrupted", False))
     rep.elapsed = d.get("elapsed_s", 0.0)
+    rep.load_before = d.get("machine", {}).get("load_average_1m_before")
+    rep.command = d.get("command", [])
+    try:
+        import calendar
+        rep.started = calendar.timegm(time.strptime(d["date"], "%Y-%m-%d %H:%M:%S UTC"))
+    except (KeyError, ValueError):
+        pass
     return rep
