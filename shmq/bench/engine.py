@@ -64,6 +64,8 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
                                      shared["progress"])
     slot = idx if role == "producer" else sc.producers + idx
     endpoint = None
+    ppid = os.getppid()
+    orphan = lambda: os.getppid() != ppid  # noqa: E731  (the harness died: stop, do not linger)
     try:
         cls: type[Peer] = getattr(importlib.import_module(peer_ref[0]), peer_ref[1])
         if role == "producer":
@@ -73,9 +75,9 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
             endpoint = cls.open_receiver(channel, sc, idx)
         conn.send({"ready": True})
         start = go if role == "producer" else cgo
-        while start.value == 0 and not stop.value:
+        while start.value == 0 and not stop.value and not orphan():
             time.sleep(0.001)
-        if stop.value:
+        if stop.value or orphan():
             conn.send({"role": role, "idx": idx, "aborted": True})
             return
         start_ns = start.value
@@ -85,7 +87,7 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
         def progress(n: int) -> None:
             prog[slot] = n
 
-        stopped = lambda: bool(stop.value)  # noqa: E731
+        stopped = lambda: bool(stop.value) or orphan()  # noqa: E731
         if role == "producer":
             out = produce(endpoint.send, getattr(endpoint, "send_batch", None), sc, idx, go.value,
                           stop=stopped, progress=progress)
@@ -96,7 +98,7 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
                 cons.window_start = start_ns
             if push:
                 endpoint.start(cons.handle)
-                while not stop.value:
+                while not stopped():
                     time.sleep(0.005)
             else:
                 cons.run(endpoint.recv, stopped)
@@ -108,7 +110,7 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
         # that no producer stays blocked on a full queue (stopped early: Ctrl-C).
         drain = getattr(endpoint, "recv", None) if role == "consumer" else None
         deadline = time.monotonic() + 60
-        while not release.value and time.monotonic() < deadline:
+        while not release.value and time.monotonic() < deadline and not orphan():
             if drain is not None:
                 drain(0.01)
             else:

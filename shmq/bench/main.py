@@ -4,6 +4,7 @@ write the JSON and the plot."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from . import scenarios
@@ -40,11 +41,16 @@ def parse_list(text: str | None, default, known) -> list[str]:
     return names
 
 
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def run(args: argparse.Namespace) -> int:
     scs = build_scenarios(args)
     peers = parse_list(args.peers, DEFAULT_PEERS, PEERS)
     shmq_rows = parse_list(args.shmq, SHMQ, SHMQ)
     progress = Progress(enabled=not args.no_progress)
+    signal.signal(signal.SIGTERM, _terminate)  # a kill: stop like Ctrl-C, so cleanup runs
     env = Env(workers=args.workers, keep=args.keep)
     report: Report
     try:

@@ -87,11 +87,12 @@ class Env:
     def spawn(self, argv: list[str], ready: str, log_name: str, timeout: float = 30.0,
               env: dict | None = None) -> tuple[subprocess.Popen, re.Match]:
         """Start a server in its own session (Ctrl-C in the terminal does not reach it; we stop
-        it by pid) and wait for a stdout line matching ``ready``."""
+        it by pid; it gets SIGTERM if the harness dies) and wait for a stdout line matching
+        ``ready``."""
         log_path = os.path.join(self.root, log_name)
         with open(log_path, "wb") as log:
             p = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=log, stdin=subprocess.DEVNULL,
-                                 start_new_session=True, env=env)
+                                 start_new_session=True, env=env, preexec_fn=_die_with_parent)
         self.track_process(p.pid, p)
         pattern = re.compile(ready)
         sel = selectors.DefaultSelector()
@@ -219,6 +220,16 @@ class Env:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: SIGTERM when the harness dies, even by SIGKILL (Linux
+    PR_SET_PDEATHSIG), so no server outlives a killed run."""
+    try:
+        import ctypes
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
 
 
 def _unlink_segment(root: str) -> None:

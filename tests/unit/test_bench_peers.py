@@ -82,3 +82,10 @@ def test_shmq_client_moves_1000_messages(env, transport):
     if r.status == "skipped":
         pytest.skip(r.note)
     check_intact(r, 1000)
+
+
+def test_redis_skips_with_a_reason_without_redis_server(monkeypatch, env):
+    import shmq.bench.peers.redis_streams as rs
+    monkeypatch.setattr(rs.shutil, "which", lambda name: None)
+    r = engine.run(rs.RedisPeer(), make("produce", count=10), env)
+    assert r.status == "skipped" and "redis-server not found" in r.note
