@@ -49,7 +49,7 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
     seq = sent_window = calls = 0
     acks = LatencyRecorder()  # intended send time -> the send call returned (one sample per call)
     ack = acks.add
-    lates = LatencyRecorder()  # paced: how late each send call started (the harness's own pacing error)
+    lates = LatencyRecorder()  # paced, measured window: how late each send call started (pacing error)
     late = lates.add
     while True:
         if count and seq >= count:
@@ -64,7 +64,9 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
             stamp = pacer.due(seq)
             if end is not None and stamp >= end:
                 break
-            late(wait_until(stamp, clock, sleep) - stamp)
+            started = wait_until(stamp, clock, sleep)
+            if stamp >= warm_end:
+                late(started - stamp)
         else:
             stamp = clock()
             if end is not None and stamp >= end:
