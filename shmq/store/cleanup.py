@@ -1,6 +1,6 @@
 """File expiry (owner only). CommitLog files older than fileReservedTime hours go at the hours
-listed in deleteWhen ("04", or "04;16"), or at once, oldest first, whatever their age, while
-disk use is above diskMaxUsedSpaceRatio. Never the file being written (or any after it).
+listed in deleteWhen ("04", or "04;16"), or at once while disk use is above
+diskMaxUsedSpaceRatio; above diskSpaceCleanForciblyRatio (85 %) the oldest go whatever their age. Never the file being written (or any after it).
 Files are unlinked whole, never truncated: a reader still mapping one keeps reading it.
 Then ConsumeQueue files wholly below the new minimum, and index files, follow."""
 from __future__ import annotations
@@ -44,16 +44,22 @@ class CleanupService:
         u = shutil.disk_usage(self.cfg.commitlog_dir)
         return 100.0 * (u.total - u.free) / u.total if u.total else 0.0
 
-    def run_once(self, *, at_delete_hour: bool | None = None, disk_full: bool | None = None) -> list[int]:
-        """One round; returns the deleted CommitLog file indexes. Tests pass the two
-        conditions explicitly instead of waiting for an hour of the day or a full disk."""
+    def run_once(self, *, at_delete_hour: bool | None = None, disk_ratio: float | None = None) -> list[int]:
+        """One round, as RocketMQ's CleanCommitLogService: expired files go at the delete hour,
+        or at once when disk use is above diskMaxUsedSpaceRatio; above the forcible ratio
+        (85 %) the oldest files go whatever their age. Returns the deleted file indexes.
+        Tests pass the hour and the disk ratio instead of waiting for them."""
         if at_delete_hour is None:
             at_delete_hour = self.delete_hour_now()
-        if disk_full is None:
-            disk_full = self.disk_used_ratio() > self.cfg.disk_max_used_space_ratio
-        if not (at_delete_hour or disk_full):
+        if disk_ratio is None:
+            disk_ratio = self.disk_used_ratio()
+        space_full = disk_ratio > self.cfg.disk_max_used_space_ratio
+        if space_full:
+            log.warning("disk use %.1f%% is above diskMaxUsedSpaceRatio %.0f%%", disk_ratio,
+                        self.cfg.disk_max_used_space_ratio)
+        if not (at_delete_hour or space_full):
             return []
-        return self.delete_expired(force=disk_full)
+        return self.delete_expired(force=disk_ratio > self.cfg.disk_clean_forcibly_ratio)
 
     def delete_expired(self, *, force: bool = False) -> list[int]:
         store = self.store

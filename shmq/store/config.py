@@ -26,6 +26,7 @@ class StoreConfig:
     file_reserved_time_hours: float = 72           # fileReservedTime
     delete_when: str = "04"                        # deleteWhen: hour(s) of day, "04;16"
     disk_max_used_space_ratio: float = 75          # diskMaxUsedSpaceRatio (percent)
+    disk_clean_forcibly_ratio: float = 85          # diskSpaceCleanForciblyRatio (percent)
     clean_interval_s: float = 10                   # cleanResourceInterval
     max_hash_slot_num: int = 5_000_000             # maxHashSlotNum
     max_index_num: int = 20_000_000                # maxIndexNum

@@ -226,11 +226,11 @@ class MessageStore(Reader):
             self._wait_flushed(res)
         return res
 
-    def queue_writer(self, topic: str, queue_id: int) -> "QueueWriter":
+    def queue_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "QueueWriter":
         """A handle for the fastest path: one queue, caller-built properties bytes."""
         self._check_open()
         validate.check_topic(topic)
-        return QueueWriter(self, topic, queue_id)
+        return QueueWriter(self, topic, queue_id, born_host)
 
     def _wait_flushed(self, res: PutResult) -> None:
         rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
@@ -400,7 +400,7 @@ class QueueWriter:
     __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_w",
                  "_put", "_put_batch", "_sync", "_ctl", "_timeout")
 
-    def __init__(self, store: MessageStore, topic: str, queue_id: int):
+    def __init__(self, store: MessageStore, topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         self.store = store
         self.topic = topic
         self.queue_id = queue_id
@@ -408,7 +408,7 @@ class QueueWriter:
         self._w = store.appender.w
         self._slot = store.appender.slot(topic, queue_id)
         self._meta = ffi.new("shmq_meta *")
-        _fill_meta(self._meta, 0, 0, 0, ("127.0.0.1", 0), 0, 0, None, None)  # born_ts 0: now
+        _fill_meta(self._meta, 0, 0, 0, born_host, 0, 0, None, None)  # born_ts 0: now
         self._out = ffi.new("shmq_result *")
         self._put = lib.shmq_put
         self._put_batch = lib.shmq_put_batch

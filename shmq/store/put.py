@@ -226,6 +226,9 @@ class PutPipeline:
         self._cluster_pair = _C + cluster_name.encode()
         self._rand = random.Random()
 
+    def fast_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "FastWriter":
+        return FastWriter(self, topic, queue_id, born_host)
+
     @property
     def tag_code(self):
         """The recovery tag-code function matching this pipeline's delay levels."""
@@ -376,3 +379,38 @@ class PutPipeline:
             e.result = PipelineResult(e.result, topic, qid, request_qid, level, half)
             raise
         return PipelineResult(res, topic, qid, request_qid, level, half)
+
+
+# ---- the common case, fast --------------------------------------------------------------
+_REWRITE_MARKERS = (b"DELAY\x01", b"TRAN_MSG\x01", b"WAIT\x01", b"CLUSTER\x01")
+
+
+class FastWriter:
+    """``PutPipeline.fast_writer(topic, qid)``: the pipeline's common case (a client send to
+    an ordinary topic with no DELAY, no TRAN_MSG, no WAIT) as one C append: the only rewrite
+    is CLUSTER appended, which is what ``put`` does too. Anything else takes the full
+    pipeline, so a message is stored the same whichever way it went. Not thread-safe (one
+    per thread), like the store's QueueWriter it wraps."""
+
+    __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out")
+
+    def __init__(self, pipeline: "PutPipeline", topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
+        validate.check_sendable_topic(topic)
+        if topic.startswith(RETRY_PREFIX):
+            raise ShmqError("retry topics go through the full pipeline (DLQ rewrite)")
+        self.pipeline = pipeline
+        self.topic = topic
+        self.queue_id = queue_id
+        self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
+        self._suffix = PROPERTY_SEP.encode() + pipeline._cluster_pair
+        self._out = self._qw._out
+
+    def put(self, body: bytes, props: bytes) -> tuple[int, int]:
+        """Append; returns (queue offset, commit-log offset). ``props`` is the message's own
+        properties text (no trailing separator)."""
+        for marker in _REWRITE_MARKERS:
+            if marker in props:
+                r = self.pipeline.put(PutRequest(self.topic, body, props, queue_id=self.queue_id))
+                return r.queue_offset, r.phys_offset
+        qoff = self._qw.put(body, props + self._suffix if props else self.pipeline._cluster_pair)
+        return qoff, self._out.phys_offset

@@ -72,7 +72,7 @@ def test_hundred_random_kills_under_load(open_store, children, tmp_path):
                 break
             stored.update(bytes(decode_record(m).body) for m in g.messages)
             off = g.next_begin_offset
-        assert off == s.max_offset("T", q)
+        assert off == s.max_offset("T", q), (q, off, s.get_messages("T", q, off, max_count=4), s.queues.get("T", q).entry(off), s.commit_pos)
     dup = [b for b, c in stored.items() if c > 1]
     assert not dup, dup[:5]
     lost = []

@@ -25,9 +25,9 @@ def test_only_expired_files_go(open_store, store_root):
     assert len(files) >= 5
     for f in files[:3]:
         age(f, 2)
-    assert s.cleaner.run_once(at_delete_hour=False, disk_full=False) == []  # not the hour
+    assert s.cleaner.run_once(at_delete_hour=False, disk_ratio=10) == []  # not the hour
     first_view = s.get_messages("T", 0, 0, max_count=1).messages[0]
-    deleted = s.cleaner.run_once(at_delete_hour=True, disk_full=False)
+    deleted = s.cleaner.run_once(at_delete_hour=True, disk_ratio=10)
     assert deleted == [0, 1, 2]
     assert sorted(cl.iterdir()) == files[3:]
     # a reader that held a view into a deleted file still reads it
@@ -49,8 +49,17 @@ def test_disk_pressure_deletes_oldest_but_never_the_current(open_store, store_ro
     cl = store_root / "commitlog"
     current = s.commit_pos // 8192
     for _ in range(50):
-        s.cleaner.run_once(at_delete_hour=False, disk_full=True)
+        s.cleaner.run_once(at_delete_hour=False, disk_ratio=90)
     left = sorted(int(f.name) // 8192 for f in cl.iterdir())
     assert left[0] == current
     s.put("T", 0, b"still writable")
     assert s.max_offset("T", 0) == 41
+
+
+def test_disk_above_ratio_deletes_expired_files_before_the_hour(open_store, store_root):
+    s = open_store(mapped_file_size_commitlog=8192, cq_entries_per_file=10, file_reserved_time_hours=1)
+    fill(s, 100)
+    files = sorted((store_root / "commitlog").iterdir())
+    age(files[0], 2)
+    assert s.cleaner.run_once(at_delete_hour=False, disk_ratio=80) == [0]   # expired: at once
+    assert s.cleaner.run_once(at_delete_hour=False, disk_ratio=80) == []    # the rest is young
