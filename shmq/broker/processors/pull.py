@@ -128,10 +128,19 @@ class Processor:
         await self.w.holds.wait(h.topic, h.queueId, h.queueOffset, timeout)
         return self._get(cmd, h, codes)
 
+    def _read(self, h: PullMessageRequestHeader, codes):
+        store = self.w.store
+        args = (h.topic, h.queueId, h.queueOffset)
+        kw = dict(max_count=max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)), max_bytes=MAX_TRANSFER_BYTES, tag_codes=codes)
+        try:
+            return store.get_messages(*args, **kw)
+        except OSError:
+            # The file under the read was just expired by the supervisor's cleanup (it raises
+            # the minimum before unlinking): read again, which now answers OFFSET_TOO_SMALL.
+            return store.get_messages(*args, **kw)
+
     def _get(self, cmd, h: PullMessageRequestHeader, codes) -> RemotingCommand:
-        res = self.w.store.get_messages(h.topic, h.queueId, h.queueOffset,
-                                        max_count=max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)),
-                                        max_bytes=MAX_TRANSFER_BYTES, tag_codes=codes)
+        res = self._read(h, codes)
         st = res.status
         code = _CODE.get(st)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE
