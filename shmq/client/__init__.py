@@ -5,6 +5,7 @@ from .message import (ConsumeResult, LocalTransactionState, Message, MessageExt,
 from .producer import Producer
 from .pull_consumer import PullConsumer
 from .push_consumer import PushConsumer
+from .transaction_producer import TransactionProducer
 
-__all__ = ["Producer", "PushConsumer", "PullConsumer", "Message", "MessageExt", "MessageQueue",
+__all__ = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "Message", "MessageExt", "MessageQueue",
            "MessageSelector", "SendResult", "SendStatus", "ConsumeResult", "LocalTransactionState"]

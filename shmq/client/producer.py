@@ -105,6 +105,8 @@ class Producer:
         props = msg.wire_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
         body, sysflag = msg.body, 0
+        if props.get("TRAN_MSG") == "true":
+            sysflag |= 0x4  # TRANSACTION_PREPARED_TYPE, as the Java client marks half messages
         if compress and len(body) > self.compress_over:
             body = zlib.compress(body, COMPRESS_LEVEL)
             sysflag |= 0x1  # compressed, zlib (type bits 0: what older clients send)
