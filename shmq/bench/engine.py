@@ -349,6 +349,11 @@ def summarize(name: str, sc: Scenario, reports: list[dict], broker_cpu_s: float 
         res.send_msgs_per_s = sum(r["sent_window"] for r in prods) / window
         res.msgs_per_s = (sum(r["in_window"] for r in cons) / window) if cons else res.send_msgs_per_s
     res.mb_per_s = res.msgs_per_s * sc.size / 1e6 if res.msgs_per_s is not None else None
+    if sc.rate and not sc.count_mode:
+        due = int(sc.rate * (sc.warmup + (res.seconds if cut_ns is not None else sc.duration)))
+        if res.sent < 0.95 * due:
+            res.note = (res.note + "; " if res.note else "") + \
+                f"producers behind the rate: {res.sent:,} of {due:,} due sent"
     if sc.records_latency and cons:
         h = histogram.merge([r["histogram"] for r in cons])
         res.latency_us = histogram.summary_us(h)
