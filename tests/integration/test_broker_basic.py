@@ -47,7 +47,7 @@ def test_send_then_pull_every_status(broker):
     e = r.ext_fields
     assert e["queueId"] == "1" and e["queueOffset"] == "0" and len(e["msgId"]) == 32
     assert e["MSG_REGION"] == "DefaultRegion" and e["TRACE_ON"] == "true"
-    r2 = send(d, "T1", b"world", queue_id=1, tags="TagB", v2=False)
+    r2 = send(d, "T1", b"world", queue_id=1, tags="TagB", v2=False, props="WAIT\x01true\x02")
     assert r2.code == 0 and r2.ext_fields["queueOffset"] == "1"
     # FOUND: both records, bornHost = the peer, storeHost = the broker, CLUSTER added.
     p = pull(d, "T1", 1, 0)
@@ -56,6 +56,7 @@ def test_send_then_pull_every_status(broker):
     msgs = list(iter_records(p.body))
     assert [bytes(m.body) for m in msgs] == [b"hello", b"world"]
     assert msgs[0].properties["TAGS"] == "TagA" and msgs[0].properties["CLUSTER"] == "DefaultCluster"
+    assert msgs[1].properties == {"TAGS": "TagB", "CLUSTER": "DefaultCluster"}  # WAIT is not stored
     assert msgs[0].store_host == ("127.0.0.1", broker.port)
     assert msgs[0].born_host[0] == "127.0.0.1" and msgs[0].born_host[1] == c.sock.getsockname()[1]
     assert msgs[0].offset_msg_id == e["msgId"]

@@ -54,6 +54,7 @@ class Processor:
         self.cluster_prop = f"CLUSTER\x01{self.cfg.brokerClusterName}"
         self._id_prefix: str | None = None
         self._writers: dict[tuple[str, int], object] = {}
+        self._batch_props: dict[str, bytes] = {}
 
     def handlers(self):
         return {
@@ -121,9 +122,11 @@ class Processor:
         if "TRAN_MSG\x01" in props and decode_properties(props).get("TRAN_MSG", "").lower() == "true":
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      "transaction messages are not supported by this broker yet")
-        if "DELAY\x01" in props or "WAIT\x01" in props or h.topic.startswith(RETRY_PREFIX):
-            # Delay (SCHEDULE_TOPIC_XXXX), retry -> DLQ and WAIT are the put pipeline's.
+        if "DELAY\x01" in props or h.topic.startswith(RETRY_PREFIX):
+            # Delay (SCHEDULE_TOPIC_XXXX) and retry -> DLQ are the put pipeline's.
             return self._put_pipeline(conn, cmd, h, qid, tc)
+        if "WAIT\x01" in props:  # Java clients always send it; 4.9.x does not store it
+            props = "\x02".join(p for p in props.split("\x02") if p and not p.startswith("WAIT\x01"))
         props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
         store = self.w.store
         self.w.stats["put"] += 1
@@ -132,11 +135,7 @@ class Processor:
                             born_timestamp=h.bornTimestamp, born_host=born_host(conn),
                             reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
             return self._answer(cmd, res, res.msg_id)
-        # Hot path: one cffi call through a cached QueueWriter whose record metadata is set
-        # per request (the worker's event loop is its only user, so sharing it is safe).
-        qw = self._writers.get((h.topic, qid))
-        if qw is None:
-            qw = self._writers[(h.topic, qid)] = store.queue_writer(h.topic, qid)
+        qw = self._writer(h.topic, qid)
         m = qw._meta
         m.flag = h.flag
         m.sysflag = h.sysFlag
@@ -164,18 +163,45 @@ class Processor:
     def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
         if h.topic.startswith(RETRY_PREFIX):
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
-        pm = decode_properties(h.properties or "")
-        if pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0:
-            return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support delay or transaction")
-        pm.pop("WAIT", None)
-        pm["CLUSTER"] = self.cfg.brokerClusterName
+        extra = self._batch_props.get(h.properties or "")
+        if extra is None:
+            pm = decode_properties(h.properties or "")
+            if pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0:
+                return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL,
+                                         "batch message does not support delay or transaction")
+            pm.pop("WAIT", None)
+            pm["CLUSTER"] = self.cfg.brokerClusterName
+            extra = encode_properties(pm).encode()
+            if len(self._batch_props) < 1024:  # producers repeat the same few batch-level texts
+                self._batch_props[h.properties or ""] = extra
         store = self.w.store
-        res = store.put_batch(h.topic, qid, cmd.body, encode_properties(pm).encode(), sysflag=h.sysFlag,
-                              born_timestamp=h.bornTimestamp, born_host=born_host(conn), wait_flush=False)
+        if store.sync_flush:
+            res = store.put_batch(h.topic, qid, cmd.body, extra, sysflag=h.sysFlag,
+                                  born_timestamp=h.bornTimestamp, born_host=born_host(conn), wait_flush=False)
+        else:
+            if len(cmd.body) > store.cfg.max_message_size:
+                validate.check_sizes(len(cmd.body), 0, store.cfg.max_message_size)
+            qw = self._writer(h.topic, qid)
+            m = qw._meta
+            m.flag = 0
+            m.sysflag = h.sysFlag
+            m.born_ts = h.bornTimestamp
+            m.born_ip, m.born_port = _born_ints(conn)
+            m.reconsume_times = 0
+            first, count = qw.put_batch(cmd.body, extra)
+            res = _Batch(h.topic, qid, first, count)
         self.w.stats["put"] += res.count
         prefix = self._prefix()
         ids = prefix + ("," + prefix).join(_batch_phys_hex(store, h.topic, qid, res))
         return self._answer(cmd, res, ids)
+
+    def _writer(self, topic: str, qid: int):
+        """A cached QueueWriter: the hot path is one cffi call. Its record metadata (_meta) is
+        set per request; the worker's event loop is its only user, so sharing it is safe."""
+        qw = self._writers.get((topic, qid))
+        if qw is None:
+            qw = self._writers[(topic, qid)] = self.w.store.queue_writer(topic, qid)
+        return qw
 
     def _prefix(self) -> str:
         if self._id_prefix is None:
@@ -241,6 +267,14 @@ def _born_ints(conn) -> tuple[int, int]:
         ip, port = born_host(conn)
         bi = conn.context["born_int"] = (struct.unpack(">I", socket.inet_aton(ip))[0], port)
     return bi
+
+
+class _Batch:
+    """Where a batch went (what _batch_phys_hex and _answer need of a PutResult)."""
+    __slots__ = ("topic", "queue_id", "queue_offset", "count")
+
+    def __init__(self, topic: str, queue_id: int, queue_offset: int, count: int):
+        self.topic, self.queue_id, self.queue_offset, self.count = topic, queue_id, queue_offset, count
 
 
 _PHYS_HEX = re.compile(r"([0-9A-F]{16})[0-9A-F]{24}")
