@@ -20,6 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(modname)
         sp = mod.add_parser(sub)
         sp.set_defaults(_run=mod.run)
+    from shmq.cli import admin
+    admin.add_parsers(sub)
     return p
 
 

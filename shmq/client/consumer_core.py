@@ -290,6 +290,32 @@ class ConsumerCore:
         return int(resp.ext_fields["offset"])
 
     # ---- offsets -------------------------------------------------------------------------
+    async def move_to(self, mq: MessageQueue, offset: int) -> None:
+        """Consume ``mq`` from ``offset`` on: the queue's messages in flight are dropped (their
+        consumption is not committed) and pulling restarts there."""
+        self.offsets.update(mq, offset, increase_only=False)
+        pq = self.pqs.get(mq)
+        if pq is None:
+            return
+        pq.dropped = True
+        task = self._tasks.pop(mq, None)
+        if task is not None:
+            task.cancel()
+        npq = ProcessQueue(mq, offset)
+        self._prepare_pq(npq)
+        self.pqs[mq] = npq
+        await self._start_pulling(npq)
+
+    async def reset_offsets_from_broker(self, cmd) -> None:
+        """RESET_CONSUMER_CLIENT_OFFSET: an operator moved the group (shmq consumer
+        reset-offset / mqadmin resetOffsetByTime); continue from the broker's offsets."""
+        from shmq.protocol.bodies import decode_reset_offset_body
+        table = decode_reset_offset_body(cmd.body)
+        for (topic, broker, qid), off in table.items():
+            await self.move_to(MessageQueue(topic, broker, qid), off)
+        log.warning("%s: offsets reset by the broker for %d queues", self.group, len(table))
+        await self.offsets.persist()
+
     def commit(self, pq: ProcessQueue, offset: int) -> None:
         if not pq.dropped:
             self.offsets.update(pq.mq, offset)

@@ -92,21 +92,9 @@ class PullConsumer(ConsumerCore):
 
     def seek(self, mq: MessageQueue, offset: int) -> None:
         """Consume ``mq`` from ``offset`` on (messages already fetched past it are dropped)."""
-        pq = self.pqs.get(mq)
-        if pq is None:
+        if mq not in self.pqs:
             raise ShmqError(f"{mq} is not assigned to this consumer")
-        inst = self.instance
-
-        async def do_seek():
-            task = self._tasks.pop(mq, None)
-            if task is not None:
-                task.cancel()
-            pq.dropped = True
-            npq = ProcessQueue(mq, offset)
-            self.pqs[mq] = npq
-            self.offsets.update(mq, offset, increase_only=False)
-            await self._start_pulling(npq)
-        inst.call(do_seek(), 10)
+        self.instance.call(self.move_to(mq, offset), 10)
 
     def committed(self, mq: MessageQueue) -> int:
         return self.instance.call(self.offsets.read(mq), 10) if self.model == "CLUSTERING" else self.offsets.table.get(mq, -1)

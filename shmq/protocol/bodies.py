@@ -407,3 +407,21 @@ class LockBatchResponseBody(msgspec.Struct, kw_only=True):
 
 #: UNLOCK_BATCH_MQ's body has the same shape as the lock request.
 UnlockBatchRequestBody = LockBatchRequestBody
+
+
+# ---- offset reset (common/protocol/body/ResetOffsetBody.java) ----------------------------------
+_MQ_KEY = re.compile(r'\{"brokerName":"((?:[^"\\]|\\.)*)","queueId":(-?\d+),"topic":"((?:[^"\\]|\\.)*)"\}:(-?\d+)')
+
+
+def encode_reset_offset_body(table: dict[tuple[str, str, int], int]) -> bytes:
+    """ResetOffsetBody as fastjson writes it: the map's keys are MessageQueue objects, written as
+    JSON objects in key position (not JSON, but what Java clients parse). ``table`` maps
+    (topic, brokerName, queueId) to the offset."""
+    parts = [f'{{"brokerName":{_fj_str(b, False)},"queueId":{q},"topic":{_fj_str(t, False)}}}:{o}'
+             for (t, b, q), o in sorted(table.items())]
+    return ('{"offsetTable":{' + ",".join(parts) + "}}").encode()
+
+
+def decode_reset_offset_body(data: bytes) -> dict[tuple[str, str, int], int]:
+    text = data.decode("utf-8", "replace")
+    return {(m.group(3), m.group(1), int(m.group(2))): int(m.group(4)) for m in _MQ_KEY.finditer(text)}
