@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import logging
+import threading
 import time
 
 from shmq.errors import ShmqError
@@ -42,6 +43,7 @@ class PushConsumer(ConsumerCore):
         self.suspend_time_s = suspend_time_s
         self.listener = None
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._inline = False
 
     def on_message(self, listener) -> None:
         """``listener(msgs: list[MessageExt]) -> ConsumeResult``; an exception counts as
@@ -53,7 +55,9 @@ class PushConsumer(ConsumerCore):
     def start(self):
         if self.listener is None:
             raise ShmqError("set a listener with on_message() before start()")
-        self._pool = concurrent.futures.ThreadPoolExecutor(self.consume_threads, thread_name_prefix=f"shmq-consume-{self.group}")
+        self._inline = self.consume_threads == 0
+        self._pool = concurrent.futures.ThreadPoolExecutor(max(1, self.consume_threads),
+                                                           thread_name_prefix=f"shmq-consume-{self.group}")
         super().start()
         if self.orderly and self.model == "CLUSTERING":
             self._bg.append(self.instance.call_soon(self._every(LOCK_RENEW_S, self._renew_locks)))
@@ -65,6 +69,14 @@ class PushConsumer(ConsumerCore):
 
     # ---- delivery ------------------------------------------------------------------------
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        if self._inline and threading.current_thread() is not self.instance._thread:
+            # consume_threads=0: the local pull thread calls the listener itself (no hand-off
+            # to a pool: the lowest latency, one queue's messages in order, one at a time)
+            if self.orderly:
+                self._consume_orderly(pq)
+            else:
+                self._consume_concurrently(pq, msgs)
+            return
         if self.orderly:
             self._submit(self._consume_orderly, pq)
             return
