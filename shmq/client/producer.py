@@ -18,7 +18,7 @@ import zlib
 
 from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
                          RemotingError, ShmqError, StaleSegment)
-from shmq.protocol import RequestCode, request
+from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.message import encode_properties
 from shmq.store import validate
 from shmq.store.put import PutRequest
@@ -63,7 +63,9 @@ class Producer:
         self.links: LocalLinks | None = None
         self._rr = itertools.count()
         self._unavailable: dict[str, float] = {}  # broker name -> monotonic time it is usable again
-        self._tls = threading.local()               # per-thread FastWriters (not thread-safe)
+        self._tls = threading.local()               # per-thread FastWriters and sync connections
+        self._all_conns: list = []
+        self._conns_lock = threading.Lock()
         self._fast_ok = local != "never"
 
     # ---- life ------------------------------------------------------------------------------
@@ -81,6 +83,10 @@ class Producer:
             return
         if self.links:
             self.links.close()
+        with self._conns_lock:
+            conns, self._all_conns = self._all_conns, []
+        for c in conns:
+            c.close()
         inst.unregister(producer_group=self.group)
         inst.release()
 
@@ -248,9 +254,27 @@ class Producer:
         if addr is None:
             raise RemotingError(f"no address for broker {mq.broker_name}")
         cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
-        left = max(0.001, deadline - time.monotonic())
-        resp = inst.call(inst.invoke(addr, cmd, left), left + 1)
+        resp = self._invoke_sync(addr, cmd, max(0.001, deadline - time.monotonic()))
         return self._send_result(resp, mq, props.get(UNIQ_KEY))
+
+    def _invoke_sync(self, addr: str, cmd, timeout: float):
+        """A sync send waits on a blocking socket of its own thread: handing the request to the
+        client's event loop thread and back costs more than the broker's whole answer (a
+        self-pipe write, two thread switches). Async sends and consumers use the loop."""
+        conns = getattr(self._tls, "conns", None)
+        if conns is None:
+            conns = self._tls.conns = {}
+        c = conns.get(addr)
+        if c is None:
+            c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout)
+            with self._conns_lock:
+                self._all_conns.append(c)
+        try:
+            return c.invoke(cmd, timeout)
+        except RemotingError:
+            conns.pop(addr, None)  # a timed-out or broken connection is not reused
+            c.close()
+            raise
 
     def _send_request(self, mq, msg, body, props, sysflag, *, batch: bool):
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
@@ -390,8 +414,7 @@ class Producer:
                 if addr is None:
                     raise RemotingError(f"no address for broker {mq.broker_name}")
                 cmd = self._send_request(mq, Message(topic, b"-"), batch, {}, 0, batch=True)
-                left = max(0.001, deadline - time.monotonic())
-                resp = inst.call(inst.invoke(addr, cmd, left), left + 1)
+                resp = self._invoke_sync(addr, cmd, max(0.001, deadline - time.monotonic()))
                 return self._send_result(resp, mq, ",".join(ids))
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
