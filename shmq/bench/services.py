@@ -1,6 +1,6 @@
 """Everything a bench run starts outside its own process, and the guarantee that it goes away.
 
-``Env`` owns one temporary root (``shmq-bench-*`` under the system temp dir); every store,
+``Env`` owns one temporary root (``shmq-bench-run-*`` under the system temp dir); every store,
 socket and server directory of the run lives below it. Processes are tracked by pid and
 stopped by pid (SIGTERM, then SIGKILL); the shared-memory control block of every store
 created here is unlinked by name; the temporary root is removed. ``Env.close`` does all of
@@ -39,7 +39,7 @@ class ServiceUnavailable(Exception):
 
 class Env:
     def __init__(self, *, workers: int | None = None, keep: bool = False):
-        self.root = tempfile.mkdtemp(prefix="shmq-bench-")
+        self.root = tempfile.mkdtemp(prefix="shmq-bench-run-")
         self.workers = workers
         self.keep = keep
         self._pids: dict[int, subprocess.Popen | None] = {}
@@ -62,7 +62,7 @@ class Env:
         and the user's temp roots can be longer), removed by ``remove_tmpdir`` or ``close``."""
         d = self.tmpdir("s")
         if len(d) > 60:
-            d = tempfile.mkdtemp(prefix="shmq-bench-s", dir="/tmp")
+            d = tempfile.mkdtemp(prefix="shmq-bench-run-s", dir="/tmp")
             self._dirs.append(d)
             self.inventory["dirs"].append(d)
         return d
