@@ -60,7 +60,9 @@ class ProcessQueue:
         with self.lock:
             for m in msgs:
                 self.msgs.pop(m.queue_offset, None)
-            return min(self.msgs) if self.msgs else self.max_seen + 1
+            # pulls of one queue are put in offset order and dicts keep insertion order, so
+            # the first key left is the smallest offset still in flight
+            return next(iter(self.msgs)) if self.msgs else self.max_seen + 1
 
     def first(self, n: int) -> list[MessageExt]:
         with self.lock:

@@ -75,14 +75,14 @@ class PushConsumer(ConsumerCore):
             if self.orderly:
                 self._consume_orderly(pq)
             else:
-                self._consume_concurrently(pq, msgs)
+                self._consume_pulled(pq, msgs)
             return
         if self.orderly:
             self._submit(self._consume_orderly, pq)
             return
-        n = self.consume_batch_size
-        for i in range(0, len(msgs), n):
-            self._submit(self._consume_concurrently, pq, msgs[i:i + n])
+        # one pool task per pulled batch (up to pull_batch_size messages), calling the listener
+        # with consume_batch_size at a time: a task per message costs more than the message
+        self._submit(self._consume_pulled, pq, msgs)
 
     def _submit(self, fn, *args) -> None:
         try:
@@ -99,6 +99,13 @@ class PushConsumer(ConsumerCore):
             return None
 
     # ---- concurrently --------------------------------------------------------------------
+    def _consume_pulled(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        n = self.consume_batch_size
+        for i in range(0, len(msgs), n):
+            if pq.dropped:
+                return
+            self._consume_concurrently(pq, msgs[i:i + n])
+
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         if pq.dropped:
             return
