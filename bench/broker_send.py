@@ -50,8 +50,9 @@ def cpu_model() -> str:
     return platform.processor() or "?"
 
 
-def start_broker(workers: int, store: str) -> tuple[subprocess.Popen, str]:
+def start_broker(workers: int, store: str, extra: list[str] = ()) -> tuple[subprocess.Popen, str]:
     p = subprocess.Popen([sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store,
+                          *[a for kv in extra for a in ("--set", kv)],
                           "--workers", str(workers), "--log-level", "WARNING",
                           "--set", "mappedFileSizeCommitLog=268435456",
                           # statvfs on some VMs counts reserved blocks as used (76% here): keep
@@ -158,9 +159,9 @@ def pct(lat: list[float], p: float) -> float:
     return s[min(len(s) - 1, int(len(s) * p))] * 1e6
 
 
-def bench_shmq(workers: int, duration: float) -> list[tuple[str, float, str]]:
+def bench_shmq(workers: int, duration: float, extra: list[str] = ()) -> list[tuple[str, float, str]]:
     store = tempfile.mkdtemp(prefix="shmq-bench-")
-    p, addr = start_broker(workers, store)
+    p, addr = start_broker(workers, store, extra)
     rows = []
     try:
         with SyncRemotingClient(addr) as c:
@@ -290,6 +291,8 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=3.0)
     ap.add_argument("--workers", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--no-redis", action="store_true")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="broker setting for the shmq runs, e.g. messageIndexEnable=false")
     a = ap.parse_args()
     try:
         load = os.getloadavg()[0]
@@ -300,8 +303,9 @@ def main() -> None:
     print("| system | scenario | msgs/s | latency |")
     print("|---|---|---:|---|")
     for w in a.workers:
-        for name, rate, note in bench_shmq(w, a.duration):
-            print(f"| shmq, {w} worker{'s' if w > 1 else ''} | {name} | {rate:,.0f} | {note} |", flush=True)
+        label = f"shmq, {w} worker{'s' if w > 1 else ''}" + "".join(f", {kv}" for kv in a.set)
+        for name, rate, note in bench_shmq(w, a.duration, a.set):
+            print(f"| {label} | {name} | {rate:,.0f} | {note} |", flush=True)
     if not a.no_redis:
         rr = bench_redis(a.duration)
         if isinstance(rr, str):
