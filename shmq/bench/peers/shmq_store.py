@@ -41,6 +41,7 @@ def _owner_main(root: str, sync: bool, file_size: int, conn) -> None:
     from shmq.store import ASYNC_FLUSH, SYNC_FLUSH, MessageStore, StoreConfig
     try:
         cfg = StoreConfig(root=root, mapped_file_size_commitlog=file_size, message_index_enable=False,
+                          disk_max_used_space_ratio=95,  # as the broker's: no disk-pressure expiry mid-run
                           flush_disk_type=SYNC_FLUSH if sync else ASYNC_FLUSH)
         store = MessageStore.open(cfg)
     except BaseException as e:
