@@ -1,0 +1,84 @@
+"""The transaction check-back service (supervisor; RocketMQ's TransactionalMessageCheckService).
+
+Every transactionCheckInterval it walks the half queue (shmq.store.transaction.HalfScanner):
+a half message older than transactionTimeOut with no op record is re-queued with its check
+count + 1 and one live producer of its group (PGROUP) is asked, on that producer's own
+connection, with CHECK_TRANSACTION_STATE; the producer answers END_TRANSACTION. After
+transactionCheckMax checks the message is discarded (resolved as a rollback) and logged.
+A restart loses nothing: the half and op queues are in the store and the scan progress is
+the consumer offset of group CID_RMQ_SYS_TRANS.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+
+from shmq.protocol import RequestCode, request
+from shmq.store.record import encode_properties, encode_record
+from shmq.store.transaction import HalfScanner
+
+log = logging.getLogger("shmq.broker.transaction")
+
+
+class TransactionCheckService:
+    def __init__(self, store, pipeline, ask, *, interval_ms: int = 60_000, timeout_ms: int = 6000,
+                 max_checks: int = 15):
+        """``ask(producer_group, cmd) -> bool`` sends a oneway command to one live channel of the
+        group (False when the group has none)."""
+        self.store = store
+        self.pipeline = pipeline
+        self.ask = ask
+        self.interval_s = interval_ms / 1000.0
+        self.scanner = HalfScanner(store, timeout_ms, max_checks)
+        self.checked = 0
+        self.discarded = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="shmq-tx-check", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            try:
+                self.run_once()
+            except Exception:
+                log.exception("transaction check round failed")
+
+    def run_once(self, now_ms: int | None = None) -> int:
+        n = 0
+        for cand, action in self.scanner.scan(now_ms):
+            if action == "discard":
+                self.scanner.discard(self.pipeline, cand)
+                self.discarded += 1
+                log.warning("half message %s of group %s checked %d times without an answer: discarded",
+                            cand.msg.properties.get("UNIQ_KEY", cand.commit_log_offset), cand.producer_group,
+                            cand.check_times)
+                continue
+            copy = self.scanner.requeue(self.pipeline, cand)  # a store PutResult
+            self._ask(cand, copy)
+            n += 1
+        self.checked += n
+        return n
+
+    def _ask(self, cand, copy) -> None:
+        m = cand.msg
+        props = dict(m.properties)
+        topic = props.get("REAL_TOPIC", m.topic)
+        qid = int(props.get("REAL_QID", m.queue_id) or 0)
+        props["TRANSACTION_CHECK_TIMES"] = str(cand.check_times + 1)
+        body = encode_record(topic=topic, body=bytes(m.body), properties=encode_properties(props), queue_id=qid,
+                             flag=m.flag, queue_offset=copy.queue_offset, phys_offset=copy.phys_offset,
+                             sysflag=m.sysflag, born_timestamp=m.born_timestamp, born_host=m.born_host,
+                             store_timestamp=copy.store_timestamp, store_host=m.store_host,
+                             reconsume_times=m.reconsume_times)
+        uniq = props.get("UNIQ_KEY", copy.msg_id)
+        cmd = request(RequestCode.CHECK_TRANSACTION_STATE, body=body, tranStateTableOffset=copy.queue_offset,
+                      commitLogOffset=copy.phys_offset, msgId=uniq, transactionId=uniq, offsetMsgId=copy.msg_id)
+        cmd.flag |= 2
+        if not cand.producer_group or not self.ask(cand.producer_group, cmd):
+            log.info("no live producer of group %s to check half message %s", cand.producer_group, uniq)
