@@ -38,6 +38,18 @@ class InvalidTopic(InvalidMessage):
         self.topic = topic
 
 
+class FilterExpressionError(ShmqError):
+    """A SQL92 subscription expression that does not compile (SUBSCRIPTION_PARSE_FAILED).
+
+    ``position`` is the 0-based offset in ``expression`` where the problem was found."""
+    code = 23
+
+    def __init__(self, reason: str, *, expression: str = "", position: int | None = None):
+        where = f" at column {position + 1}" if position is not None else ""
+        super().__init__(f"invalid SQL92 filter{where}: {reason} in {expression!r}")
+        self.reason, self.expression, self.position = reason, expression, position
+
+
 # ---- the store -------------------------------------------------------------------------
 class StoreError(ShmqError):
     """Something in the store refused or failed the operation."""
