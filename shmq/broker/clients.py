@@ -1,8 +1,8 @@
 """The client registry: producer and consumer channels per group (``ProducerManager`` and
 ``ConsumerManager`` of RocketMQ), one per broker, kept by the supervisor.
 
-A *channel* is one client connection held by some worker, named ``"<worker>:<seq>"`` by
-that worker; the supervisor knows which worker holds it from the prefix, so a notification
+A *channel* is one client connection held by some worker, named ``"<worker>:<pid>.<seq>"``
+by that worker; the supervisor knows which worker holds it from the prefix, so a notification
 for a group goes to each member on its own connection whatever worker holds it.
 
 Rules (RocketMQ 4.9.8): a heartbeat records or refreshes the channel of each group it

@@ -79,7 +79,12 @@ class ControlPlane:
         wid = int(cmd.ext_fields["worker"])
         old = self.workers.get(wid)
         if old is not None and old is not conn:
+            # A restarted worker said HELLO before its predecessor's connection was seen to
+            # close: drop the predecessor's channels now (its on_close will find itself replaced).
+            del self.workers[wid]
             old.close()
+            for g in self.clients.worker_gone(wid):
+                self.notify(g)
         conn.context["worker"] = wid
         conn.context["pid"] = int(cmd.ext_fields.get("pid", 0))
         self.workers[wid] = conn

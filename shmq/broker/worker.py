@@ -6,7 +6,7 @@ ports with SO_REUSEPORT beside its sibling workers (the kernel spreads connectio
 them), and talks to the supervisor over the control channel for everything that must be
 one per broker (topic creation, client registry, queue locks).
 
-Client connections are *channels* named ``"<worker id>:<seq>"``; the supervisor names
+Client connections are *channels* named ``"<worker id>:<pid>.<seq>"``; the supervisor names
 them in NOTIFY_IDS_CHANGED / CLOSE_CHANNEL and this worker finds the connection.
 
 Shutdown (SIGTERM/SIGINT, or the supervisor's end of the control channel closing): stop
@@ -113,7 +113,7 @@ class Worker:
     # ================================================================ channels ==
     def _on_connect(self, conn: Connection) -> None:
         self._seq += 1
-        chan = f"{self.wid}:{self._seq}"
+        chan = f"{self.wid}:{os.getpid()}.{self._seq}"  # unique across restarts of this worker
         conn.context["chan"] = chan
         self.channels[chan] = conn
 
