@@ -16,7 +16,7 @@ from shmq.store import StoreConfig
 from shmq.store.record import iter_records
 from shmq.store.verify import verify_store
 
-from .broker_helpers import TEST_SETTINGS, create_topic, pull, send, start_broker  # noqa: F401
+from .broker_helpers import TEST_SETTINGS, clients_on_two_workers, create_topic, pull, send, start_broker  # noqa: F401
 from .conftest import processes, start_namesrv  # noqa: F401
 from .test_broker_alions import Ons, ons_procs, produce, wait_members, wait_route  # noqa: F401
 
@@ -118,3 +118,33 @@ def test_vanished_consumer_expires_and_its_queues_go_to_the_others(start_namesrv
     finally:
         if psutil.pid_exists(cs[1].p.pid):
             os.kill(cs[1].p.pid, signal.SIGKILL)
+
+
+def test_a_dead_workers_consumers_leave_their_group_at_once(start_broker):
+    import json
+
+    from shmq.errors import RemotingTimeout
+    from shmq.protocol import RequestCode, request
+    from shmq.protocol.bodies import KVTable, decode_json
+
+    br = start_broker(workers=2)
+    a, b = clients_on_two_workers(br.addr)
+    try:
+        hb = lambda cid: json.dumps({"clientID": cid, "consumerDataSet": [
+            {"groupName": "wg", "subscriptionDataSet": [{"topic": "WT", "subString": "*"}]}]}).encode()
+        assert a.invoke(request(RequestCode.HEART_BEAT, body=hb("ca"))).code == 0
+        assert b.invoke(request(RequestCode.HEART_BEAT, body=hb("cb"))).code == 0
+        pid_b = int(decode_json(b.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table["shmqWorkerPid"])
+        try:  # drain the join notifications
+            while True:
+                a.receive(0.3)
+        except RemotingTimeout:
+            pass
+        os.kill(pid_b, signal.SIGKILL)
+        n = a.receive(5)  # told at once, long before any expiry (120 s by default)
+        assert n.code == RequestCode.NOTIFY_CONSUMER_IDS_CHANGED and n.ext_fields["consumerGroup"] == "wg"
+        r = a.invoke(request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup="wg"))
+        assert json.loads(r.body)["consumerIdList"] == ["ca"]
+    finally:
+        a.close()
+        b.close()

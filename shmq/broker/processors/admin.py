@@ -125,6 +125,7 @@ class Processor:
             "topicCount": str(len(self.w.topics.table)),
             "shmqWorkers": str(self.cfg.worker_count),
             "shmqWorkerId": str(self.w.wid),
+            "shmqWorkerPid": str(os.getpid()),
             "shmqPullHolds": str(len(self.w.holds) if self.w.holds else 0),
         }
         return cmd.make_response(body=encode_json(KVTable(table=table)))
