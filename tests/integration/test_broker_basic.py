@@ -236,6 +236,11 @@ def test_heartbeat_consumer_list_locks_and_runtime(broker):
     assert c.invoke(request(RequestCode.UNREGISTER_CLIENT, clientID="127.0.0.1@c1", consumerGroup="cg1")).code == 0
     r = d.invoke(request(RequestCode.GET_CONSUMER_LIST_BY_GROUP, consumerGroup="cg1"))
     assert json.loads(r.body)["consumerIdList"] == ["127.0.0.1@c2"]
+    # CHECK_CLIENT_CONFIG: tags fine, SQL92 refused as by a broker without property filtering
+    cc = lambda t: c.invoke(request(RequestCode.CHECK_CLIENT_CONFIG, body=json.dumps(
+        {"clientId": "c1", "group": "cg1", "subscriptionData": {"topic": "HT", "subString": "a > 1",
+                                                                "expressionType": t}}).encode())).code
+    assert (cc("TAG"), cc("SQL92")) == (0, 1)
     # runtime info and attach info
     info = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
     assert info["brokerVersion"] == "409" and int(info["commitLogMaxOffset"]) > 0

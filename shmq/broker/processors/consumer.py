@@ -1,7 +1,8 @@
 """Offsets and client management: QUERY_CONSUMER_OFFSET (14), UPDATE_CONSUMER_OFFSET (15),
 SEARCH_OFFSET_BY_TIMESTAMP (29), GET_MAX_OFFSET (30), GET_MIN_OFFSET (31),
 GET_EARLIEST_MSG_STORETIME (32), HEART_BEAT (34), UNREGISTER_CLIENT (35),
-GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42).
+GET_CONSUMER_LIST_BY_GROUP (38), LOCK_BATCH_MQ (41), UNLOCK_BATCH_MQ (42),
+CHECK_CLIENT_CONFIG (46).
 
 Offsets live in the store's shared-memory table, so every worker (and local clients) see a
 commit at once; the supervisor persists them. Client registry and locks are the
@@ -39,6 +40,7 @@ class Processor:
             RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
             RequestCode.LOCK_BATCH_MQ: self.lock,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
         }
 
     # ---- offsets ---------------------------------------------------------------------------
@@ -101,6 +103,16 @@ class Processor:
             return cmd.make_response(resp.code, resp.remark)
         ids = decode_json(resp.body, ConsumerListBody)
         return cmd.make_response(body=encode_json(ids))
+
+    def check_client_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """Sent by Java consumers of SQL92 selectors before they start: shmq filters by tag
+        only, so it answers as a RocketMQ broker with enablePropertyFilter=false does."""
+        body = decode_json(cmd.body, dict) if cmd.body else {}
+        sub = body.get("subscriptionData") or {}
+        if str(sub.get("expressionType") or "TAG").upper() != "TAG":
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     "The broker does not support consumer to filter message by SQL92")
+        return cmd.make_response()
 
     async def lock(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         decode_json(cmd.body, LockBatchRequestBody)  # malformed bodies stop here, not at the supervisor
