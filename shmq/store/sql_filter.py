@@ -55,10 +55,9 @@ from shmq.store.record import R_BODYLEN, decode_properties
 __all__ = ["Filter", "compile", "compile_cached", "record_properties"]
 
 _INT_MIN, _INT_MAX, _LONG_MIN, _LONG_MAX = -(1 << 31), (1 << 31) - 1, -(1 << 63), (1 << 63) - 1
-# Parentheses and prefix operators recurse in the parser (about six frames a level) and a
+# Parentheses and prefix operators recurse in the parser (about eight frames a level) and a
 # deep tree recurses in matches(); both limits keep well inside Python's default stack.
-_MAX_NESTING = 64
-_MAX_TREE_DEPTH = 200
+_MAX_NESTING, _MAX_TREE_DEPTH = 64, 200
 
 
 class _Long(int):
@@ -78,14 +77,17 @@ def _parse_int(text: str, lo: int, hi: int) -> int:
     body = text[1:] if text[:1] in ("+", "-") else text
     if not body.isdecimal():
         raise _Abort
-    n = int(text)
+    if len(body) > 19:  # past a long unless zero-padded; int() refuses 4300+ digits
+        body = body.lstrip("0") or "0"
+        if len(body) > 19:
+            raise _Abort
+    n = -int(body) if text[0] == "-" else int(body)
     if n < lo or n > hi:
         raise _Abort
     return n
 
 
-def _to_int(text: str) -> int:
-    return _parse_int(text, _INT_MIN, _INT_MAX)
+_to_int = functools.partial(_parse_int, lo=_INT_MIN, hi=_INT_MAX)  # Integer.valueOf
 
 
 def _to_long(text: str) -> _Long:
@@ -101,7 +103,7 @@ def _to_double(text: str) -> float:
     """Double.valueOf: trims, takes NaN, Infinity, a float/double suffix and hex floats."""
     t = text.strip(_JAVA_TRIM)
     if _DOUBLE_RE.fullmatch(t):
-        return float(t.rstrip("fFdD") if t[-1:] in "fFdD" else t)
+        return float(t.rstrip("fFdD"))
     if _HEXDOUBLE_RE.fullmatch(t):
         return float.fromhex(t.rstrip("fFdD"))
     raise _Abort
@@ -156,9 +158,7 @@ def _compare(lv, rv) -> int:
 def _negate(v):
     # UnaryExpression.negate: numbers only, anything else (a property's string) is NULL.
     t = type(v)
-    if t is int or t is _Long or t is float:
-        return t(-v)
-    return None
+    return t(-v) if t is int or t is _Long or t is float else None
 
 
 # ---- the tree ---------------------------------------------------------------------------
@@ -193,17 +193,14 @@ _TOKEN_RE = re.compile(r"""
   | (?P<op><>|!=|>=|<=|[=<>(),+-])
 """, re.X | re.S)
 _KEYWORDS = frozenset(("NOT", "AND", "OR", "BETWEEN", "IN", "TRUE", "FALSE", "NULL", "IS"))
-_ORDERED = (">", ">=", "<", "<=")
 
 
 class _Parser:
     """Recursive descent over RocketMQ's grammar; tokens are (kind, value, start, end)."""
 
     def __init__(self, text: str):
-        self.text = text
+        self.text, self.i, self.nesting = text, 0, 0
         self.tokens = self._tokenize(text)
-        self.i = 0
-        self.nesting = 0
 
     def fail(self, reason: str, pos: int | None):
         raise FilterExpressionError(reason, expression=self.text, position=pos)
@@ -313,7 +310,7 @@ class _Parser:
             if negated:
                 self.i += 1
                 t = self.peek()
-            if t[0] == "op" and t[1] in _ORDERED and not negated:
+            if t[0] == "op" and t[1] in (">", ">=", "<", "<=") and not negated:
                 self.i += 1
                 left = self.ordered(t[1], left, self.parse_unary())
             elif t[0] == "kw" and t[1] == "BETWEEN":
@@ -353,9 +350,10 @@ class _Parser:
         if kind == "str":
             return _Node("const", (value[1:-1].replace("''", "'"), False), start, end)
         if kind == "int":
-            n = int(value.rstrip("lL"))
-            if n > _LONG_MAX:
+            digits = value.rstrip("lL")
+            if len(digits) > 19 or int(digits) > _LONG_MAX:
                 self.fail(f"integer {value} does not fit a Java long", start)
+            n = int(digits)
             return _Node("const", (n if n <= _INT_MAX else _Long(n), False), start, end)
         if kind == "float":
             f = float(value)
@@ -429,7 +427,8 @@ class _Parser:
 
     def in_list(self, x: _Node, negated: bool) -> _Node:
         if x.kind != "prop":
-            self.fail(f"IN needs a property on its left, found {self.show(x)!r}", x.start)
+            hint = "; NOT binds tighter than IN, write a NOT IN (...)" if x.kind == "not" else ""
+            self.fail(f"IN needs a property on its left, found {self.show(x)!r}{hint}", x.start)
         self.expect("op", "(", "'(' after IN")
         values = []
         while True:

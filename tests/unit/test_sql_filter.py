@@ -37,7 +37,13 @@ class TestNumbers:
         assert m("a > 3000000000", a="3000000001") is True  # a long literal: Long.valueOf
         assert m("a > -2147483649", a="-2147483648") is True
 
-    @pytest.mark.parametrize("a", ["abc", "", " 5", "5 ", "5_0", "0x5", "1.0.0", "+", "-"])
+    def test_long_digit_strings(self):
+        assert m("a = 5", a="0" * 5000 + "5") is True  # Integer.valueOf takes zero padding
+        assert m("a > 5", a="9" * 5000) is False  # overflow, and int() would refuse the text
+        assert m("a > 5.0", a="9" * 5000) is True
+        assert m("a < 9223372036854775807", a="-9223372036854775808") is True
+
+    @pytest.mark.parametrize("a", ["abc", "", " 5", "5 ", "5_0", "0x5", "1.0.0", "+", "-", "+-5"])
     def test_unparsable_property_is_no_match_never_an_error(self, a):
         for expr in ("a > 5", "a = 5", "a <> 5", "NOT (a > 5)", "a BETWEEN 1 AND 9"):
             assert m(expr, a=a) is False
@@ -220,6 +226,8 @@ class TestErrors:
         ("a IN 'x'", "'(' after IN", 6),
         ("a IN ('x'", "')' or ','", 10),
         ("'x' IN ('x')", "IN needs a property", 1),
+        ("NOT a IN ('x')", "write a NOT IN", 1),
+        ("a = " + "9" * 5000, "does not fit a Java long", 5),
         ("a BETWEEN 5 AND 3", "lower bound 5 is greater", 11),
         ("a BETWEEN 1 OR 3", "AND between the BETWEEN bounds", 13),
         ("a BETWEEN NULL AND 3", "cannot be NULL", 11),
