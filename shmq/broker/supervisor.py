@@ -30,6 +30,7 @@ import os
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from shmq.store import MessageStore
@@ -107,6 +108,7 @@ class Supervisor:
         self._ctl_server: asyncio.AbstractServer | None = None
         self._tasks: list[asyncio.Task] = []
         self._stopping = False
+        self._persist_lock = threading.Lock()
         self.stopped = asyncio.Event()
 
     @property
@@ -238,8 +240,13 @@ class Supervisor:
 
     async def _persist_offsets(self) -> None:
         # A thread: the write fsyncs, and the control channel must not wait for the disk.
-        if self.store is not None:
-            await asyncio.to_thread(self.store.persist_offsets)
+        await asyncio.to_thread(self._persist_offsets_now)
+
+    def _persist_offsets_now(self) -> None:
+        # The lock keeps a periodic write from racing the final one in close().
+        with self._persist_lock:
+            if self.store is not None:
+                self.store.persist_offsets()
 
     # ================================================================ stop ==
     def stop(self) -> None:
@@ -268,9 +275,10 @@ class Supervisor:
                 pass
         if self.schedule is not None:
             self.schedule.stop()  # before the store closes: it flushes and persists its progress
-        if self.store is not None:
-            self.store.close()  # flush, checkpoint, persist offsets, remove abort
-            self.store = None
+        with self._persist_lock:
+            if self.store is not None:
+                self.store.close()  # flush, checkpoint, persist offsets, remove abort
+                self.store = None
         for s in self._reserved:
             s.close()
         self._reserved = []
