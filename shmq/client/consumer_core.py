@@ -116,7 +116,10 @@ class ConsumerCore:
         sub = SubscriptionData(topic=topic, subString=sel.expression, subVersion=int(time.time() * 1000),
                                expressionType=sel.expression_type)
         texts = codes = None
-        if sel.expression_type == "TAG" and sel.expression.strip() not in ("", "*"):
+        if sel.expression_type == "SQL92":
+            from shmq.store.sql_filter import compile_cached
+            compile_cached(sel.expression)  # a malformed expression fails here, at subscribe time
+        elif sel.expression_type == "TAG" and sel.expression.strip() not in ("", "*"):
             texts = {t.strip() for t in sel.expression.split("||") if t.strip()}
             codes = {java_string_hash(t) for t in texts}
             sub.tagsSet = sorted(texts)
@@ -436,7 +439,14 @@ class ConsumerCore:
     def _pull_local_once(self, store, pq: ProcessQueue) -> bool:
         mq = pq.mq
         codes = self._filters.get(mq.topic, (None, None))[1]
-        res = store.get_messages(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size, tag_codes=codes)
+        sub = self.subscriptions.get(mq.topic)
+        rec_filter = None
+        if sub is not None and sub.expressionType == "SQL92":
+            # evaluated on the store's records, as the broker does for TCP pulls
+            from shmq.store.sql_filter import compile_cached
+            rec_filter = compile_cached(sub.subString).matches_record
+        res = store.get_messages(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size, tag_codes=codes,
+                                 record_filter=rec_filter)
         st = res.status
         if st is GetStatus.FOUND:
             msgs = [message_from_record(decode_record(v, copy=True), mq.broker_name) for v in res.messages]
