@@ -31,9 +31,13 @@ CHANNEL_CLOSED         w -> s       ext chan (the client connection closed)
 CONSUMER_LIST          w -> s       ext group; body {"consumerIdList": [...]}
 SUBSCRIPTION           w -> s       ext group, topic; body SubscriptionData or code 24
 LOCK / UNLOCK          w -> s       body LockBatchRequestBody; LOCK answers LockBatchResponseBody
+FORWARD_TO_GROUP       w -> s       ext group, kind (consumer|producer), one (true: one live channel);
+                                    body a remoting frame; answer ext count (channels it went to)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
+FORWARD                s -> w       ext chans; body a remoting frame (no length word): send it oneway
+                                    on each (RESET_CONSUMER_CLIENT_OFFSET, CHECK_TRANSACTION_STATE)
 =====================  ===========  ================================================================
 """
 from __future__ import annotations
@@ -69,9 +73,11 @@ class Ctl(enum.IntEnum):
     SUBSCRIPTION = 9911
     LOCK = 9912
     UNLOCK = 9913
+    FORWARD_TO_GROUP = 9914
     TOPICS_CHANGED = 9951
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953
+    FORWARD = 9954
 
 
 def _limits() -> Limits:

@@ -58,6 +58,7 @@ class ControlPlane:
             Ctl.SUBSCRIPTION: self.subscription,
             Ctl.LOCK: self.lock,
             Ctl.UNLOCK: self.unlock,
+            Ctl.FORWARD_TO_GROUP: self.forward_to_group,
         }
 
     # ---- workers coming and going ----------------------------------------------------------
@@ -204,7 +205,40 @@ class ControlPlane:
         self.locks.unlock(req.consumerGroup, req.clientId, req.mqSet)
         return cmd.make_response()
 
+    def forward_to_group(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        e = cmd.ext_fields
+        n = self.forward(e["group"], cmd.body, consumers=e.get("kind", "consumer") == "consumer",
+                         one=e.get("one") == "true")
+        return cmd.make_response(ext_fields={"count": str(n)})
+
     # ---- pushes -------------------------------------------------------------------------------
+    def forward(self, group: str, frame: bytes, *, consumers: bool = True, one: bool = False) -> int:
+        """Send a broker->client request (``frame``: an encoded command without its length
+        word) oneway to the group's consumer or producer channels (``one``: to one live
+        channel only, the most recently heard from). Returns how many channels it went to."""
+        if consumers:
+            g = self.clients.consumers.get(group)
+            infos = list(g.channels.values()) if g else []
+        else:
+            infos = list(self.clients.producers.get(group, {}).values())
+        infos = [i for i in infos if worker_of(i.chan) in self.workers]
+        if one and infos:
+            infos = [max(infos, key=lambda i: i.last_update)]
+        by_worker: dict[int, list[str]] = {}
+        for i in infos:
+            by_worker.setdefault(worker_of(i.chan), []).append(i.chan)
+        for wid, chans in by_worker.items():
+            self.workers[wid].send_oneway(ctl(Ctl.FORWARD, frame, chans=",".join(chans)))
+        return len(infos)
+
+    def forward_threadsafe(self, loop: asyncio.AbstractEventLoop, group: str, frame: bytes, *,
+                           consumers: bool = False, one: bool = True, timeout: float = 5.0) -> int:
+        """:meth:`forward` from another thread (a supervisor service such as the transaction
+        check-back): runs on the event loop, which owns the tables."""
+        async def run() -> int:
+            return self.forward(group, frame, consumers=consumers, one=one)
+        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+
     def notify(self, group: str) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED to every member of ``group``, each on its own connection
         (the worker holding it sends it)."""

@@ -23,7 +23,7 @@ import socket
 import sys
 import time
 
-from shmq.protocol import RemotingServer, RequestCode, request
+from shmq.protocol import RemotingCommand, RemotingServer, RequestCode, decode_command, request
 from shmq.protocol import loop as loops
 from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, encode_json
 from shmq.protocol.transport import Connection
@@ -128,6 +128,7 @@ class Worker:
             Ctl.TOPICS_CHANGED: self._topics_changed,
             Ctl.NOTIFY_IDS_CHANGED: self._notify_ids_changed,
             Ctl.CLOSE_CHANNEL: self._close_channels,
+            Ctl.FORWARD: self._forward,
         }
 
     def _topics_changed(self, conn: Connection, cmd) -> None:
@@ -139,6 +140,13 @@ class Worker:
             c = self.channels.get(chan)
             if c is not None and not c.closed:
                 c.send_oneway(request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, consumerGroup=group))
+
+    def _forward(self, conn: Connection, cmd) -> None:
+        inner = decode_command(cmd.body)
+        for chan in cmd.ext_fields.get("chans", "").split(","):
+            c = self.channels.get(chan)
+            if c is not None and not c.closed:
+                c.send_oneway(RemotingCommand(code=inner.code, ext_fields=dict(inner.ext_fields), body=inner.body))
 
     def _close_channels(self, conn: Connection, cmd) -> None:
         for chan in cmd.ext_fields.get("chans", "").split(","):

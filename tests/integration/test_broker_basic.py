@@ -287,3 +287,38 @@ def test_vip_port_and_registration(start_namesrv, start_broker):
     br.stop()
     with SyncRemotingClient(ns.addr) as n:  # unregistered at shutdown
         assert n.invoke(request(RequestCode.GET_ROUTEINFO_BY_TOPIC, topic="VipT")).code == 17
+
+
+def test_reset_offset_by_time_tells_the_group(broker):
+    from shmq.protocol.bodies import decode_reset_offset_body
+    a, b = clients_on_two_workers(broker.addr)
+    _open.extend((a, b))
+    create_topic(a, "RS", queues=2)
+    for i in range(4):
+        assert send(a, "RS", b"%d" % i, queue_id=i % 2).code == 0
+    for q in range(2):
+        a.invoke(request(RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="rsg", topic="RS", queueId=q, commitOffset=2))
+    reset = lambda: a.invoke(request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, topic="RS", group="rsg",
+                                     timestamp=0, isForce="true"))
+    r = reset()  # nobody online: the offsets move, the answer says so (as RocketMQ)
+    assert r.code == 206
+    hb = json.dumps({"clientID": "cb", "consumerDataSet": [
+        {"groupName": "rsg", "subscriptionDataSet": [{"topic": "RS", "subString": "*"}]}]}).encode()
+    assert b.invoke(request(RequestCode.HEART_BEAT, body=hb)).code == 0
+    for q in range(2):
+        a.invoke(request(RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="rsg", topic="RS", queueId=q, commitOffset=2))
+    r = reset()
+    assert r.code == 0, r.remark
+    assert decode_reset_offset_body(r.body) == {("RS", broker_name_of(a), 0): 0, ("RS", broker_name_of(a), 1): 0}
+    q = a.invoke(request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup="rsg", topic="RS", queueId=1))
+    assert q.ext_fields["offset"] == "0"
+    while True:  # the member (on the other worker) is told on its own connection
+        n = b.receive(5)
+        if n.code == RequestCode.RESET_CONSUMER_CLIENT_OFFSET:
+            break
+    assert n.ext_fields["group"] == "rsg" and decode_reset_offset_body(n.body) == decode_reset_offset_body(r.body)
+
+
+def broker_name_of(c) -> str:
+    info = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
+    return info["brokerName"]

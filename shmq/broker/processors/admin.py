@@ -1,6 +1,7 @@
 """Topic administration, message queries, runtime info, attach info and refusals:
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
-QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33), GET_BROKER_RUNTIME_INFO (28), shmq's
+QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33), GET_BROKER_RUNTIME_INFO (28),
+INVOKE_BROKER_TO_RESET_OFFSET (222), shmq's
 GET_ATTACH_INFO (9900), and the config-changing requests, which are refused (DESIGN §7:
 the door of CVE-2023-33246 stays shut; shmq has no setting that opens it).
 
@@ -12,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from shmq.protocol.bodies import KVTable, TopicConfig, encode_json
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, encode_command, request
+from shmq.protocol.bodies import KVTable, TopicConfig, encode_json, encode_reset_offset_body
 from shmq.protocol.codes import Perm
 from shmq.protocol.headers import (CreateTopicRequestHeader, QueryMessageRequestHeader,
                                    ViewMessageRequestHeader)
@@ -48,6 +49,7 @@ class Processor:
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             SHMQ_GET_ATTACH_INFO: self.attach_info,
+            RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
         for code in REFUSED:
             h[code] = self.refuse
@@ -81,6 +83,42 @@ class Processor:
 
     def all_topics(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         return cmd.make_response(body=self.w.topics.encode())
+
+    async def reset_offset(self, conn, cmd: RemotingCommand) -> RemotingCommand:
+        """INVOKE_BROKER_TO_RESET_OFFSET (222, Broker2Client.resetOffset): move a group's offsets
+        on every queue of a topic to the first message stored at or after ``timestamp`` (-1:
+        the end), commit them, and tell the group's consumers (RESET_CONSUMER_CLIENT_OFFSET on
+        each one's own connection). Without ``isForce`` an offset only moves backwards."""
+        e = cmd.ext_fields
+        topic, group = e.get("topic"), e.get("group")
+        if not topic or not group or "timestamp" not in e:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, "the custom fields <topic>, <group>, <timestamp> are required")
+        ts = int(e["timestamp"])
+        force = e.get("isForce", "true").lower() == "true"
+        tc = self.w.topics.get(topic) or await self.w.fetch_topic(topic)
+        if tc is None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     f"[reset-offset] reset offset failed, no topic in this broker. topic={topic}")
+        store = self.w.store
+        table: dict[tuple[str, str, int], int] = {}
+        for q in range(tc.writeQueueNums):
+            current = store.query_offset(group, topic, q)
+            if current == -1:
+                return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
+            target = store.max_offset(topic, q) if ts == -1 else store.offset_by_time(topic, q, ts)
+            offset = target if force or target < current else current
+            store.commit_offset(group, topic, q, offset)
+            table[(topic, self.cfg.brokerName, q)] = offset
+        body = encode_reset_offset_body(table)
+        note = request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, None, body, topic=topic, group=group,
+                       timestamp=ts, isForce=force)
+        resp = await self.w.ctl_call(cc.ctl(Ctl.FORWARD_TO_GROUP, encode_command(note)[4:], group=group,
+                                            kind="consumer"))
+        if int(resp.ext_fields.get("count", "0")) == 0:
+            return cmd.make_response(ResponseCode.CONSUMER_NOT_ONLINE,
+                                     f"Consumer not online, so can not reset offset, Group: {group} Topic: {topic} "
+                                     f"Timestamp: {ts}")
+        return cmd.make_response(body=body)
 
     # ---- messages -----------------------------------------------------------------------------
     def query_message(self, conn, cmd: RemotingCommand) -> RemotingCommand:
