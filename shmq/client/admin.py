@@ -204,7 +204,7 @@ class Admin:
         """Raw pull (no group offsets): (messages, next offset)."""
         r = self._invoke(broker_addr, request(
             RequestCode.PULL_MESSAGE, consumerGroup="TOOLS_CONSUMER", topic=topic, queueId=queue_id,
-            queueOffset=offset, maxMsgNums=max_num, sysFlag=0, commitOffset=0, suspendTimeoutMillis=0,
+            queueOffset=offset, maxMsgNums=max_num, sysFlag=4, commitOffset=0, suspendTimeoutMillis=0,
             subscription="*", subVersion=0, expressionType="TAG"))
         nxt = int(r.ext_fields.get("nextBeginOffset", offset))
         if r.code != 0:
