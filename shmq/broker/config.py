@@ -83,6 +83,11 @@ class BrokerConfig:
     enablePropertyFilter: bool = False
     maxReconsumeTimes: int = 16
     notifyConsumerIdsChangedEnable: bool = True
+    #: Transactions (RocketMQ's keys): how often half messages are checked, how old one must
+    #: be before it is checked, and how many checks before it is discarded.
+    transactionCheckInterval: int = 60_000
+    transactionTimeOut: int = 6000
+    transactionCheckMax: int = 15
     #: Milliseconds a pull with nothing to return may be held, at most (the request asks).
     longPollingMaxMillis: int = 30_000
     # ---- intervals (RocketMQ: hard-coded or fixed keys; settings here so tests shorten them) ----

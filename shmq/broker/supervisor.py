@@ -36,6 +36,7 @@ import time
 from shmq.store import MessageStore
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
+from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
 from . import control_channel as cc
@@ -43,6 +44,7 @@ from .config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
 from .schedule import ScheduleService
+from .transaction_service import TransactionCheckService
 from .topics import TopicTable, config_path, default_topics
 
 log = logging.getLogger("shmq.broker")
@@ -103,6 +105,7 @@ class Supervisor:
         self.plane: ControlPlane | None = None
         self.pipeline: PutPipeline | None = None
         self.schedule: ScheduleService | None = None
+        self.tx_check: TransactionCheckService | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
@@ -137,6 +140,14 @@ class Supervisor:
                 self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
             self.schedule = ScheduleService(self.store, self.pipeline, levels)
             self.schedule.start()
+            # Half messages are checked back with one live producer of their group, on its
+            # own connection, whichever worker holds it.
+            self.tx_check = TransactionCheckService(
+                self.store, self.pipeline,
+                lambda group, cmd: self.plane.forward_threadsafe(loop, group, encode_command(cmd)[4:]) > 0,
+                interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
+                max_checks=cfg.transactionCheckMax)
+            self.tx_check.start()
             for w in self.workers:
                 self._spawn(w)
             await self._wait_ready(ready_timeout)
@@ -169,6 +180,8 @@ class Supervisor:
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
+        if self.tx_check is not None:
+            self.tx_check.stop()
         if self.schedule is not None:
             self.schedule.stop()
         if self.store is not None:
@@ -273,6 +286,8 @@ class Supervisor:
                 os.unlink(self.cfg.control_path)
             except FileNotFoundError:
                 pass
+        if self.tx_check is not None:
+            self.tx_check.stop()
         if self.schedule is not None:
             self.schedule.stop()  # before the store closes: it flushes and persists its progress
         with self._persist_lock:

@@ -18,6 +18,9 @@ from shmq.protocol.headers import (GetConsumerListByGroupRequestHeader, GetEarli
                                    QueryConsumerOffsetRequestHeader, SearchOffsetRequestHeader,
                                    UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader)
 
+from shmq.errors import FilterExpressionError
+from shmq.store import sql_filter
+
 from .. import control_channel as cc
 from ..control_channel import Ctl
 from ..worker import Worker
@@ -105,13 +108,20 @@ class Processor:
         return cmd.make_response(body=encode_json(ids))
 
     def check_client_config(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        """Sent by Java consumers of SQL92 selectors before they start: shmq filters by tag
-        only, so it answers as a RocketMQ broker with enablePropertyFilter=false does."""
+        """Sent by Java consumers of SQL92 selectors before they start: 1 unless
+        enablePropertyFilter, 23 when the expression does not compile."""
         body = decode_json(cmd.body, dict) if cmd.body else {}
         sub = body.get("subscriptionData") or {}
-        if str(sub.get("expressionType") or "TAG").upper() != "TAG":
+        etype = str(sub.get("expressionType") or "TAG").upper()
+        if etype == "TAG":
+            return cmd.make_response()
+        if etype != "SQL92" or not self.w.cfg.enablePropertyFilter:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                      "The broker does not support consumer to filter message by SQL92")
+        try:
+            sql_filter.compile_cached(str(sub.get("subString") or ""))
+        except FilterExpressionError as e:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
         return cmd.make_response()
 
     async def lock(self, conn, cmd: RemotingCommand) -> RemotingCommand:

@@ -16,7 +16,8 @@ OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL     21 PULL_OFFSET_MOVED
 A 19 for a request with the suspend flag is held (pull_hold.py) up to its
 suspendTimeoutMillis and re-run when the queue grows or the time is up; the re-run answers
 whatever it finds. Filtering is by tag hash from the ConsumeQueue (clients filter again by
-tag text). The subscription comes from the request (sysFlag 4) or from the group's
+tag text); a SQL92 subscription (with enablePropertyFilter=true) is evaluated on each
+record's properties (shmq.store.sql_filter). The subscription comes from the request (sysFlag 4) or from the group's
 heartbeat (24 when there is none, 25 when it is older than the request's subVersion).
 """
 from __future__ import annotations
@@ -25,7 +26,8 @@ from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.codes import Perm
 from shmq.protocol.headers import PullMessageRequestHeader
-from shmq.store import GetStatus
+from shmq.errors import FilterExpressionError
+from shmq.store import GetStatus, sql_filter
 from shmq.store.javahash import java_string_hash_cached
 
 from ..worker import Worker
@@ -97,14 +99,23 @@ class Processor:
                 f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                 f"[{tc.readQueueNums}] consumer:[{conn.peer}]")
         if h.sysFlag & FLAG_SUBSCRIPTION:
-            if (h.expressionType or "TAG").upper() != "TAG":
-                return cmd.make_response(ResponseCode.SYSTEM_ERROR,
-                                         "The broker does not support consumer to filter message by SQL92")
-            return self._pull_filtered(conn, cmd, h, tag_codes_of(h.subscription))
+            return self._pull_expression(conn, cmd, h, h.expressionType, h.subscription)
         sub = self.w.cached_subscription(h.consumerGroup, h.topic)
         if sub is None or _sub_version(sub) < h.subVersion:
             return self._pull_after_subscription(conn, cmd, h)
-        return self._pull_filtered(conn, cmd, h, tag_codes_of(sub.subString))
+        return self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString)
+
+    def _pull_expression(self, conn, cmd, h, expression_type: str | None, text: str | None):
+        if (expression_type or "TAG").upper() == "TAG":
+            return self._pull_filtered(conn, cmd, h, tag_codes_of(text))
+        if (expression_type or "").upper() != "SQL92" or not self.cfg.enablePropertyFilter:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR,
+                                     "The broker does not support consumer to filter message by SQL92")
+        try:
+            flt = sql_filter.compile_cached(text or "")
+        except FilterExpressionError as e:
+            return cmd.make_response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, f"parse the consumer's subscription failed: {e}")
+        return self._pull_filtered(conn, cmd, h, None, flt.matches_record)
 
     async def _pull_after_subscription(self, conn, cmd, h):
         sub = await self.w.fetch_subscription(h.consumerGroup, h.topic)
@@ -112,26 +123,27 @@ class Processor:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
         if _sub_version(sub) < h.subVersion:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-        r = self._pull_filtered(conn, cmd, h, tag_codes_of(sub.subString))
+        r = self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString)
         return (await r) if not isinstance(r, RemotingCommand) else r
 
-    def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None):
-        resp = self._get(cmd, h, codes)
+    def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None, rec_filter=None):
+        resp = self._get(cmd, h, codes, rec_filter)
         if h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0:
             self.w.store.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
         if resp.code == ResponseCode.PULL_NOT_FOUND and h.sysFlag & FLAG_SUSPEND and h.suspendTimeoutMillis > 0:
-            return self._held(cmd, h, codes)
+            return self._held(cmd, h, codes, rec_filter)
         return resp
 
-    async def _held(self, cmd, h: PullMessageRequestHeader, codes):
+    async def _held(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None):
         timeout = min(h.suspendTimeoutMillis, self.cfg.longPollingMaxMillis) / 1000.0
         await self.w.holds.wait(h.topic, h.queueId, h.queueOffset, timeout)
         return self._get(cmd, h, codes)
 
-    def _read(self, h: PullMessageRequestHeader, codes):
+    def _read(self, h: PullMessageRequestHeader, codes, rec_filter=None):
         store = self.w.store
         args = (h.topic, h.queueId, h.queueOffset)
-        kw = dict(max_count=max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)), max_bytes=MAX_TRANSFER_BYTES, tag_codes=codes)
+        kw = dict(max_count=max(1, min(h.maxMsgNums, MAX_TRANSFER_COUNT)), max_bytes=MAX_TRANSFER_BYTES,
+                  tag_codes=codes, record_filter=rec_filter)
         try:
             return store.get_messages(*args, **kw)
         except OSError:
@@ -139,8 +151,8 @@ class Processor:
             # the minimum before unlinking): read again, which now answers OFFSET_TOO_SMALL.
             return store.get_messages(*args, **kw)
 
-    def _get(self, cmd, h: PullMessageRequestHeader, codes) -> RemotingCommand:
-        res = self._read(h, codes)
+    def _get(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None) -> RemotingCommand:
+        res = self._read(h, codes, rec_filter)
         st = res.status
         code = _CODE.get(st)
         if code is None:  # NO_MESSAGE_IN_QUEUE / NO_MATCHED_LOGIC_QUEUE

@@ -24,9 +24,10 @@ from shmq.errors import FlushDiskTimeout, InvalidTopic
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig
 from shmq.protocol.codes import Perm
-from shmq.protocol.headers import ConsumerSendMsgBackRequestHeader, SendMessageRequestHeader, decode_send_header
+from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
+                                   SendMessageRequestHeader, decode_send_header)
 from shmq.protocol.message import decode_properties, encode_properties
-from shmq.store import validate
+from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
 from .. import retry
@@ -119,11 +120,8 @@ class Processor:
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             return self._put_batch(conn, cmd, h, qid)
         props = h.properties or ""
-        if "TRAN_MSG\x01" in props and decode_properties(props).get("TRAN_MSG", "").lower() == "true":
-            return cmd.make_response(ResponseCode.NO_PERMISSION,
-                                     "transaction messages are not supported by this broker yet")
-        if "DELAY\x01" in props or h.topic.startswith(RETRY_PREFIX):
-            # Delay (SCHEDULE_TOPIC_XXXX) and retry -> DLQ are the put pipeline's.
+        if "DELAY\x01" in props or "TRAN_MSG\x01" in props or h.topic.startswith(RETRY_PREFIX):
+            # Delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's.
             return self._put_pipeline(conn, cmd, h, qid, tc)
         if "WAIT\x01" in props:  # Java clients always send it; 4.9.x does not store it
             props = "\x02".join(p for p in props.split("\x02") if p and not p.startswith("WAIT\x01"))
@@ -243,7 +241,17 @@ class Processor:
         return cmd.make_response(code, remark)
 
     def end_transaction(self, conn, cmd: RemotingCommand):
-        return cmd.make_response(ResponseCode.SYSTEM_ERROR, "END_TRANSACTION: transactions are not supported yet")
+        """END_TRANSACTION (Java sends it oneway): commit re-puts the half message to its real
+        topic, rollback only marks it resolved (shmq.store.transaction)."""
+        h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
+        if not self.cfg.brokerPermission & Perm.WRITE:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
+        res = transaction.end_transaction(self.w.pipeline, h.commitLogOffset, h.tranStateTableOffset,
+                                          h.producerGroup, h.commitOrRollback, wait_flush=False)
+        if res is not None and res.committed:
+            self.w.stats["put"] += 1
+        return cmd.make_response()
 
 
 def _fast_v2(e) -> SendMessageRequestHeader | None:
