@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from shmq.errors import BrokerError, ShmqError
 from shmq.protocol import RequestCode, ResponseCode, SyncRemotingClient, request
 from shmq.protocol.bodies import (ClusterInfo, KVTable, TopicList, TopicRouteData, decode_json,
-                                  decode_topic_route)
+                                  decode_reset_offset_body, decode_topic_route)
 from shmq.protocol.headers import CreateTopicRequestHeader
 from shmq.protocol.message import decode_offset_msg_id
 
@@ -156,10 +156,8 @@ class Admin:
         for broker, addr in brokers.items():
             r = self._invoke(addr, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, topic=topic, group=group,
                                            timestamp=timestamp_ms, isForce=True)).raise_for_code()
-            table = decode_json(r.body, dict).get("offsetTable", {}) if r.body else {}
-            for k, v in table.items():
-                qid = int(str(k).rsplit(":", 1)[-1]) if not isinstance(k, int) else k
-                out[(broker, qid)] = int(v)
+            for (_, b, qid), off in decode_reset_offset_body(r.body).items():
+                out[(b, qid)] = off
         return out
 
     # ---- messages -------------------------------------------------------------------------

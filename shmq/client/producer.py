@@ -123,8 +123,14 @@ class Producer:
         info = inst.publish.get(topic)
         if info is not None and info.queues:
             return info
-        return inst.call(inst.publish_info(topic, self.create_topic_key, self.default_queue_nums),
+        known = set(inst.broker_addrs)
+        info = inst.call(inst.publish_info(topic, self.create_topic_key, self.default_queue_nums),
                          self.send_timeout + 1)
+        if set(inst.broker_addrs) - known:
+            # a broker we had not met: tell it about this producer now, not in 30 s (the
+            # transaction check-back looks for a producer of the group among its channels)
+            inst.call(inst.heartbeat_all(), self.send_timeout + 1)
+        return info
 
     def _select(self, info: TopicPublishInfo, avoid: str | None) -> MessageQueue:
         queues = info.queues
