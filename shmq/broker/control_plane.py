@@ -237,7 +237,10 @@ class ControlPlane:
         check-back): runs on the event loop, which owns the tables."""
         async def run() -> int:
             return self.forward(group, frame, consumers=consumers, one=one)
-        return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+        try:
+            return asyncio.run_coroutine_threadsafe(run(), loop).result(timeout)
+        except (TimeoutError, RuntimeError):  # the loop is closing or busy: nobody asked
+            return 0
 
     def notify(self, group: str) -> None:
         """NOTIFY_CONSUMER_IDS_CHANGED to every member of ``group``, each on its own connection

@@ -277,6 +277,9 @@ class Supervisor:
                 await t
             except (asyncio.CancelledError, Exception):
                 pass
+        if self.tx_check is not None:
+            await asyncio.to_thread(self.tx_check.stop)  # no check-back to a worker going away
+            self.tx_check = None
         if self.registrar is not None:
             await self.registrar.close()
         await self._stop_workers()
@@ -287,9 +290,10 @@ class Supervisor:
             except FileNotFoundError:
                 pass
         if self.tx_check is not None:
-            self.tx_check.stop()
+            # In a thread: the service may be waiting on this loop (forward_threadsafe).
+            await asyncio.to_thread(self.tx_check.stop)
         if self.schedule is not None:
-            self.schedule.stop()  # before the store closes: it flushes and persists its progress
+            await asyncio.to_thread(self.schedule.stop)  # before the store closes: it flushes and persists its progress
         with self._persist_lock:
             if self.store is not None:
                 self.store.close()  # flush, checkpoint, persist offsets, remove abort

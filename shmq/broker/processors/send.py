@@ -22,7 +22,7 @@ import struct
 
 from shmq.errors import FlushDiskTimeout, InvalidTopic
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from shmq.protocol.bodies import TopicConfig
+from shmq.protocol.bodies import TopicConfig, encode_json
 from shmq.protocol.codes import Perm
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
@@ -30,7 +30,9 @@ from shmq.protocol.message import decode_properties, encode_properties
 from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
+from .. import control_channel as cc
 from .. import retry
+from ..control_channel import Ctl
 from ..topics import RETRY_PREFIX
 from ..worker import Worker, born_host
 
@@ -155,6 +157,8 @@ class Processor:
             producer_group=h.producerGroup, write_queues=tc.writeQueueNums, read_queues=tc.readQueueNums)
         pr = self.w.pipeline.put(req, wait_flush=False)
         self.w.stats["put"] += 1
+        if pr.half:
+            self._register_tx_producer(conn, h.producerGroup)
         # RocketMQ answers the queue the send asked for and the offset where it was stored.
         return self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
 
@@ -192,6 +196,19 @@ class Processor:
         prefix = self._prefix()
         ids = prefix + ("," + prefix).join(_batch_phys_hex(store, h.topic, qid, res))
         return self._answer(cmd, res, ids)
+
+    def _register_tx_producer(self, conn, group: str) -> None:
+        """A connection that sends half messages of ``group`` is a producer of it, heartbeat
+        or not: a check-back must be able to reach it (clients heartbeat a broker only every
+        30 s, and may first learn of it from the route they send on)."""
+        groups = conn.context.setdefault("tx_groups", set())
+        if group in groups or self.w.ctl is None or self.w.ctl.closed:
+            return
+        groups.add(group)
+        conn.context.setdefault("client", conn.peer)
+        hb = encode_json({"clientID": conn.context["client"], "producerDataSet": [{"groupName": group}]})
+        self.w.ctl.send_oneway(cc.ctl(Ctl.HEARTBEAT, hb, chan=conn.context["chan"], addr=conn.peer,
+                                      language=cmd_language(conn), version=0))
 
     def _writer(self, topic: str, qid: int):
         """A cached QueueWriter: the hot path is one cffi call. Its record metadata (_meta) is
@@ -267,6 +284,10 @@ def _fast_v2(e) -> SendMessageRequestHeader | None:
             maxReconsumeTimes=int(l_) if l_ is not None else None)
     except (KeyError, ValueError, TypeError):
         return None
+
+
+def cmd_language(conn) -> str:
+    return conn.context.get("language", "JAVA")
 
 
 def _born_ints(conn) -> tuple[int, int]:
