@@ -222,6 +222,16 @@ class ClientInstance:
                 except ShmqError as e:
                     log.debug("heartbeat to %s (%s) failed: %s", name, addr, e)
 
+    async def learn_brokers(self, default_topic: str = "TBW102") -> None:
+        """What a Java producer does at start: the default topic's route names every broker
+        that may auto-create topics; heartbeat to them now, so they know this client (a
+        transaction check-back looks for a producer of the group among its channels)."""
+        try:
+            await self.fetch_route(default_topic)
+        except ShmqError as e:
+            log.debug("route of %s: %s", default_topic, e)
+        await self.heartbeat_all()
+
     def heartbeat_now(self) -> None:
         self.call(self.heartbeat_all(), 10)
 

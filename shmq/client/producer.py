@@ -75,6 +75,7 @@ class Producer:
         self.instance = ClientInstance.acquire(self.namesrv, producer_group=self.group)
         self.instance.register_producer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
+        self._learning = self.instance.call_soon(self.instance.learn_brokers(self.create_topic_key))
         return self
 
     def shutdown(self) -> None:

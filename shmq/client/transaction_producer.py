@@ -39,7 +39,18 @@ class TransactionProducer(Producer):
             raise ShmqError("a TransactionProducer needs a listener with execute_local_transaction "
                             "and check_local_transaction")
         super().start()
+        try:  # the brokers must know this producer before they can ask it about half messages
+            self._learning.result(self.send_timeout)
+        except Exception as e:
+            log.debug("heartbeat at start: %s", e)
         return self
+
+    def _invoke_sync(self, addr: str, cmd, timeout: float):
+        # Half messages go on the client's multiplexed connection, the one that heartbeats:
+        # the broker asks its check-back questions on the connection a half message came
+        # from, and only the multiplexed one reads requests from the broker.
+        inst = self._inst()
+        return inst.call(inst.invoke(addr, cmd, timeout), timeout + 1)
 
     def send_in_transaction(self, msg: Message, arg=None) -> SendResult:
         if msg.delay_level:

@@ -98,19 +98,24 @@ def test_never_answered_is_discarded_after_the_maximum(env):
     assert visible(ns, "Tx", 0, "txn-c", timeout=2) == []
 
 
-def test_unresolved_half_message_is_checked_after_a_restart(env, start_broker):
-    ns, b = env
+def test_unresolved_half_message_is_checked_after_a_restart(namesrv, start_broker):
+    # checks count even while no producer is there to answer: allow enough of them to outlive
+    # the restart
+    ns, settings = namesrv, dict(TX, transactionCheckMax=1000)
+    b = start_broker(ns, settings=settings)
+    make_topic(b, "Tx", 2)
+    wait_route(ns.addr, "Tx")
     lst = Listener(LocalTransactionState.UNKNOW, None)
     with TransactionProducer("txr", ns.addr, local="never", listener=lst) as tp:
         tp.send_in_transaction(Message("Tx", b"across restart"))
     assert b.stop(timeout=20) == 0
-    b2 = start_broker(ns, settings=TX, store=b.store, port=b.port)
+    b2 = start_broker(ns, settings=settings, store=b.store, port=b.port)
     lst2 = Listener(LocalTransactionState.UNKNOW, LocalTransactionState.COMMIT_MESSAGE)
     with TransactionProducer("txr", ns.addr, local="never", listener=lst2) as tp2:
         deadline = time.monotonic() + 20
         while not lst2.checks and time.monotonic() < deadline:
             time.sleep(0.05)
-        assert lst2.checks == [b"across restart"]
+        assert lst2.checks[:1] == [b"across restart"]
         time.sleep(0.5)
     assert b2.alive
     assert visible(ns, "Tx", 1, "txr-c") == [b"across restart"]
