@@ -59,7 +59,9 @@ class CleanupService:
                         self.cfg.disk_max_used_space_ratio)
         if not (at_delete_hour or space_full):
             return []
-        return self.delete_expired(force=disk_ratio > self.cfg.disk_clean_forcibly_ratio)
+        # forcible deletion never starts below the ratio that starts any deletion
+        forcibly = max(self.cfg.disk_clean_forcibly_ratio, self.cfg.disk_max_used_space_ratio)
+        return self.delete_expired(force=disk_ratio > forcibly)
 
     def delete_expired(self, *, force: bool = False) -> list[int]:
         store = self.store

@@ -29,6 +29,7 @@ def own(root: str, argv: list[str]) -> int:
     sync = len(argv) > 4 and argv[4] == "sync"
     cfg = StoreConfig(root=root, mapped_file_size_commitlog=fsize, cq_entries_per_file=per,
                       max_hash_slot_num=1024, max_index_num=4096, flush_disk_type=1 if sync else 0,
+                      disk_max_used_space_ratio=100,
                       flush_interval_commitlog_ms=50, flush_interval_consume_queue_ms=100)
     store = MessageStore.open(cfg)
     for i in range(n):

@@ -66,6 +66,7 @@ class BrokerProc(Proc):
 @pytest.fixture
 def start_broker(processes, tmp_path: Path):
     counter = iter(range(1000))
+    stores: list[Path] = []
 
     def start(namesrv=None, workers: int = 2, settings: dict | None = None, store: Path | None = None,
               port: int = 0) -> BrokerProc:
@@ -81,9 +82,19 @@ def start_broker(processes, tmp_path: Path):
         p = start_process(argv, BROKER_READY, tmp_path / f"broker-{n}-{int(time.time() * 1000)}.log", env=env)
         p.__class__ = BrokerProc
         processes.append(p)
+        stores.append(store)
         return p  # type: ignore[return-value]
 
-    return start
+    yield start
+    # a broker killed with SIGKILL leaves its shared-memory segment: remove it (the
+    # ``processes`` fixture has stopped every broker by now)
+    import posix_ipc
+    from shmq.store.control import segment_name
+    for st in stores:
+        try:
+            posix_ipc.unlink_shared_memory(segment_name(str(st)))
+        except posix_ipc.ExistentialError:
+            pass
 
 
 # ---- wire helpers -------------------------------------------------------------------------------

@@ -44,7 +44,8 @@ def test_only_expired_files_go(open_store, store_root):
 
 
 def test_disk_pressure_deletes_oldest_but_never_the_current(open_store, store_root):
-    s = open_store(mapped_file_size_commitlog=8192, cq_entries_per_file=10, file_reserved_time_hours=1000)
+    s = open_store(mapped_file_size_commitlog=8192, cq_entries_per_file=10, file_reserved_time_hours=1000,
+                   disk_max_used_space_ratio=75)
     fill(s, 40)
     cl = store_root / "commitlog"
     current = s.commit_pos // 8192
@@ -57,7 +58,8 @@ def test_disk_pressure_deletes_oldest_but_never_the_current(open_store, store_ro
 
 
 def test_disk_above_ratio_deletes_expired_files_before_the_hour(open_store, store_root):
-    s = open_store(mapped_file_size_commitlog=8192, cq_entries_per_file=10, file_reserved_time_hours=1)
+    s = open_store(mapped_file_size_commitlog=8192, cq_entries_per_file=10, file_reserved_time_hours=1,
+                   disk_max_used_space_ratio=75)
     fill(s, 100)
     files = sorted((store_root / "commitlog").iterdir())
     age(files[0], 2)
