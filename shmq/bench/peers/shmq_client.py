@@ -90,8 +90,11 @@ class _PushReceiver:
             self._handle([m.body for m in msgs])
             return success
 
+        # local: the listener runs in the thread that reads the mapped store (consume_threads=0),
+        # the low-latency configuration; TCP: the default consume pool
         c = PushConsumer(ch["group"], namesrv=ch["namesrv"], model="CLUSTERING", local=ch["local"],
-                         consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0)
+                         consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0,
+                         consume_threads=0 if ch["local"] == "always" else 20)
         c.subscribe(ch["topic"], "*")
         c.on_message(listener)
         c.start()
