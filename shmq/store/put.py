@@ -414,3 +414,10 @@ class FastWriter:
                 return r.queue_offset, r.phys_offset
         qoff = self._qw.put(body, props + self._suffix if props else self.pipeline._cluster_pair)
         return qoff, self._out.phys_offset
+
+    def put_batch(self, batch_body: bytes) -> tuple[int, int, int]:
+        """A batch body whose entries carry no DELAY / TRAN_MSG / WAIT / CLUSTER (the caller
+        built it); CLUSTER is appended to every entry by the C append. Returns (first queue
+        offset, count, commit-log offset of the first record)."""
+        qoff, n = self._qw.put_batch(batch_body, self.pipeline._cluster_pair)
+        return qoff, n, self._out.phys_offset
