@@ -13,6 +13,7 @@ import struct
 import threading
 
 from shmq.errors import StoreError
+from shmq.native import ffi, lib
 
 from . import files
 from .config import StoreConfig
@@ -87,6 +88,16 @@ class CommitLog:
         if magic != MESSAGE_MAGIC or total <= 0 or off + total > self.file_size:
             return None
         return memoryview(mm)[off:off + total]
+
+    def check(self, phys: int) -> int:
+        """shmq_check_record at ``phys`` (a full check: magic, lengths, PHYSICALOFFSET, CRC):
+        the record's size, 0 for a BLANK filler, < 0 for anything else."""
+        index, off = divmod(phys, self.file_size)
+        buf = ffi.from_buffer(self.map(index))
+        try:
+            return lib.shmq_check_record(ffi.cast("uint8_t *", buf) + off, self.file_size - off, phys, 1)
+        finally:
+            ffi.release(buf)
 
     def is_blank(self, phys: int) -> bool:
         index, off = divmod(phys, self.file_size)

@@ -20,7 +20,7 @@ import logging
 import struct
 from dataclasses import dataclass, field
 
-from shmq.native import ffi, lib
+from shmq.native import lib
 
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
@@ -88,11 +88,7 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
             report.stopped_because = "end of the last file"
             break
         mm = commitlog.map(idx)
-        buf = ffi.from_buffer(mm)
-        try:
-            rc = lib.shmq_check_record(ffi.cast("uint8_t *", buf) + off, fsize - off, pos, 1)
-        finally:
-            ffi.release(buf)
+        rc = commitlog.check(pos)
         if rc == 0:
             total = struct.unpack_from(">i", mm, off)[0]
             if total != fsize - off:

@@ -8,8 +8,6 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass, field
 
-from shmq.native import ffi, lib
-
 from .appender import QueueRegistry
 from .commitlog import CommitLog
 from .config import StoreConfig
@@ -45,11 +43,7 @@ def verify_store(cfg: StoreConfig, end: int | None = None, *, check_queues: bool
             if i not in present:
                 break
             mm = cl.map(i)
-            buf = ffi.from_buffer(mm)
-            try:
-                rc = lib.shmq_check_record(ffi.cast("uint8_t *", buf) + off, fsize - off, pos, 1)
-            finally:
-                ffi.release(buf)
+            rc = cl.check(pos)
             if rc == 0:
                 pos = (i + 1) * fsize
                 continue
