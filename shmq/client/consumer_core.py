@@ -17,11 +17,10 @@ from shmq.protocol import RequestCode, ResponseCode, request
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
 from shmq.store import GetStatus
 from shmq.store.javahash import java_string_hash
-from shmq.store.record import decode_record
 
 from .instance import ClientInstance
 from .local import LocalLinks
-from .message import MessageExt, MessageQueue, MessageSelector, message_from_record, messages_from_records
+from .message import MessageExt, MessageQueue, MessageSelector, message_from_view, messages_from_records
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .rebalance import allocate_averagely
 
@@ -449,7 +448,7 @@ class ConsumerCore:
                                  record_filter=rec_filter)
         st = res.status
         if st is GetStatus.FOUND:
-            msgs = [message_from_record(decode_record(v, copy=True), mq.broker_name) for v in res.messages]
+            msgs = [message_from_view(v, 0, mq.broker_name) for v in res.messages]
             msgs = self._accept(mq.topic, msgs)
             pq.next_offset = res.next_begin_offset
             if msgs:

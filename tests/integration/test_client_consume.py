@@ -58,11 +58,12 @@ def test_orderly_steps_arrive_in_order(env):
     finally:
         for c in cs:
             c.shutdown()
+    assert len(seen) == 100
     for order, steps in seen.items():
-        # redelivery after a rebalance may repeat a step, never reorder them
-        dedup = [s for i, s in enumerate(steps) if i == 0 or s > steps[i - 1]]
-        assert dedup == list(range(50)), (order, steps[:60])
-        assert steps == sorted(steps), (order, steps[:60])
+        # When a queue moves to another consumer at a rebalance, the new owner starts from the
+        # committed offset, so a few steps may come twice (at least once); but no step is ever
+        # seen before the steps that precede it.
+        assert list(dict.fromkeys(steps)) == list(range(50)), (order, steps[:60])
 
 
 @pytest.mark.parametrize("local", ["never", "always"])
