@@ -21,7 +21,7 @@ from typing import Any
 from shmq.errors import (BrokerError, RemotingConnectError, RemotingError, ShmqError,
                          TopicNotExist)
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
-from shmq.protocol.bodies import (ConsumerData, HeartbeatData, ProducerData, TopicRouteData,
+from shmq.protocol.bodies import (HeartbeatData, ProducerData, TopicRouteData,
                                   decode_topic_route, encode_json)
 
 from .route import TopicPublishInfo, publish_info, subscribe_queues

@@ -9,7 +9,7 @@ import socket
 
 from shmq.errors import StoreCorrupt
 from shmq.store.record import (FLAG_COMPRESSED, HEADER as _HEADER, MESSAGE_MAGIC, StoredMessage,
-                               decode_properties, decode_record)
+                               decode_properties)
 
 _ntoa = socket.inet_ntoa
 

@@ -18,11 +18,9 @@ import os
 import secrets
 import socket
 import struct
-import threading
 import time
 
-from shmq.errors import (FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked,
-                         StoreReadOnly)
+from shmq.errors import (FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked)
 from shmq.native import ffi, lib
 
 from . import files, validate

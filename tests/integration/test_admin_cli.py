@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from shmq import ConsumeResult, Message, Producer
+from shmq import Message, Producer
 
 from .broker_helpers import start_broker  # noqa: F401
 from .client_helpers import Collector, consumer, wait_route

@@ -2,12 +2,11 @@
 TCP and the local path, with shortened intervals."""
 from __future__ import annotations
 
-import threading
 import time
 
 import pytest
 
-from shmq import (ConsumeResult, LocalTransactionState, Message, MessageSelector, Producer,
+from shmq import (LocalTransactionState, Message, MessageSelector, Producer,
                   TransactionProducer)
 from shmq.client.admin import Admin
 from shmq.errors import FilterExpressionError

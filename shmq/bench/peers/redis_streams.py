@@ -7,9 +7,7 @@ across clients: Redis's group commit). Skipped, saying why, when redis-server or
 is missing."""
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import time
 
 from .base import FuncReceiver, FuncSender, Peer
