@@ -14,13 +14,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 
 CHILD = r"""
@@ -116,16 +114,9 @@ def run_peer(tmp, size, seconds):
 
 
 def machine() -> str:
-    model = "unknown CPU"
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    model = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, Linux {platform.release()}, Python {platform.python_version()}"
+    from shmq.bench.runner import machine as describe  # the harness's description of the machine
+    m = describe()
+    return f"{m['nproc']} cores, {m['cpu']}, {m['system']}, Python {m['python']}"
 
 
 def main() -> None:

@@ -97,14 +97,7 @@ class CleanupService:
         for slot, topic, qid, nxt, mn in list(store.cb.iter_queue_slots()):
             cq = store.queues.get(topic, qid)
             # new min offset: first entry still pointing into a live file
-            lo, hi = max(mn, cq.first_file_offset()), nxt
-            while lo < hi:
-                mid = (lo + hi) // 2
-                e = cq.entry(mid)
-                if e is not None and e[0] >= min_pos:
-                    hi = mid
-                else:
-                    lo = mid + 1
+            lo = cq.first_at_or_after(min_pos, max(mn, cq.first_file_offset()), nxt)
             store.cb.ctl.queues[slot].min_offset = lo
             for fi in cq.file_indexes():
                 if (fi + 1) * cq.per_file <= lo and (fi + 1) * cq.per_file < nxt:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 
 from shmq.errors import StoreError
 from shmq.native import ffi, lib
@@ -23,13 +22,12 @@ _U32 = struct.Struct(">I")
 _TOTAL_MAGIC = struct.Struct(">iI")
 
 
-class CommitLog:
+class CommitLog(files.MappedSet):
     def __init__(self, cfg: StoreConfig):
         self.cfg = cfg
         self.dir = cfg.commitlog_dir
         self.file_size = cfg.mapped_file_size_commitlog
-        self._maps: dict[int, mmap.mmap] = {}
-        self._lock = threading.Lock()
+        files.MappedSet.__init__(self)
         files.ensure_dir(self.dir)
 
     def path(self, index: int) -> str:
@@ -103,23 +101,5 @@ class CommitLog:
         index, off = divmod(phys, self.file_size)
         return _U32.unpack_from(self.map(index), off + 4)[0] == BLANK_MAGIC
 
-    def forget(self, index: int) -> None:
-        """Drop our mapping of a file (readers holding views keep theirs)."""
-        with self._lock:
-            self._maps.pop(index, None)
-
     def delete(self, index: int) -> None:
-        self.forget(index)
-        try:
-            os.unlink(self.path(index))
-        except FileNotFoundError:
-            pass
-
-    def close(self) -> None:
-        with self._lock:
-            maps, self._maps = self._maps, {}
-        for mm in maps.values():
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a reader still holds a view: the mapping goes when the view does
+        self.delete_file(index)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-import threading
 
 from . import files
 from .config import StoreConfig
@@ -22,7 +21,7 @@ ENTRY = struct.Struct(">qiq")
 ENTRY_SIZE = 20
 
 
-class ConsumeQueue:
+class ConsumeQueue(files.MappedSet):
     def __init__(self, cfg: StoreConfig, topic: str, queue_id: int):
         self.cfg = cfg
         self.topic = topic
@@ -30,8 +29,7 @@ class ConsumeQueue:
         self.per_file = cfg.cq_entries_per_file
         self.file_bytes = self.per_file * ENTRY_SIZE
         self.dir = os.path.join(cfg.consumequeue_dir, topic, str(queue_id))
-        self._maps: dict[int, mmap.mmap] = {}
-        self._lock = threading.Lock()
+        files.MappedSet.__init__(self)
 
     def path(self, file_index: int) -> str:
         return os.path.join(self.dir, files.name_of(file_index * self.file_bytes))
@@ -112,6 +110,18 @@ class ConsumeQueue:
             idxs.pop()  # an empty trailing file (created ahead): look at the one before
         return 0
 
+    def first_at_or_after(self, phys: int, lo: int, hi: int) -> int:
+        """The first queue offset in [lo, hi) whose entry points at or past commit-log offset
+        ``phys`` (entries are in commit-log order), hi when none does."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            e = self.entry(mid)
+            if e is not None and e[0] >= phys:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
     def first_file_offset(self) -> int:
         idxs = self.file_indexes()
         return idxs[0] * self.per_file if idxs else 0
@@ -130,23 +140,3 @@ class ConsumeQueue:
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
-
-    def forget(self, file_index: int) -> None:
-        with self._lock:
-            self._maps.pop(file_index, None)
-
-    def delete_file(self, file_index: int) -> None:
-        self.forget(file_index)
-        try:
-            os.unlink(self.path(file_index))
-        except FileNotFoundError:
-            pass
-
-    def close(self) -> None:
-        with self._lock:
-            maps, self._maps = self._maps, {}
-        for mm in maps.values():
-            try:
-                mm.close()
-            except BufferError:
-                pass

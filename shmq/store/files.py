@@ -14,6 +14,7 @@ import grp
 import mmap
 import os
 import tempfile
+import threading
 
 from shmq.errors import DiskFull, StoreError
 
@@ -112,3 +113,37 @@ def list_numbered(directory: str) -> list[int]:
     except FileNotFoundError:
         return []
     return sorted(int(n) for n in names if len(n) == 20 and n.isdigit())
+
+
+class MappedSet:
+    """The files of one kind a process has mapped, by index. A memoryview a reader holds keeps
+    its mapping alive by itself, so forgetting or deleting a file never pulls memory from under
+    a reader; files are unlinked whole, never truncated."""
+
+    def __init__(self):
+        self._maps: dict[int, mmap.mmap] = {}
+        self._lock = threading.Lock()
+
+    def path(self, index: int) -> str:  # pragma: no cover - each kind names its files
+        raise NotImplementedError
+
+    def forget(self, index: int) -> None:
+        """Drop our mapping of a file (readers holding views keep theirs)."""
+        with self._lock:
+            self._maps.pop(index, None)
+
+    def delete_file(self, index: int) -> None:
+        self.forget(index)
+        try:
+            os.unlink(self.path(index))
+        except FileNotFoundError:
+            pass
+
+    def close(self) -> None:
+        with self._lock:
+            maps, self._maps = self._maps, {}
+        for mm in maps.values():
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a reader still holds a view: the mapping goes when the view does

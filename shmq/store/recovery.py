@@ -169,15 +169,7 @@ def _cut_queue(cq, n: int, end: int, report: RecoveryReport) -> int:
 
 def _first_live(cq, n: int, min_phys: int) -> int:
     """The first entry that still points into an existing CommitLog file."""
-    lo, hi = cq.first_file_offset(), n
-    while lo < hi:
-        mid = (lo + hi) // 2
-        e = cq.entry(mid)
-        if e is not None and e[0] >= min_phys:
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
+    return cq.first_at_or_after(min_phys, cq.first_file_offset(), n)
 
 
 __all__ = ["recover", "RecoveryReport", "ENTRY", "ENTRY_SIZE"]
