@@ -15,7 +15,7 @@ import json
 import logging
 import os
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 
 from shmq.protocol import javaprops
 from shmq.store import StoreConfig
@@ -119,27 +119,7 @@ class BrokerConfig:
     # ------------------------------------------------------------------ loading ----
     def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
         """Apply ``props`` (strings); returns the unknown keys (each logged as a warning)."""
-        known = {f.name: f for f in fields(self)}
-        unknown: list[str] = []
-        for key, raw in props.items():
-            f = known.get(key)
-            if f is None:
-                if key not in IGNORED_KEYS:
-                    log.warning("%s: unknown key %r ignored", source, key)
-                    unknown.append(key)
-                continue
-            value = str(raw).strip()
-            try:
-                if f.type in (bool, "bool"):
-                    setattr(self, key, value.lower() == "true")
-                elif f.type in (int, "int"):
-                    setattr(self, key, int(value))
-                elif f.type in (float, "float"):
-                    setattr(self, key, float(value))
-                else:
-                    setattr(self, key, value)
-            except ValueError:
-                raise ValueError(f"{source}: {key}={raw!r} is not a valid {f.type}") from None
+        unknown = javaprops.apply(self, props, ignored=IGNORED_KEYS, source=source, log=log)
         self.check()
         return unknown
 

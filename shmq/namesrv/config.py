@@ -49,28 +49,8 @@ class NamesrvConfig:
     partialFrameTimeoutMillis: int = 30_000
 
     def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
-        """Apply ``props``; returns the unknown keys (each also logged as a warning)."""
-        known = {f.name: f for f in fields(self)}
-        unknown: list[str] = []
-        for key, raw in props.items():
-            f = known.get(key)
-            if f is None:
-                if key in IGNORED_KEYS:
-                    log.debug("%s: %s has no effect in shmq-namesrv", source, key)
-                else:
-                    log.warning("%s: unknown key %r ignored", source, key)
-                    unknown.append(key)
-                continue
-            value = raw.strip()
-            try:
-                if f.type in (bool, "bool"):
-                    setattr(self, key, value.lower() == "true")
-                elif f.type in (int, "int"):
-                    setattr(self, key, int(value))
-                else:
-                    setattr(self, key, value)
-            except ValueError:
-                raise ValueError(f"{source}: {key}={raw!r} is not a valid {f.type}") from None
+        """Apply ``props`` (strings); returns the unknown keys (each logged as a warning)."""
+        unknown = javaprops.apply(self, props, ignored=IGNORED_KEYS, source=source, log=log)
         return unknown
 
     @classmethod

@@ -86,3 +86,34 @@ def load(path: str) -> dict[str, str]:
 def dumps(props: Mapping[str, object]) -> str:
     """``key=value`` lines, as RocketMQ's ``MixAll.properties2String`` writes them."""
     return "".join(f"{k}={v}\n" for k, v in props.items() if v is not None)
+
+
+def apply(settings, props: Mapping[str, str], *, ignored=frozenset(), source: str = "config", log=None) -> list[str]:
+    """Set the dataclass fields of ``settings`` named by ``props`` (text, converted to each field's
+    bool / int / float / str type; booleans as Java reads them). Unknown keys are returned (and
+    logged as warnings), keys in ``ignored`` are skipped quietly; a value of the wrong type is a
+    ValueError naming the key. Broker and NameServer configs both load through here."""
+    from dataclasses import fields
+    known = {f.name: f for f in fields(settings)}
+    unknown: list[str] = []
+    for key, raw in props.items():
+        f = known.get(key)
+        if f is None:
+            if key not in ignored:
+                if log is not None:
+                    log.warning("%s: unknown key %r ignored", source, key)
+                unknown.append(key)
+            continue
+        value = str(raw).strip()
+        try:
+            if f.type in (bool, "bool"):
+                setattr(settings, key, value.lower() == "true")
+            elif f.type in (int, "int"):
+                setattr(settings, key, int(value))
+            elif f.type in (float, "float"):
+                setattr(settings, key, float(value))
+            else:
+                setattr(settings, key, value)
+        except ValueError:
+            raise ValueError(f"{source}: {key}={raw!r} is not a valid {f.type}") from None
+    return unknown
