@@ -50,13 +50,9 @@ from typing import Any
 
 from shmq.errors import BrokerError
 from shmq.protocol import RemotingCommand, request
+from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO  # noqa: F401  (re-exported for the processors)
 from shmq.protocol.transport import Connection, Handler, Limits
 
-#: shmq-private request code a local client sends to a broker (on its public port) to learn
-#: how to map the store (DESIGN §4): answer extFields storeRoot, generation, flushDiskType,
-#: brokerName, storeHost, pid of the store owner. Other clients never send it; a RocketMQ
-#: broker answers it REQUEST_CODE_NOT_SUPPORTED, which a local client takes as "stay on TCP".
-SHMQ_GET_ATTACH_INFO = 9900
 
 
 class Ctl(enum.IntEnum):

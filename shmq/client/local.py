@@ -15,12 +15,12 @@ import time
 
 from shmq.errors import ShmqError, StaleSegment
 from shmq.protocol import RemotingCommand
+from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO
 from shmq.store import MessageStore
 from shmq.store.put import PutPipeline
 
 log = logging.getLogger("shmq.client.local")
 
-SHMQ_GET_ATTACH_INFO = 9900  # the broker's attach-info request (shmq/broker/control_channel.py)
 
 
 class LocalLink:
