@@ -11,43 +11,27 @@ the consumer offset of group CID_RMQ_SYS_TRANS.
 from __future__ import annotations
 
 import logging
-import threading
 
 from shmq.protocol import RequestCode, request
 from shmq.store.record import encode_properties, encode_record
+from shmq.store.periodic import PeriodicService
 from shmq.store.transaction import HalfScanner
 
 log = logging.getLogger("shmq.broker.transaction")
 
 
-class TransactionCheckService:
+class TransactionCheckService(PeriodicService):
     def __init__(self, store, pipeline, ask, *, interval_ms: int = 60_000, timeout_ms: int = 6000,
                  max_checks: int = 15):
         """``ask(producer_group, cmd) -> bool`` sends a oneway command to one live channel of the
         group (False when the group has none)."""
+        super().__init__(interval_ms / 1000.0, "shmq-tx-check", log)
         self.store = store
         self.pipeline = pipeline
         self.ask = ask
-        self.interval_s = interval_ms / 1000.0
         self.scanner = HalfScanner(store, timeout_ms, max_checks)
         self.checked = 0
         self.discarded = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-tx-check", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("transaction check round failed")
 
     def run_once(self, now_ms: int | None = None) -> int:
         n = 0

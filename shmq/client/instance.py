@@ -14,11 +14,10 @@ import os
 import random
 import socket
 import threading
-import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import (BrokerError, RemotingConnectError, RemotingError, ShmqError,
+from shmq.errors import (RemotingConnectError, RemotingError, ShmqError,
                          TopicNotExist)
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.bodies import (HeartbeatData, ProducerData, TopicRouteData,
@@ -330,10 +329,4 @@ class ClientInstance:
             self.loop.close()
 
 
-def check_response(resp: RemotingCommand, *accepted: int) -> RemotingCommand:
-    if resp.code in (accepted or (ResponseCode.SUCCESS,)):
-        return resp
-    raise BrokerError(resp.code, resp.remark) if resp.code not in (17,) else TopicNotExist(resp.code, resp.remark)
-
-
-__all__ = ["ClientInstance", "check_response", "time"]
+__all__ = ["ClientInstance"]

@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 import socket
 
 from shmq.errors import StoreCorrupt
-from shmq.store.record import (FLAG_COMPRESSED, HEADER as _HEADER, MESSAGE_MAGIC, StoredMessage,
-                               decode_properties)
+from shmq.store.record import (FLAG_COMPRESSED, HEADER as _HEADER, MESSAGE_MAGIC, decode_properties)
 
 _ntoa = socket.inet_ntoa
 
@@ -148,27 +147,6 @@ class MessageExt:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
 
-def message_from_record(m: StoredMessage, broker_name: str = "", *, keep_raw: bool = False) -> MessageExt:
-    body = m.body
-    if m.sysflag & FLAG_COMPRESSED:
-        body = zlib.decompress(bytes(body))
-    else:
-        body = bytes(body)
-    props = m.properties
-    topic = m.topic
-    # a retried message comes back under its original topic (ConsumeMessageService.resetRetryAndNamespace)
-    retry_topic = props.get(RETRY_TOPIC)
-    if retry_topic and topic.startswith("%RETRY%"):
-        topic = retry_topic
-    return MessageExt(
-        topic=topic, body=body, tags=props.get(TAGS), keys=m.keys, properties=props,
-        msg_id=props.get(UNIQ_KEY) or m.offset_msg_id, offset_msg_id=m.offset_msg_id,
-        queue_id=m.queue_id, queue_offset=m.queue_offset, reconsume_times=m.reconsume_times,
-        born_timestamp=m.born_timestamp, store_timestamp=m.store_timestamp,
-        commit_log_offset=m.phys_offset, sysflag=m.sysflag, flag=m.flag, broker_name=broker_name,
-        born_host=m.born_host, store_host=m.store_host, raw=m.raw if keep_raw else None)
-
-
 def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
     """One record straight into a MessageExt (the consumer's hot path: one header unpack, no
     intermediate StoredMessage). Raises StoreCorrupt on anything that is not a record."""
@@ -209,5 +187,5 @@ def messages_from_records(buf, broker_name: str = ""):
 
 
 __all__ = ["Message", "MessageExt", "SendResult", "SendStatus", "ConsumeResult", "MessageQueue",
-           "MessageSelector", "LocalTransactionState", "message_from_record", "messages_from_records",
+           "MessageSelector", "LocalTransactionState", "message_from_view", "messages_from_records",
            "decode_properties"]

@@ -4,7 +4,6 @@ fetched; ``seek`` moves a queue; offsets are committed by ``commit()`` (or autom
 after each poll with auto_commit=True)."""
 from __future__ import annotations
 
-import asyncio
 import queue
 import threading
 import time
@@ -36,11 +35,6 @@ class PullConsumer(ConsumerCore):
         for mq in queues:
             if mq.topic not in self.subscriptions:
                 self.subscribe(mq.topic, "*")
-
-    def start(self):
-        if self._assigned is not None and self.model == "CLUSTERING":
-            self.model = "CLUSTERING"
-        return super().start()
 
     async def rebalance(self) -> None:
         if self._assigned is None:
@@ -100,4 +94,4 @@ class PullConsumer(ConsumerCore):
         return self.instance.call(self.offsets.read(mq), 10) if self.model == "CLUSTERING" else self.offsets.table.get(mq, -1)
 
 
-__all__ = ["PullConsumer", "asyncio"]
+__all__ = ["PullConsumer"]

@@ -17,10 +17,9 @@ import logging
 from shmq.errors import ShmqError
 from shmq.protocol import RequestCode, request
 from shmq.protocol.message import decode_offset_msg_id
-from shmq.store.record import decode_record
 from shmq.store.transaction import COMMIT, ROLLBACK, UNKNOWN, end_transaction
 
-from .message import LocalTransactionState, Message, SendResult, SendStatus, message_from_record
+from .message import LocalTransactionState, Message, SendResult, SendStatus, message_from_view
 from .producer import Producer
 
 log = logging.getLogger("shmq.client.transaction")
@@ -97,7 +96,7 @@ class TransactionProducer(Producer):
         """CHECK_TRANSACTION_STATE: ask the listener (in a thread: it may block) and answer
         END_TRANSACTION on the connection the question came on."""
         try:
-            m = message_from_record(decode_record(cmd.body, copy=True))
+            m = message_from_view(memoryview(cmd.body))
             real = m.properties.get("REAL_TOPIC")
             if real:
                 m.topic = real

@@ -8,33 +8,19 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import threading
 import time
+
+from .periodic import PeriodicService
 
 log = logging.getLogger("shmq.store.cleanup")
 MAX_FILES_PER_ROUND = 10
 
 
-class CleanupService:
+class CleanupService(PeriodicService):
     def __init__(self, store):
+        super().__init__(store.cfg.clean_interval_s, "shmq-cleanup", log)
         self.store = store
         self.cfg = store.cfg
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-cleanup", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.cfg.clean_interval_s):
-            try:
-                self.run_once()
-            except Exception:
-                log.exception("cleanup failed")
 
     def delete_hour_now(self, now: float | None = None) -> bool:
         hours = {int(h) for h in str(self.cfg.delete_when).replace(",", ";").split(";") if h.strip().isdigit()}
