@@ -37,19 +37,25 @@ class Registrar:
         """Register again soon (a topic changed)."""
         self._wake.set()
 
-    def start(self) -> None:
+    async def start(self) -> None:
+        """Register once, then every period. The first round is awaited (as RocketMQ's
+        BrokerController.start does): a broker that says it is up must already be routable,
+        or a client starting right after finds no route and waits a whole poll interval for
+        one. A NameServer that is down costs at most ``timeout`` here and is retried."""
         if self.clients:
+            self._wake.clear()
+            await self.register_all()
             self._task = asyncio.get_running_loop().create_task(self._loop())
 
     async def _loop(self) -> None:
         period = self.cfg.registerNameServerPeriod / 1000.0
         while not self._stopped:
-            self._wake.clear()
-            await self.register_all()
             try:
                 await asyncio.wait_for(self._wake.wait(), period)
             except asyncio.TimeoutError:
                 pass
+            self._wake.clear()
+            await self.register_all()
 
     def _header(self) -> RegisterBrokerRequestHeader:
         c = self.cfg

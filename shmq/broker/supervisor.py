@@ -154,7 +154,7 @@ class Supervisor:
         except BaseException:
             await self._abort_start()
             raise
-        self.registrar.start()
+        await self.registrar.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._every(cfg.clientScanInterval, self.plane.scan_clients)),
                        loop.create_task(self._every(cfg.flushConsumerOffsetInterval, self._persist_offsets)),

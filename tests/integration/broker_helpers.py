@@ -67,16 +67,18 @@ class BrokerProc(Proc):
 def start_broker(processes, tmp_path: Path):
     counter = iter(range(1000))
     stores: list[Path] = []
+    names: dict[str, str] = {}  # store -> broker name: a restart on the same store is the same broker
 
     def start(namesrv=None, workers: int = 2, settings: dict | None = None, store: Path | None = None,
               port: int = 0) -> BrokerProc:
         n = next(counter)
         store = store or tmp_path / f"store-{n}"
+        name = names.setdefault(str(store), f"broker-{n}")
         argv = [sys.executable, "-m", "shmq.cli.broker", "--port", str(port), "--store", str(store),
                 "--workers", str(workers)]
         if namesrv is not None:
             argv += ["--namesrv", namesrv.addr]
-        for k, v in {**TEST_SETTINGS, "brokerName": f"broker-{n}", **(settings or {})}.items():
+        for k, v in {**TEST_SETTINGS, "brokerName": name, **(settings or {})}.items():
             argv += ["--set", f"{k}={v}"]
         env = dict(os.environ, SHMQ_LOG_LEVEL=os.environ.get("SHMQ_LOG_LEVEL", "INFO"))
         p = start_process(argv, BROKER_READY, tmp_path / f"broker-{n}-{int(time.time() * 1000)}.log", env=env)

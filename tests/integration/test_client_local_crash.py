@@ -88,7 +88,7 @@ def test_broker_restart_under_local_producers_and_consumers(namesrv, start_broke
             t.join()
         c.shutdown()
     # both producers and the consumer went through the local path again after the restart
-    assert b2.alive
+    assert b2.alive()
     print(f"restart: {len(acked)} acknowledged, {len(errors)} refused during the restart")
 
 
@@ -135,7 +135,7 @@ def test_local_producer_killed_mid_send_fifty_times(namesrv, start_broker, tmp_p
     finally:
         stop.set()
         t.join()
-    assert b.alive
+    assert b.alive()
     rep = verify_store(StoreConfig(root=b.store, mapped_file_size_commitlog=TEST_SETTINGS["mappedFileSizeCommitLog"]),
                        None, check_queues=True)
     assert rep.ok, rep.problems[:5]

@@ -116,7 +116,7 @@ def test_unresolved_half_message_is_checked_after_a_restart(namesrv, start_broke
             time.sleep(0.05)
         assert lst2.checks[:1] == [b"across restart"]
         time.sleep(0.5)
-    assert b2.alive
+    assert b2.alive()
     assert visible(ns, "Tx", 1, "txr-c") == [b"across restart"]
 
 
