@@ -88,19 +88,70 @@ class MessageQueue:
     queue_id: int
 
 
-@dataclass
 class SendResult:
-    status: SendStatus
-    msg_id: str             # UNIQ_KEY (what Java clients show as msgId)
-    offset_msg_id: str      # store host + commit-log offset
-    queue: MessageQueue
-    queue_offset: int
-    transaction_id: str | None = None
-    local_transaction_state: LocalTransactionState | None = None
+    """What a send returns. ``msg_id`` is the UNIQ_KEY (what Java clients show as msgId; a
+    batch's is the comma-joined ids), ``offset_msg_id`` the store host + commit-log offset.
+
+    A local send hands both over raw (the id as the 32*n ASCII bytes the C append drew, the
+    offset id as the commit-log offset int plus the 8-byte store host) and they are formatted
+    when first read: most callers of a fast send never read them."""
+
+    __slots__ = ("status", "_msg_id", "_offset_msg_id", "queue", "queue_offset", "transaction_id",
+                 "local_transaction_state", "_store_host")
+
+    def __init__(self, status: SendStatus, msg_id, offset_msg_id, queue: MessageQueue, queue_offset: int,
+                 transaction_id: str | None = None, local_transaction_state: "LocalTransactionState | None" = None,
+                 store_host: bytes = b""):
+        self.status = status
+        self._msg_id = msg_id
+        self._offset_msg_id = offset_msg_id
+        self.queue = queue
+        self.queue_offset = queue_offset
+        self.transaction_id = transaction_id
+        self.local_transaction_state = local_transaction_state
+        self._store_host = store_host
+
+    @property
+    def msg_id(self) -> str:
+        v = self._msg_id
+        if v.__class__ is bytes:
+            v = v.decode()
+            if len(v) > 32:
+                v = ",".join(v[i:i + 32] for i in range(0, len(v), 32))
+            self._msg_id = v
+        return v
+
+    @msg_id.setter
+    def msg_id(self, v: str) -> None:
+        self._msg_id = v
+
+    @property
+    def offset_msg_id(self) -> str:
+        v = self._offset_msg_id
+        if v.__class__ is int:
+            v = self._offset_msg_id = (self._store_host + v.to_bytes(8, "big")).hex().upper()
+        return v
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, v: str) -> None:
+        self._offset_msg_id = v
 
     @property
     def queue_id(self) -> int:
         return self.queue.queue_id
+
+    def _fields(self) -> tuple:
+        return (self.status, self.msg_id, self.offset_msg_id, self.queue, self.queue_offset,
+                self.transaction_id, self.local_transaction_state)
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, SendResult) and self._fields() == other._fields()
+
+    __hash__ = None  # mutable, as the dataclass it replaces
+
+    def __repr__(self) -> str:
+        return (f"SendResult(status={self.status!s}, msg_id={self.msg_id!r}, offset_msg_id={self.offset_msg_id!r}, "
+                f"queue={self.queue!r}, queue_offset={self.queue_offset})")
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import concurrent.futures
 import itertools
 import logging
-import struct
 import threading
 import time
 import zlib
@@ -27,10 +26,11 @@ from shmq.store.record import encode_batch
 
 from .instance import ClientInstance
 from .local import LocalLinks
+from .local_send import MAX_BATCH_BYTES, LocalSender
 from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue,
                       SendResult, SendStatus)
 from .route import TopicPublishInfo
-from .uniq_id import new_uniq_id, new_uniq_ids
+from .uniq_id import new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
 
@@ -38,9 +38,6 @@ log = logging.getLogger("shmq.client.producer")
 RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
 STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
                   11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
-MAX_BATCH_BYTES = 4 * 1024 * 1024
-_BATCH_HEAD = struct.Struct(">iiiii")  # one batch entry: totalSize, magic, bodyCRC, flag, bodyLen
-_REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY"})
 
 
 class Producer:
@@ -66,10 +63,10 @@ class Producer:
         self.links: LocalLinks | None = None
         self._rr = itertools.count()
         self._unavailable: dict[str, float] = {}  # broker name -> monotonic time it is usable again
-        self._tls = threading.local()               # per-thread FastWriters and sync connections
+        self._tls = threading.local()               # per-thread sync connections
         self._all_conns: list = []
         self._conns_lock = threading.Lock()
-        self._fast_ok = local != "never"
+        self._fast = LocalSender(self) if local != "never" else None
 
     # ---- life ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -154,68 +151,10 @@ class Producer:
         if self.latency_fault:
             self._unavailable[broker] = time.monotonic() + 30.0
 
-    # ---- the local fast path ---------------------------------------------------------------
-    def _send_fast(self, msg: Message) -> SendResult | None:
-        """A plain message to a topic whose queues are all on local brokers: built straight
-        into properties bytes and appended by the pipeline's FastWriter (one C call).
-        None: take the general path."""
-        cache = getattr(self._tls, "topics", None)
-        if cache is None:
-            cache = self._tls.topics = {}
-        entry = cache.get(msg.topic)
-        if entry is None:
-            entry = cache[msg.topic] = self._fast_entry(msg.topic)
-        if not entry:
-            return None
-        link, writers, id_prefix = entry
-        if not link.alive:
-            cache.pop(msg.topic, None)
-            return None
-        mq, fw = writers[next(self._rr) % len(writers)]
-        uniq = new_uniq_id()
-        parts = [f"{k}\x01{v}" for k, v in msg.properties.items()] if msg.properties else []
-        if msg.tags:
-            parts.append("TAGS\x01" + msg.tags)
-        if msg.keys:
-            parts.append("KEYS\x01" + (msg.keys if isinstance(msg.keys, str) else " ".join(map(str, msg.keys))))
-        parts.append("UNIQ_KEY\x01" + uniq)
-        try:
-            qoff, phys = fw.put(msg.body, "\x02".join(parts).encode())
-        except StaleSegment:
-            cache.pop(msg.topic, None)
-            self.links.invalidate(mq.broker_name)
-            return None
-        except FlushDiskTimeout:
-            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, uniq, "", mq, -1)
-        return SendResult(SendStatus.SEND_OK, uniq, (id_prefix + phys.to_bytes(8, "big")).hex().upper(), mq, qoff)
-
-    def _fast_entry(self, topic: str):
-        try:
-            validate.check_sendable_topic(topic)
-            if topic.startswith("%RETRY%"):
-                return False
-            info = self._publish_info(topic)
-            if info.via_default or not info.queues:
-                return False
-            brokers = {q.broker_name for q in info.queues}
-            if len(brokers) != 1:
-                return False  # spread over several brokers: the general path balances them
-            link = self.links.get(next(iter(brokers)))
-            if link is None:
-                return False
-            host = (self._inst().client_ip, 0)
-            writers = [(mq, link.pipeline.fast_writer(topic, mq.queue_id, host)) for mq in info.queues]
-            o = link.store.cb.ctl.owner
-            id_prefix = o.store_ip.to_bytes(4, "big") + (o.store_port & 0xFFFFFFFF).to_bytes(4, "big")
-            return link, writers, id_prefix
-        except ShmqError:
-            return False
-
     # ---- sync send -------------------------------------------------------------------------
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
-        if (self._fast_ok and not msg.delay_level and msg.body and len(msg.body) <= self.compress_over
-                and msg.__class__ is Message):
-            r = self._send_fast(msg)
+        if self._fast is not None:
+            r = self._fast.send(msg)
             if r is not None:
                 return r
         body, props, sysflag = self._prepare(msg)
@@ -389,63 +328,13 @@ class Producer:
         inst.call(inst.invoke_oneway(addr, cmd), self.send_timeout)
 
     # ---- batch -----------------------------------------------------------------------------
-    def _send_batch_fast(self, msgs: list[Message]) -> SendResult | None:
-        """send_batch's local fast path: the batch body built here in one pass and appended by
-        the pipeline's FastWriter (one C call). None: take the general path (which also gives
-        the precise error for a batch that is not acceptable)."""
-        topic = msgs[0].topic
-        cache = getattr(self._tls, "topics", None)
-        if cache is None:
-            cache = self._tls.topics = {}
-        entry = cache.get(topic)
-        if entry is None:
-            entry = cache[topic] = self._fast_entry(topic)
-        if not entry or not entry[0].alive:
-            cache.pop(topic, None)
-            return None
-        link, writers, id_prefix = entry
-        ids = new_uniq_ids(len(msgs))
-        parts = []
-        pack = _BATCH_HEAD.pack
-        limit = self.compress_over
-        for m, uniq in zip(msgs, ids):
-            body = m.body
-            if m.topic != topic or m.delay_level or not body or len(body) > limit:
-                return None
-            if m.properties:
-                if _REWRITE_KEYS & m.properties.keys():
-                    return None
-                props = "\x02".join(f"{k}\x01{v}" for k, v in m.properties.items()) + "\x02"
-            else:
-                props = ""
-            if m.tags:
-                props += "TAGS\x01" + m.tags + "\x02"
-            if m.keys:
-                props += "KEYS\x01" + (m.keys if isinstance(m.keys, str) else " ".join(map(str, m.keys))) + "\x02"
-            pb = (props + "UNIQ_KEY\x01" + uniq).encode()
-            parts += (pack(22 + len(body) + len(pb), 0, 0, m.flag, len(body)), body, len(pb).to_bytes(2, "big"), pb)
-        batch = b"".join(parts)
-        if len(batch) > MAX_BATCH_BYTES:
-            return None
-        mq, fw = writers[next(self._rr) % len(writers)]
-        try:
-            qoff, _, phys = fw.put_batch(batch)
-        except StaleSegment:
-            cache.pop(topic, None)
-            self.links.invalidate(mq.broker_name)
-            return None
-        except FlushDiskTimeout:
-            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, ",".join(ids), "", mq, -1)
-        return SendResult(SendStatus.SEND_OK, ",".join(ids), (id_prefix + phys.to_bytes(8, "big")).hex().upper(),
-                          mq, qoff)
-
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
         """One topic, no delay, not a retry topic, at most 4 MiB encoded: stored as consecutive
         messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
         if not msgs:
             raise InvalidMessage("an empty batch")
-        if self._fast_ok:
-            r = self._send_batch_fast(msgs)
+        if self._fast is not None:
+            r = self._fast.send_batch(msgs)
             if r is not None:
                 return r
         topic = msgs[0].topic

@@ -8,13 +8,14 @@ one millisecond-window base, as in Java). The broker only stores and indexes it.
 from __future__ import annotations
 
 import datetime
-import itertools
 import os
 import random
 import socket
 import struct
 import threading
 import time
+
+from shmq.native import ffi, lib
 
 
 def local_ipv4() -> bytes:
@@ -27,41 +28,40 @@ def local_ipv4() -> bytes:
 
 
 class UniqIdGenerator:
+    """The process's one id source. The ids are drawn in C (``shmq_uniq_ids``, also inside
+    the local send's single C call, ``shmq_put_local``) from one counter for every thread;
+    Python only sets the prefix (at start and after fork) and the month window."""
+
     def __init__(self):
         self._lock = threading.Lock()
+        self.c = ffi.new("shmq_uniq *")
         self._reset()
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._prefix = (local_ipv4() + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))).hex().upper()
-        self._counter = itertools.count(random.randrange(1 << 16))
-        self._month_start = 0.0
-        self._next_month = 0.0
+        prefix = (local_ipv4() + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))).hex().upper()
+        self.c.prefix = prefix.encode()
+        self.c.counter = random.randrange(1 << 16)
+        self.roll()
 
-    def _month(self, now: float) -> None:
-        d = datetime.datetime.fromtimestamp(now)
-        start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-        nxt = (start + datetime.timedelta(days=32)).replace(day=1)
-        self._month_start, self._next_month = start.timestamp(), nxt.timestamp()
-
-    def next(self) -> str:
-        now = time.time()
-        if now >= self._next_month or now < self._month_start:
-            with self._lock:
-                self._month(now)
-        ms = int((now - self._month_start) * 1000) & 0x7FFFFFFF
-        return self._prefix + f"{ms:08X}{next(self._counter) & 0xFFFF:04X}"
-
+    def roll(self) -> None:
+        """Set the month window around now (the C side answers SHMQ_EMONTH outside it)."""
+        with self._lock:
+            d = datetime.datetime.fromtimestamp(time.time())
+            start = d.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            nxt = (start + datetime.timedelta(days=32)).replace(day=1)
+            self.c.month_start_ms = int(start.timestamp() * 1000)
+            self.c.next_month_ms = int(nxt.timestamp() * 1000)
 
     def many(self, n: int) -> list[str]:
-        """n ids with one clock read (a batch is sent in one instant anyway)."""
-        now = time.time()
-        if now >= self._next_month or now < self._month_start:
-            with self._lock:
-                self._month(now)
-        head = self._prefix + f"{int((now - self._month_start) * 1000) & 0x7FFFFFFF:08X}"
-        c = self._counter
-        return [f"{head}{next(c) & 0xFFFF:04X}" for _ in range(n)]
+        out = ffi.new("char[]", 32 * n)
+        while lib.shmq_uniq_ids(self.c, n, out) == lib.SHMQ_EMONTH:
+            self.roll()
+        raw = ffi.unpack(out, 32 * n).decode()
+        return [raw[i:i + 32] for i in range(0, 32 * n, 32)]
+
+    def next(self) -> str:
+        return self.many(1)[0]
 
 
 _default = UniqIdGenerator()
@@ -73,3 +73,8 @@ def new_uniq_id() -> str:
 
 def new_uniq_ids(n: int) -> list[str]:
     return _default.many(n)
+
+
+def generator() -> UniqIdGenerator:
+    """The process's generator (the local send hands its C struct to the append)."""
+    return _default

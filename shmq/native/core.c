@@ -922,6 +922,93 @@ int shmq_batch_encode(const uint8_t *bodies, const uint32_t *blens, const uint8_
     return SHMQ_OK;
 }
 
+/* ============================================================ local send == */
+/* UNIQ_KEY as the Java client forms it (MessageClientIDSetter): 32 upper-case hex chars,
+ *   prefix (20: IPv4, pid, loader hash) | ms since month start (8) | counter (4)
+ * The counter is shared by every thread of the process (one shmq_uniq per process), so two
+ * ids of one process never repeat within 65536 draws of one millisecond. */
+static const char HEXU[] = "0123456789ABCDEF";
+
+static inline void hexn(char *out, uint32_t v, int digits) {
+    for (int i = digits - 1; i >= 0; i--) { out[i] = HEXU[v & 15]; v >>= 4; }
+}
+
+int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
+    int64_t now = shmq_now_ms();
+    if (now < u->month_start_ms || now >= u->next_month_ms) return SHMQ_EMONTH;
+    uint32_t ms = (uint32_t)((now - u->month_start_ms) & 0x7FFFFFFF);
+    uint32_t c0 = __atomic_fetch_add(&u->counter, n, __ATOMIC_RELAXED);
+    for (uint32_t k = 0; k < n; k++, out += 32) {
+        memcpy(out, u->prefix, 20);
+        hexn(out + 20, ms, 8);
+        hexn(out + 28, (c0 + k) & 0xFFFF, 4);
+    }
+    return SHMQ_OK;
+}
+
+#define UNIQ_PAIR_HEAD "UNIQ_KEY\001"
+#define UNIQ_PAIR_LEN (9 + 32)
+
+/* properties = head | UNIQ_KEY \x01 id | tail. head is empty or ends in \x02 (the caller's
+ * user properties, TAGS and KEYS); tail is \x02 CLUSTER \x01 name. One C call for the whole
+ * send: the id, the properties text and the append. */
+int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+                   const uint8_t *head, uint32_t hlen, shmq_uniq *u, const uint8_t *tail, uint32_t tlen,
+                   shmq_result *out, char *id_out) {
+    uint8_t props[SHMQ_PROPS_MAX];
+    if ((uint64_t)hlen + UNIQ_PAIR_LEN + tlen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
+    int rc = shmq_uniq_ids(u, 1, id_out);
+    if (rc) return rc;
+    uint8_t *p = props;
+    memcpy(p, head, hlen); p += hlen;
+    memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
+    memcpy(p, id_out, 32); p += 32;
+    memcpy(p, tail, tlen); p += tlen;
+    return shmq_put(w, slot, m, body, blen, props, (uint32_t)(p - props), out);
+}
+
+/* A batch of n plain messages: bodies concatenated (body_lens[k] each); heads either
+ * concatenated with head_lens, or (head_lens NULL) one head of head_len shared by all;
+ * flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to ids_out, 32 chars
+ * each); the batch body is built in scratch and appended as shmq_put_batch with extra. */
+int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
+                         const uint8_t *bodies, const uint32_t *blens,
+                         const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0,
+                         const int32_t *flags, uint32_t n, shmq_uniq *u,
+                         const uint8_t *extra, uint32_t elen,
+                         uint8_t *scratch, uint64_t cap, shmq_result *out, char *ids_out) {
+    if (n == 0) return SHMQ_EBADBATCH;
+    uint64_t need = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t hl = hlens ? hlens[k] : hlen0;
+        if ((uint64_t)hl + UNIQ_PAIR_LEN > SHMQ_PROPS_MAX || blens[k] > INT32_MAX) return SHMQ_EINVAL;
+        need += BATCH_ENTRY_FIXED + (uint64_t)blens[k] + hl + UNIQ_PAIR_LEN;
+    }
+    if (need > cap || need > UINT32_MAX) return SHMQ_ETOOBIG;
+    int rc = shmq_uniq_ids(u, n, ids_out);
+    if (rc) return rc;
+    uint8_t *p = scratch;
+    for (uint32_t k = 0; k < n; k++) {
+        uint32_t hl = hlens ? hlens[k] : hlen0;
+        uint32_t plen = hl + UNIQ_PAIR_LEN;
+        be32(p, BATCH_ENTRY_FIXED + blens[k] + plen);
+        be32(p + 4, 0);
+        be32(p + 8, 0);
+        be32(p + 12, flags ? (uint32_t)flags[k] : 0);
+        be32(p + 16, blens[k]);
+        memcpy(p + 20, bodies, blens[k]);
+        bodies += blens[k];
+        p += 20 + blens[k];
+        be16(p, (uint16_t)plen);
+        p += 2;
+        memcpy(p, heads, hl); p += hl;
+        if (hlens) heads += hl;
+        memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
+        memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
+    }
+    return shmq_put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out);
+}
+
 /* ================================================================= records == */
 /* >0: the record's size; 0: a BLANK filler; <0: not a valid record here. phys < 0 skips the
  * PHYSICALOFFSET check. */

@@ -43,6 +43,25 @@ int shmq_batch_encode(const uint8_t *bodies, const uint32_t *body_lens,
                       const int32_t *flags, uint32_t n, uint8_t *out, uint64_t out_cap,
                       uint64_t *out_len);
 
+/* the client's plain local send: UNIQ_KEY formed here, properties assembled here */
+typedef struct shmq_uniq {
+    char prefix[20];              /* hex of IPv4 (4) | pid (2) | loader hash (4): per process */
+    uint32_t counter;             /* atomic: every thread of the process draws from it */
+    int64_t month_start_ms;       /* the id's time part counts ms from here ... */
+    int64_t next_month_ms;        /* ... and is valid until here (SHMQ_EMONTH after) */
+} shmq_uniq;
+int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out);
+int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
+                   const uint8_t *body, uint32_t body_len,
+                   const uint8_t *head, uint32_t head_len, shmq_uniq *u,
+                   const uint8_t *tail, uint32_t tail_len, shmq_result *out, char *id_out);
+int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
+                         const uint8_t *bodies, const uint32_t *body_lens,
+                         const uint8_t *heads, const uint32_t *head_lens, uint32_t head_len,
+                         const int32_t *flags, uint32_t n, shmq_uniq *u,
+                         const uint8_t *extra, uint32_t extra_len,
+                         uint8_t *scratch, uint64_t scratch_cap, shmq_result *out, char *ids_out);
+
 /* records */
 int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int check_crc);
 

@@ -107,6 +107,8 @@
 #define SHMQ_EFULL -8
 #define SHMQ_EBADBATCH -9
 #define SHMQ_EIO -10
+/* shmq_uniq: the clock left the month window of the ids (shmq_uniq_ids) */
+#define SHMQ_EMONTH -11
 
 /* tag code modes of shmq_meta.tag_mode */
 #define SHMQ_TAG_FROM_PROPS 0

@@ -37,6 +37,7 @@ import random
 from dataclasses import dataclass
 
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
+from shmq.native import ffi, lib
 
 from . import validate
 from .delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
@@ -382,6 +383,8 @@ class PutPipeline:
 
 
 # ---- the common case, fast --------------------------------------------------------------
+_put_local = lib.shmq_put_local
+_put_local_batch = lib.shmq_put_local_batch
 _REWRITE_MARKERS = (b"DELAY\x01", b"TRAN_MSG\x01", b"WAIT\x01", b"CLUSTER\x01")
 
 
@@ -392,7 +395,7 @@ class FastWriter:
     pipeline, so a message is stored the same whichever way it went. Not thread-safe (one
     per thread), like the store's QueueWriter it wraps."""
 
-    __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out")
+    __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out", "_plain", "_scratch")
 
     def __init__(self, pipeline: "PutPipeline", topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         validate.check_sendable_topic(topic)
@@ -403,7 +406,59 @@ class FastWriter:
         self.queue_id = queue_id
         self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
         self._suffix = PROPERTY_SEP.encode() + pipeline._cluster_pair
-        self._out = self._qw._out
+        qw = self._qw
+        self._out = qw._out
+        self._plain = (qw._w, qw._slot, qw._meta)
+        self._scratch = ffi.new("uint8_t[]", 64 * 1024)
+
+    # ---- plain sends: the client's hot path ---------------------------------------------
+    # A plain message has no DELAY / TRAN_MSG / WAIT / CLUSTER / UNIQ_KEY of its own (the
+    # caller checked). Its UNIQ_KEY is drawn and its properties text assembled inside the one
+    # C call (shmq_put_local), from ``head`` (user properties, TAGS, KEYS: empty or ending in
+    # \x02) and the pipeline's CLUSTER pair. ``uniq`` is the client's id generator (``.c``:
+    # its shmq_uniq; ``.roll()``: move to a new month).
+
+    def put_plain(self, body: bytes, head: bytes, uniq, id_out) -> int:
+        """Append; returns the queue offset (``self._out.phys_offset`` holds the commit-log
+        offset); the 32-char id is in ``id_out``."""
+        w, slot, meta = self._plain
+        out = self._out
+        while True:
+            rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
+                            out, id_out)
+            if rc == 0:
+                break
+            self._recover(rc, len(body), uniq)
+        if self._qw._sync:
+            self._qw._wait(out.end)
+        return out.queue_offset
+
+    def put_plain_batch(self, bodies: bytes, body_lens, heads: bytes, head_lens, flags, n: int,
+                        uniq, ids_out) -> int:
+        """``n`` plain messages as one batch (see shmq_put_local_batch for the arguments);
+        returns the first queue offset."""
+        w, slot, meta = self._plain
+        out = self._out
+        need = len(bodies) + n * 64 + (len(heads) if head_lens != ffi.NULL else n * len(heads))
+        if len(self._scratch) < need:
+            self._scratch = ffi.new("uint8_t[]", need * 2)
+        scratch = self._scratch
+        pair = self.pipeline._cluster_pair
+        while True:
+            rc = _put_local_batch(w, slot, meta, bodies, body_lens, heads, head_lens, len(heads), flags, n, uniq.c,
+                                  pair, len(pair), scratch, len(scratch), out, ids_out)
+            if rc == 0:
+                break
+            self._recover(rc, len(bodies), uniq)
+        if self._qw._sync:
+            self._qw._wait(out.end)
+        return out.queue_offset
+
+    def _recover(self, rc: int, size: int, uniq) -> None:
+        if rc == lib.SHMQ_EMONTH:
+            uniq.roll()
+        else:
+            self._qw._appender.recover(rc, size)
 
     def put(self, body: bytes, props: bytes) -> tuple[int, int]:
         """Append; returns (queue offset, commit-log offset). ``props`` is the message's own

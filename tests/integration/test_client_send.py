@@ -118,3 +118,62 @@ def test_mixed_local_and_tcp_producers_and_consumers(env):
         return sorted((m.body, m.tags, tuple(m.keys), m.queue_id, m.queue_offset, m.msg_id) for m in msgs)
     assert view(via_local) == view(via_tcp)
     assert len(via_local) == 2 * n
+
+
+def _shapes(tag: str) -> tuple[list[Message], list[list[Message]]]:
+    singles = [Message("T", b"%s-plain" % tag.encode()),
+               Message("T", b"%s-tags" % tag.encode(), tags="A"),
+               Message("T", b"%s-keys" % tag.encode(), keys=["k1", "k2"]),
+               Message("T", b"%s-props" % tag.encode(), tags="B", keys="k3", properties={"u": "1", "v": "x y"}),
+               Message("T", b"%s-flag" % tag.encode(), flag=7)]
+    batches = [[Message("T", b"%s-ub%d" % (tag.encode(), i), tags="U") for i in range(5)],
+               [Message("T", b"%s-mb%d" % (tag.encode(), i), tags=None if i % 2 else "M", keys=f"mk{i}",
+                        properties={"i": str(i)} if i % 3 == 0 else None, flag=i) for i in range(6)]]
+    return singles, batches
+
+
+def test_local_fast_sends_store_what_tcp_sends(env):
+    """The local hot path (properties and UNIQ_KEY assembled in C) stores the same properties,
+    tags, keys and flags as a send over TCP; every result's ids match what the consumer sees."""
+    ns, _ = env
+    results = {}
+    for local, tag in (("always", "L"), ("never", "R")):
+        singles, batches = _shapes(tag)
+        with Producer(f"pg-{tag}", ns.addr, local=local) as p:
+            for m in singles:
+                results[m.body] = p.send(m)
+            for b in batches:
+                r = p.send_batch(b)
+                for m, mid in zip(b, r.msg_id.split(",")):
+                    results[m.body] = (mid, r)
+    msgs = consume_all(ns, len(results), group="cg-shapes")
+    assert len(msgs) == len(results)
+
+    def shape(m):
+        props = {k: v for k, v in m.properties.items() if k not in ("UNIQ_KEY",)}
+        return (m.body[1:], m.tags, tuple(m.keys), m.flag, tuple(sorted(props.items())))
+    local = sorted(shape(m) for m in msgs if m.body.startswith(b"L"))
+    remote = sorted(shape(m) for m in msgs if m.body.startswith(b"R"))
+    assert local == remote and len(local) == len(results) // 2
+    for m in msgs:
+        r = results[m.body]
+        if isinstance(r, tuple):
+            mid, r = r
+            assert m.msg_id == mid
+        else:
+            assert m.msg_id == r.msg_id and m.offset_msg_id == r.offset_msg_id
+            assert (m.queue_id, m.queue_offset) == (r.queue.queue_id, r.queue_offset)
+    ids = [m.msg_id for m in msgs]
+    assert len(set(ids)) == len(ids)
+
+
+def test_local_send_of_a_property_the_pipeline_rewrites_takes_the_full_path(env):
+    ns, _ = env
+    with Producer("pg-rw", ns.addr, local="always") as p:
+        p.send(Message("T", b"delayed by property", properties={"DELAY": "1"}))
+        r = p.send_batch([Message("T", b"b0"), Message("T", b"b1", properties={"DELAY": "1"})])
+        assert r.msg_id.count(",") == 1
+    got = consume_all(ns, 3, group="cg-rw")
+    assert sorted(m.body for m in got) == [b"b0", b"b1", b"delayed by property"]
+    d = next(m for m in got if m.body == b"delayed by property")
+    assert d.properties.get("REAL_TOPIC") == "T" and d.store_timestamp - d.born_timestamp >= 900  # level 1: 1 s

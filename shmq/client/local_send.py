@@ -1,0 +1,182 @@
+"""The producer's hot path: plain sends to a topic whose queues all sit on one attached
+broker, each one C call (DESIGN §4).
+
+A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-threshold
+bytes, no delay level, flag 0 (a batch carries flags per entry) and no property the put pipeline rewrites (DELAY, TRAN_MSG, WAIT,
+CLUSTER, UNIQ_KEY). For it the pipeline's only change is the CLUSTER pair, so
+``FastWriter.put_plain`` can draw the UNIQ_KEY, assemble the properties text and append, all
+inside ``shmq_put_local``; the record is byte for byte what the general path stores. Anything
+else returns None and takes ``Producer``'s general path, which also raises the precise error.
+
+State is per thread (FastWriters are not thread-safe): ``_tls.topics`` maps a topic to its
+``_LocalTopic`` or to False (not eligible: looked at again when the route changes). A
+StaleSegment (the broker restarted) drops the entry and the link; the general path re-attaches.
+"""
+from __future__ import annotations
+
+import threading
+
+from shmq.errors import FlushDiskTimeout, ShmqError, StaleSegment
+from shmq.native import ffi
+from shmq.store import validate
+
+from .message import Message, SendResult, SendStatus
+from .uniq_id import generator
+
+#: properties the put pipeline rewrites: a message carrying one takes the general path
+REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY"})
+MAX_BATCH_BYTES = 4 * 1024 * 1024
+_SEND_OK = SendStatus.SEND_OK
+_UNIQ = generator()
+_unpack = ffi.unpack
+_new = ffi.new
+_NULL = ffi.NULL
+
+
+class _LocalTopic:
+    """One thread's sends to one topic: a FastWriter per queue, used round-robin."""
+
+    __slots__ = ("info", "link", "writers", "n", "i", "store_host", "id_out")
+
+    def __init__(self, info, link, writers, store_host: bytes):
+        self.info = info                # the TopicPublishInfo this was built from
+        self.link = link
+        self.writers = writers          # [(MessageQueue, FastWriter)]
+        self.n = len(writers)
+        self.i = 0
+        self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
+        self.id_out = _new("char[32]")
+
+
+def _head(m: Message) -> bytes:
+    """User properties, TAGS and KEYS as properties text, ending in \\x02 (or empty)."""
+    props = m.properties
+    head = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
+    if m.tags:
+        head += "TAGS\x01" + m.tags + "\x02"
+    keys = m.keys
+    if keys:
+        head += "KEYS\x01" + (keys if isinstance(keys, str) else " ".join(map(str, keys))) + "\x02"
+    return head.encode()
+
+
+class LocalSender:
+    def __init__(self, producer):
+        self.producer = producer
+        self._tls = threading.local()
+
+    def _topic(self, topic: str):
+        """The thread's _LocalTopic for ``topic``, built again when the route changes; None
+        when the topic is not eligible (that answer is kept until the route changes too)."""
+        try:
+            cache = self._tls.topics
+        except AttributeError:
+            cache = self._tls.topics = {}
+        t = cache.get(topic)
+        p = self.producer
+        info = p.instance.publish.get(topic) if p.instance is not None else None
+        if t is None or (info is not None and t.info is not info):
+            t = cache[topic] = self._build(topic)
+        return t if t.link is not None else None
+
+    def _build(self, topic: str) -> _LocalTopic:
+        p = self.producer
+        info = None
+        try:
+            validate.check_sendable_topic(topic)
+            info = p._publish_info(topic)
+            if topic.startswith("%RETRY%") or info.via_default or not info.queues:
+                return _LocalTopic(info, None, [], b"")
+            brokers = {q.broker_name for q in info.queues}
+            link = p.links.get(next(iter(brokers))) if len(brokers) == 1 else None
+            if link is None:  # not attachable, or spread over brokers (the general path balances)
+                return _LocalTopic(info, None, [], b"")
+            host = (p.instance.client_ip, 0)
+            writers = [(mq, link.pipeline.fast_writer(topic, mq.queue_id, host)) for mq in info.queues]
+            o = link.store.cb.ctl.owner
+            store_host = o.store_ip.to_bytes(4, "big") + (o.store_port & 0xFFFFFFFF).to_bytes(4, "big")
+            return _LocalTopic(info, link, writers, store_host)
+        except ShmqError:
+            return _LocalTopic(info, None, [], b"")
+
+    def _drop(self, topic: str, t: _LocalTopic) -> None:
+        self._tls.topics.pop(topic, None)
+        self.producer.links.invalidate(t.link.broker_name)
+
+    # ---- the hot path --------------------------------------------------------------------
+    def send(self, msg: Message) -> SendResult | None:
+        body = msg.body
+        if (msg.delay_level or msg.flag or not body or len(body) > self.producer.compress_over
+                or msg.__class__ is not Message):
+            return None
+        props = msg.properties
+        if props and not REWRITE_KEYS.isdisjoint(props):
+            return None
+        t = self._topic(msg.topic)
+        if t is None:
+            return None
+        if props or msg.keys:
+            head = _head(msg)
+        elif msg.tags:
+            head = ("TAGS\x01" + msg.tags + "\x02").encode()
+        else:
+            head = b""
+        i = t.i = (t.i + 1) % t.n
+        mq, fw = t.writers[i]
+        try:
+            qoff = fw.put_plain(body, head, _UNIQ, t.id_out)
+        except StaleSegment:
+            self._drop(msg.topic, t)
+            return None
+        except FlushDiskTimeout:
+            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(t.id_out, 32), fw._out.phys_offset, mq,
+                              fw._out.queue_offset, None, None, t.store_host)
+        return SendResult(_SEND_OK, _unpack(t.id_out, 32), fw._out.phys_offset, mq, qoff, None, None, t.store_host)
+
+    def send_batch(self, msgs: list[Message]) -> SendResult | None:
+        m0 = msgs[0]
+        topic, tags0 = m0.topic, m0.tags
+        limit = self.producer.compress_over
+        uniform = True
+        bodies = []
+        add = bodies.append
+        for m in msgs:
+            b = m.body
+            if m.topic != topic or m.delay_level or not b or len(b) > limit or m.__class__ is not Message:
+                return None
+            if m.properties or m.keys or m.flag or m.tags != tags0:
+                uniform = False
+            add(b)
+        t = self._topic(topic)
+        if t is None:
+            return None
+        n = len(msgs)
+        lens = list(map(len, bodies))
+        if uniform:
+            heads = ("TAGS\x01" + tags0 + "\x02").encode() if tags0 else b""
+            head_lens = flags = _NULL
+        else:
+            for m in msgs:
+                if m.properties and not REWRITE_KEYS.isdisjoint(m.properties):
+                    return None
+            hl = [_head(m) for m in msgs]
+            heads = b"".join(hl)
+            head_lens = _new("uint32_t[]", list(map(len, hl)))
+            fl = [m.flag for m in msgs]
+            flags = _new("int32_t[]", fl) if any(fl) else _NULL
+        size = sum(lens) + n * 63 + (len(heads) if head_lens is not _NULL else n * len(heads))
+        if size > MAX_BATCH_BYTES:
+            return None  # the general path raises MessageTooLarge with the encoded size
+        ids = _new("char[]", 32 * n)
+        i = t.i = (t.i + 1) % t.n
+        mq, fw = t.writers[i]
+        try:
+            qoff = fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n,
+                                      _UNIQ, ids)
+        except StaleSegment:
+            self._drop(topic, t)
+            return None
+        except FlushDiskTimeout:
+            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(ids, 32 * n), fw._out.phys_offset, mq,
+                              fw._out.queue_offset, None, None, t.store_host)
+        return SendResult(_SEND_OK, _unpack(ids, 32 * n), fw._out.phys_offset, mq, qoff, None, None, t.store_host)
