@@ -62,6 +62,10 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                          const uint8_t *extra, uint32_t extra_len,
                          uint8_t *scratch, uint64_t scratch_cap, shmq_result *out, char *ids_out);
 
+/* the index dispatch (owner only): IndexService.buildIndex over a run of records */
+int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t *log, int64_t base_phys,
+                       uint64_t *off, uint64_t end, uint64_t limit, uint32_t *skip);
+
 /* records */
 int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int check_crc);
 

@@ -109,6 +109,9 @@
 #define SHMQ_EIO -10
 /* shmq_uniq: the clock left the month window of the ids (shmq_uniq_ids) */
 #define SHMQ_EMONTH -11
+/* shmq_index_records: not errors, where the run stopped */
+#define SHMQ_IDX_FULL 1
+#define SHMQ_IDX_BLANK 2
 
 /* tag code modes of shmq_meta.tag_mode */
 #define SHMQ_TAG_FROM_PROPS 0

@@ -281,6 +281,13 @@ class IndexFile:
         b, e = self._begin_timestamp, self._end_timestamp
         return (begin < b and end > e) or b <= begin <= e or b <= end <= e
 
+    def mapping(self) -> mmap.mmap:
+        """The writable mapping, for the C dispatch (IndexService.build_records), which writes
+        in the same publication order as ``put_key``; ``reload_header`` after it."""
+        if self.readonly:
+            raise StoreError(f"index file {self.path} is open read-only")
+        return self._map()
+
     def _map(self) -> mmap.mmap:
         mm = self._mm
         if mm is None:

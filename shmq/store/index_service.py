@@ -42,6 +42,7 @@ import threading
 import time
 
 from shmq.errors import StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
+from shmq.native import ffi as _ffi, lib as _lib
 
 from .index_file import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM, IndexFile
 
@@ -219,6 +220,35 @@ class IndexService:
             for word in keys.split(KEY_SEPARATOR):
                 if word:
                     f = self._put(f, prefix + word, phy_offset, store_timestamp_ms)
+
+    def build_records(self, log, base_phy_offset: int, off: int, end: int, limit: int) -> tuple[int, bool]:
+        """Index every record that starts in ``log[off:end)`` and ends by ``limit`` (a commit-log
+        file mapping whose byte 0 is at ``base_phy_offset``; ``limit``: the commit position in
+        it), as ``build`` does each, in one C call per index file
+        (shmq_index_records). Returns (the offset after the last record done, whether the run
+        stopped at the file's BLANK filler). Raises StoreCorrupt when no record is at an
+        offset, DiskFull when a new index file cannot be created."""
+        offp = _ffi.new("uint64_t *", off)
+        skip = _ffi.new("uint32_t *", 0)
+        logp = _ffi.from_buffer("uint8_t[]", log)
+        try:
+            while True:
+                f = self._writable_file()
+                idx = _ffi.from_buffer("uint8_t[]", f.mapping())
+                try:
+                    rc = _lib.shmq_index_records(idx, f.hash_slot_num, f.index_num, logp, base_phy_offset, offp,
+                                                 end, limit, skip)
+                finally:
+                    _ffi.release(idx)
+                f.reload_header()
+                f.dirty = True
+                if rc != _lib.SHMQ_IDX_FULL:
+                    break                     # full: the next _writable_file rolls
+        finally:
+            _ffi.release(logp)
+        if rc == _lib.SHMQ_EINVAL:
+            raise StoreCorrupt(f"no record at commit-log offset {base_phy_offset + offp[0]}")
+        return offp[0], rc == _lib.SHMQ_IDX_BLANK
 
     def _put(self, f: IndexFile, key: str, phy_offset: int, ts: int) -> IndexFile:
         while not f.put_key(key, phy_offset, ts):
