@@ -39,6 +39,7 @@ class ProcessQueue:
         self.mq = mq
         self.next_offset = next_offset
         self.msgs: dict[int, MessageExt] = {}
+        self._low = next_offset                # <= the smallest offset in msgs (when any)
         self.max_seen = next_offset - 1
         self.lock = threading.Lock()
         self.consume_lock = threading.Lock()  # orderly: one consuming thread per queue
@@ -48,8 +49,11 @@ class ProcessQueue:
 
     def put(self, msgs: list[MessageExt]) -> None:
         with self.lock:
+            d = self.msgs
+            low = min(m.queue_offset for m in msgs) if msgs else self._low
+            self._low = low if not d else min(low, self._low)
             for m in msgs:
-                self.msgs[m.queue_offset] = m
+                d[m.queue_offset] = m
                 if m.queue_offset > self.max_seen:
                     self.max_seen = m.queue_offset
 
@@ -57,11 +61,19 @@ class ProcessQueue:
         """Forget consumed messages; returns the offset safe to commit (the smallest still in
         flight, or one past everything seen)."""
         with self.lock:
+            d = self.msgs
             for m in msgs:
-                self.msgs.pop(m.queue_offset, None)
-            # pulls of one queue are put in offset order and dicts keep insertion order, so
-            # the first key left is the smallest offset still in flight
-            return next(iter(self.msgs)) if self.msgs else self.max_seen + 1
+                d.pop(m.queue_offset, None)
+            if not d:
+                return self.max_seen + 1
+            # _low <= every offset in flight, and it only moves up: amortised O(1) per offset.
+            # (Not next(iter(d)): after many pops from its front a dict walks every deleted
+            # slot to find the first live one, which made consumption quadratic.)
+            low = self._low
+            while low not in d:
+                low += 1
+            self._low = low
+            return low
 
     def first(self, n: int) -> list[MessageExt]:
         with self.lock:
@@ -97,6 +109,8 @@ class ConsumerCore:
         self.offset_store_dir = offset_store_dir
         self.spin_s = spin_s
         self.idle_wait_s = idle_wait_s
+        self._room = threading.Event()   # a local pull thread held back by flow control waits here
+        self._throttled = False
         self.subscriptions: dict[str, SubscriptionData] = {}
         self._filters: dict[str, tuple[set | None, set | None]] = {}  # topic -> (tag texts, tag codes)
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
@@ -323,6 +337,9 @@ class ConsumerCore:
     def commit(self, pq: ProcessQueue, offset: int) -> None:
         if not pq.dropped:
             self.offsets.update(pq.mq, offset)
+        if self._throttled and pq.count < self.threshold:
+            self._throttled = False
+            self._room.set()
 
     async def persist_offsets(self) -> None:
         await self.offsets.persist()
@@ -421,12 +438,23 @@ class ConsumerCore:
             try:
                 while self._running and link.alive:
                     seen = store.commit_pos
-                    got = False
+                    got = full = False
                     for pq in [p for p in list(self.pqs.values()) if p.mq.broker_name == broker]:
-                        if pq.dropped or pq.count >= self.threshold or not self._may_pull(pq):
+                        if pq.dropped or not self._may_pull(pq):
+                            continue
+                        if pq.count >= self.threshold:
+                            full = True
                             continue
                         got |= self._pull_local_once(store, pq)
-                    if not got:
+                    if got:
+                        continue
+                    if full:
+                        # flow control: the data is there, the consumers are behind; wake when
+                        # a commit makes room (commit() sets _room), not when more data comes
+                        self._room.clear()
+                        self._throttled = True
+                        self._room.wait(0.05)
+                    else:
                         store.wait(seen, self.idle_wait_s, self.spin_s)
             except StaleSegment:
                 pass

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 import zlib
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import socket
 
@@ -81,8 +82,9 @@ class LocalTransactionState(str, enum.Enum):
     UNKNOW = "UNKNOW"
 
 
-@dataclass(frozen=True, order=True)
-class MessageQueue:
+class MessageQueue(NamedTuple):
+    """A queue of a topic on a broker. A tuple: hashed and compared in C, as dict keys of
+    every consumer's per-queue state are on the consume path."""
     topic: str
     broker_name: str
     queue_id: int

@@ -100,15 +100,24 @@ class PushConsumer(ConsumerCore):
 
     # ---- concurrently --------------------------------------------------------------------
     def _consume_pulled(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        # The listener sees consume_batch_size messages at a time; the pulled batch is settled
+        # (removed from the ProcessQueue, its offset committed in memory) once, at the end:
+        # per message, twenty consume threads queue up on those two locks.
         n = self.consume_batch_size
+        done: list[MessageExt] = []
         for i in range(0, len(msgs), n):
             if pq.dropped:
                 return
-            self._consume_concurrently(pq, msgs[i:i + n])
+            done += self._consume_concurrently(pq, msgs[i:i + n], settle=False)
+        if done:
+            self.commit(pq, pq.remove(done))
 
-    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+    def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt], settle: bool = True) -> list[MessageExt]:
+        """Call the listener; returns the messages done with (consumed, or sent back for a
+        retry), which ``settle`` removes and commits here."""
         if pq.dropped:
-            return
+            return []
+        done = msgs
         result = self._call_listener(msgs)
         if result is not ConsumeResult.SUCCESS and self.model == "CLUSTERING":
             failed = [m for m in msgs if not self._send_back(m)]
@@ -117,13 +126,12 @@ class PushConsumer(ConsumerCore):
                 for m in failed:
                     m.reconsume_times += 1
                 self._submit(self._consume_concurrently, pq, failed)
-                done = [m for m in msgs if m not in failed]
-                if done:
-                    self.commit(pq, pq.remove(done))
-                return
+                done = [m for m in msgs if not any(m is f for f in failed)]
         elif result is not ConsumeResult.SUCCESS:
             log.warning("%s: BROADCASTING drops %d messages the listener did not consume", self.group, len(msgs))
-        self.commit(pq, pq.remove(msgs))
+        if settle and done:
+            self.commit(pq, pq.remove(done))
+        return done
 
     def _send_back(self, m: MessageExt, delay_level: int = 0) -> bool:
         inst = self.instance
