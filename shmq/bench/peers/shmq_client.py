@@ -91,10 +91,14 @@ class _PushReceiver:
             return success
 
         # local: the listener runs in the thread that reads the mapped store (consume_threads=0),
-        # the low-latency configuration; TCP: the default consume pool
+        # the low-latency configuration, spinning SHMQ_BENCH_SPIN_US before sleeping on the
+        # store's futex (as the store peer does; a spin of a second or more is busy-polling);
+        # TCP: the default consume pool
+        spin = float(os.environ.get("SHMQ_BENCH_SPIN_US", "50")) / 1e6
         c = PushConsumer(ch["group"], namesrv=ch["namesrv"], model="CLUSTERING", local=ch["local"],
                          consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0,
-                         consume_threads=0 if ch["local"] == "always" else 20)
+                         consume_threads=0 if ch["local"] == "always" else 20, spin_s=spin,
+                         idle_wait_s=max(0.5, spin))
         c.subscribe(ch["topic"], "*")
         c.on_message(listener)
         c.start()
