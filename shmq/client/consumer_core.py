@@ -40,6 +40,7 @@ class ProcessQueue:
         self.next_offset = next_offset
         self.msgs: dict[int, MessageExt] = {}
         self._low = next_offset                # <= the smallest offset in msgs (when any)
+        self.watch = None                      # local pulls: (store, pointer to the queue's max offset)
         self.max_seen = next_offset - 1
         self.lock = threading.Lock()
         self.consume_lock = threading.Lock()  # orderly: one consuming thread per queue
@@ -435,6 +436,7 @@ class ConsumerCore:
                 time.sleep(0.2)
                 continue
             store = link.store
+            load = store.load_max_offset
             try:
                 while self._running and link.alive:
                     seen = store.commit_pos
@@ -445,6 +447,12 @@ class ConsumerCore:
                         if pq.count >= self.threshold:
                             full = True
                             continue
+                        w = pq.watch
+                        if w is None or w[0] is not store:
+                            ptr = store.max_offset_watch(pq.mq.topic, pq.mq.queue_id)
+                            w = pq.watch = (store, ptr) if ptr is not None else None
+                        if w is not None and load(w[1]) == pq.next_offset:
+                            continue  # caught up: no lookup, no GetResult (most queues, most wake-ups)
                         got |= self._pull_local_once(store, pq)
                     if got:
                         continue

@@ -12,7 +12,7 @@ import struct
 from dataclasses import dataclass, field
 from enum import Enum
 
-from shmq.native import lib
+from shmq.native import ffi, lib
 
 from .record import R_STORETS
 
@@ -81,6 +81,17 @@ class Reader:
     def min_offset(self, topic: str, queue_id: int) -> int:
         b = self.queue_bounds(topic, queue_id)
         return b[0] if b else 0
+
+    def max_offset_watch(self, topic: str, queue_id: int):
+        """A pointer to the queue's published max offset, for a reader that polls many queues
+        (``load_max_offset(w)``: one C load, no lookup); None while the queue does not exist.
+        Valid as long as this store is attached (a queue's slot never moves)."""
+        s = self._find_slot(topic, queue_id)
+        return None if s < 0 else ffi.addressof(self.cb.ctl.queues[s], "next_offset")
+
+    @staticmethod
+    def load_max_offset(watch) -> int:
+        return lib.shmq_load_i64(watch)
 
     def max_offset(self, topic: str, queue_id: int) -> int:
         b = self.queue_bounds(topic, queue_id)
