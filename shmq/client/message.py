@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import enum
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import socket
@@ -29,10 +29,12 @@ class Message:
 
     def __init__(self, topic: str, body: bytes, tags: str | None = None, keys=None,
                  properties: dict[str, str] | None = None, delay_level: int = 0, flag: int = 0):
-        if isinstance(body, str):
-            raise TypeError("body must be bytes (encode text yourself)")
+        if body.__class__ is not bytes:
+            if isinstance(body, str):
+                raise TypeError("body must be bytes (encode text yourself)")
+            body = bytes(body)
         self.topic = topic
-        self.body = bytes(body)
+        self.body = body
         self.tags = tags
         self.keys = keys
         self.properties = dict(properties) if properties else {}
@@ -171,33 +173,103 @@ class MessageSelector:
         return cls("SQL92", expression)
 
 
-@dataclass(slots=True)
+_EXT_FIELDS = ("topic", "body", "tags", "keys", "properties", "msg_id", "offset_msg_id", "queue_id", "queue_offset",
+               "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset", "sysflag", "flag",
+               "broker_name", "born_host", "store_host")
+
+
 class MessageExt:
     """A consumed message. ``body`` is decompressed; ``raw`` is the stored record when it
-    came through the local path (a memoryview into the mapping, valid while referenced)."""
-    topic: str
-    body: bytes
-    tags: str | None
-    keys: list[str]
-    properties: dict[str, str]
-    msg_id: str
-    offset_msg_id: str
-    queue_id: int
-    queue_offset: int
-    reconsume_times: int
-    born_timestamp: int
-    store_timestamp: int
-    commit_log_offset: int
-    sysflag: int = 0
-    flag: int = 0
-    broker_name: str = ""
-    born_host: tuple = ()
-    store_host: tuple = ()
-    raw: object = field(default=None, repr=False)
+    came through the local path (a memoryview into the mapping, valid while referenced).
+
+    Decoded from a record, the offset msg id and the two hosts are kept as the record's
+    bytes and formatted when first read (the consume path rarely reads them)."""
+
+    __slots__ = ("topic", "body", "tags", "keys", "properties", "msg_id", "_offset_msg_id", "queue_id",
+                 "queue_offset", "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset",
+                 "sysflag", "flag", "broker_name", "_born_host", "_store_host", "raw")
+
+    def __init__(self, topic: str, body: bytes, tags: str | None, keys: list[str], properties: dict[str, str],
+                 msg_id: str, offset_msg_id: str, queue_id: int, queue_offset: int, reconsume_times: int,
+                 born_timestamp: int, store_timestamp: int, commit_log_offset: int, sysflag: int = 0,
+                 flag: int = 0, broker_name: str = "", born_host: tuple = (), store_host: tuple = (),
+                 raw: object = None):
+        self.topic = topic
+        self.body = body
+        self.tags = tags
+        self.keys = keys
+        self.properties = properties
+        self.msg_id = msg_id
+        self._offset_msg_id = offset_msg_id
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.reconsume_times = reconsume_times
+        self.born_timestamp = born_timestamp
+        self.store_timestamp = store_timestamp
+        self.commit_log_offset = commit_log_offset
+        self.sysflag = sysflag
+        self.flag = flag
+        self.broker_name = broker_name
+        self._born_host = born_host
+        self._store_host = store_host
+        self.raw = raw
+
+    # lazily formatted: None (offset id) / bytes (hosts) until first read
+    @property
+    def offset_msg_id(self) -> str:
+        v = self._offset_msg_id
+        if v is None:
+            ip, port = self._store_host if self._store_host.__class__ is tuple else _host_raw(self._store_host)
+            v = self._offset_msg_id = (socket.inet_aton(ip) + port.to_bytes(4, "big", signed=True)
+                                       + self.commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper()
+        return v
+
+    @offset_msg_id.setter
+    def offset_msg_id(self, v: str) -> None:
+        self._offset_msg_id = v
+
+    @property
+    def born_host(self) -> tuple:
+        v = self._born_host
+        if v.__class__ is not tuple:
+            v = self._born_host = _host_raw(v)
+        return v
+
+    @born_host.setter
+    def born_host(self, v: tuple) -> None:
+        self._born_host = v
+
+    @property
+    def store_host(self) -> tuple:
+        v = self._store_host
+        if v.__class__ is not tuple:
+            v = self._store_host = _host_raw(v)
+        return v
+
+    @store_host.setter
+    def store_host(self, v: tuple) -> None:
+        self._store_host = v
 
     @property
     def queue(self) -> MessageQueue:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
+
+    def __eq__(self, other) -> bool:
+        if not isinstance(other, MessageExt):
+            return NotImplemented
+        return all(getattr(self, f) == getattr(other, f) for f in _EXT_FIELDS)
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return (f"MessageExt(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, msg_id={self.msg_id!r}, "
+                f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, {len(self.body)} bytes)")
+
+
+def _host_raw(b: bytes) -> tuple:
+    """8 record bytes (IPv4, port) -> (ip, port)."""
+    return _ntoa(b[:4]), int.from_bytes(b[4:8], "big", signed=True)
+
 
 
 def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
@@ -219,12 +291,15 @@ def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
     retry_topic = props.get(RETRY_TOPIC)
     if retry_topic and topic.startswith("%RETRY%"):
         topic = retry_topic
-    offset_id = (store_ip + store_port.to_bytes(4, "big", signed=True) + phys.to_bytes(8, "big", signed=True)).hex().upper()
     keys = props.get(KEYS)
-    return MessageExt(
+    uniq = props.get(UNIQ_KEY)
+    m = MessageExt(
         topic, body, props.get(TAGS), [k for k in keys.split(" ") if k] if keys else [], props,
-        props.get(UNIQ_KEY) or offset_id, offset_id, qid, qoff, reconsume, born_ts, store_ts, phys,
-        sysflag, flag, broker_name, (_ntoa(born_ip), born_port), (_ntoa(store_ip), store_port))
+        uniq, None, qid, qoff, reconsume, born_ts, store_ts, phys, sysflag, flag, broker_name,
+        born_ip + born_port.to_bytes(4, "big", signed=True), store_ip + store_port.to_bytes(4, "big", signed=True))
+    if not uniq:
+        m.msg_id = m.offset_msg_id
+    return m
 
 
 def messages_from_records(buf, broker_name: str = ""):
