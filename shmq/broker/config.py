@@ -37,7 +37,7 @@ IGNORED_KEYS = frozenset({
     "serverSocketRcvBufSize", "serverPooledByteBufAllocatorEnable", "useEpollNativeSelector",
     "transientStorePoolEnable", "warmMapedFileEnable", "useReentrantLockWhenPutMessage",
     "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "osPageCacheBusyTimeOutMills",
-    "waitTimeMillsInSendQueue", "mappedFileSizeConsumeQueue", "storePathCommitLog",
+    "waitTimeMillsInSendQueue", "storePathCommitLog",
     "storePathConsumeQueue", "storePathIndex", "storeCheckpoint", "abortFile",
     "longPollingEnable", "transferMsgByHeap", "slaveReadEnable", "aclEnable", "traceTopicEnable",
     "msgTraceTopicName", "enableDLegerCommitLog", "isEnableBatchPush", "compressedRegister",
@@ -62,6 +62,8 @@ class BrokerConfig:
     # ---- store (RocketMQ keys, mapped onto StoreConfig) ----
     storePathRootDir: str = os.path.join(os.path.expanduser("~"), "store")
     mappedFileSizeCommitLog: int = 1 << 30
+    #: bytes per ConsumeQueue file (20 per entry); a store keeps the size it was created with
+    mappedFileSizeConsumeQueue: int = 300_000 * 20
     flushDiskType: str = "ASYNC_FLUSH"
     flushIntervalCommitLog: int = 500
     flushIntervalConsumeQueue: int = 1000
@@ -189,6 +191,7 @@ class BrokerConfig:
         return StoreConfig(
             root=self.store_root,
             mapped_file_size_commitlog=self.mappedFileSizeCommitLog,
+            cq_entries_per_file=max(1, self.mappedFileSizeConsumeQueue // 20),
             max_message_size=self.maxMessageSize,
             flush_disk_type=FLUSH_MODES[self.flushDiskType],
             flush_interval_commitlog_ms=self.flushIntervalCommitLog,

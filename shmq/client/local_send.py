@@ -17,7 +17,7 @@ from __future__ import annotations
 import threading
 
 from shmq.errors import FlushDiskTimeout, ShmqError, StaleSegment
-from shmq.native import ffi
+from shmq.native import ffi, lib
 from shmq.store import validate
 
 from .message import Message, SendResult, SendStatus
@@ -28,6 +28,8 @@ REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY"})
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 _SEND_OK = SendStatus.SEND_OK
 _UNIQ = generator()
+_UNIQ_C = _UNIQ.c
+_put_local = lib.shmq_put_local
 _unpack = ffi.unpack
 _new = ffi.new
 _NULL = ffi.NULL
@@ -36,12 +38,13 @@ _NULL = ffi.NULL
 class _LocalTopic:
     """One thread's sends to one topic: a FastWriter per queue, used round-robin."""
 
-    __slots__ = ("info", "link", "writers", "n", "i", "store_host", "id_out")
+    __slots__ = ("info", "publish", "link", "writers", "n", "i", "store_host", "id_out")
 
-    def __init__(self, info, link, writers, store_host: bytes):
-        self.info = info                # the TopicPublishInfo this was built from
+    def __init__(self, info, publish, link, writers, store_host: bytes):
+        self.info = info                # the TopicPublishInfo this was built from ...
+        self.publish = publish          # ... found in this dict (the client's route cache)
         self.link = link
-        self.writers = writers          # [(MessageQueue, FastWriter)]
+        self.writers = writers          # [(MessageQueue, FastWriter, *FastWriter.plain_call())]
         self.n = len(writers)
         self.i = 0
         self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
@@ -86,18 +89,21 @@ class LocalSender:
             validate.check_sendable_topic(topic)
             info = p._publish_info(topic)
             if topic.startswith("%RETRY%") or info.via_default or not info.queues:
-                return _LocalTopic(info, None, [], b"")
+                return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
             brokers = {q.broker_name for q in info.queues}
             link = p.links.get(next(iter(brokers))) if len(brokers) == 1 else None
             if link is None:  # not attachable, or spread over brokers (the general path balances)
-                return _LocalTopic(info, None, [], b"")
+                return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
             host = (p.instance.client_ip, 0)
-            writers = [(mq, link.pipeline.fast_writer(topic, mq.queue_id, host)) for mq in info.queues]
+            writers = []
+            for mq in info.queues:
+                fw = link.pipeline.fast_writer(topic, mq.queue_id, host)
+                writers.append((mq, fw, *fw.plain_call()))
             o = link.store.cb.ctl.owner
             store_host = o.store_ip.to_bytes(4, "big") + (o.store_port & 0xFFFFFFFF).to_bytes(4, "big")
-            return _LocalTopic(info, link, writers, store_host)
+            return _LocalTopic(info, p.instance.publish, link, writers, store_host)
         except ShmqError:
-            return _LocalTopic(info, None, [], b"")
+            return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
 
     def _drop(self, topic: str, t: _LocalTopic) -> None:
         self._tls.topics.pop(topic, None)
@@ -112,8 +118,16 @@ class LocalSender:
         props = msg.properties
         if props and not REWRITE_KEYS.isdisjoint(props):
             return None
-        t = self._topic(msg.topic)
-        if t is None:
+        topic = msg.topic
+        try:
+            t = self._tls.topics[topic]
+            if t.publish.get(topic) is not t.info:
+                raise KeyError(topic)  # the route changed: build again
+        except (AttributeError, KeyError):
+            t = self._topic(topic)
+            if t is None:
+                return None
+        if t.link is None:
             return None
         if props or msg.keys:
             head = _head(msg)
@@ -122,16 +136,21 @@ class LocalSender:
         else:
             head = b""
         i = t.i = (t.i + 1) % t.n
-        mq, fw = t.writers[i]
-        try:
-            qoff = fw.put_plain(body, head, _UNIQ, t.id_out)
-        except StaleSegment:
-            self._drop(msg.topic, t)
-            return None
-        except FlushDiskTimeout:
-            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(t.id_out, 32), fw._out.phys_offset, mq,
-                              fw._out.queue_offset, None, None, t.store_host)
-        return SendResult(_SEND_OK, _unpack(t.id_out, 32), fw._out.phys_offset, mq, qoff, None, None, t.store_host)
+        mq, fw, w, slot, meta, tail, tail_len, out, sync = t.writers[i]
+        id_out = t.id_out
+        rc = _put_local(w, slot, meta, body, len(body), head, len(head), _UNIQ_C, tail, tail_len, out, id_out)
+        if rc or sync:
+            # a file to map, a new month, a fence, a full disk, or SYNC_FLUSH to wait for
+            try:
+                fw.finish_plain(rc, body, head, _UNIQ, id_out)
+            except StaleSegment:
+                self._drop(topic, t)
+                return None
+            except FlushDiskTimeout:
+                return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(id_out, 32), out.phys_offset, mq,
+                                  out.queue_offset, None, None, t.store_host)
+        return SendResult(_SEND_OK, _unpack(id_out, 32), out.phys_offset, mq, out.queue_offset, None, None,
+                          t.store_host)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
         m0 = msgs[0]
@@ -169,7 +188,7 @@ class LocalSender:
             return None  # the general path raises MessageTooLarge with the encoded size
         ids = _new("char[]", 32 * n)
         i = t.i = (t.i + 1) % t.n
-        mq, fw = t.writers[i]
+        mq, fw = t.writers[i][:2]
         try:
             qoff = fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n,
                                       _UNIQ, ids)

@@ -418,17 +418,31 @@ class FastWriter:
     # \x02) and the pipeline's CLUSTER pair. ``uniq`` is the client's id generator (``.c``:
     # its shmq_uniq; ``.roll()``: move to a new month).
 
+    def plain_call(self) -> tuple:
+        """(writer, slot, meta, tail, tail length, result, sync): what a caller that makes the
+        ``shmq_put_local`` call itself needs (the client's send, saving a Python frame per
+        message). Any non-zero status, and every SYNC_FLUSH append, then goes to
+        ``finish_plain``."""
+        w, slot, meta = self._plain
+        return w, slot, meta, self._suffix, len(self._suffix), self._out, bool(self._qw._sync)
+
     def put_plain(self, body: bytes, head: bytes, uniq, id_out) -> int:
         """Append; returns the queue offset (``self._out.phys_offset`` holds the commit-log
         offset); the 32-char id is in ``id_out``."""
         w, slot, meta = self._plain
+        rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
+                        self._out, id_out)
+        return self.finish_plain(rc, body, head, uniq, id_out)
+
+    def finish_plain(self, rc: int, body: bytes, head: bytes, uniq, id_out) -> int:
+        """After a ``shmq_put_local`` that returned ``rc``: map what it asked for (or raise)
+        and append again until it succeeds; wait for SYNC_FLUSH; return the queue offset."""
+        w, slot, meta = self._plain
         out = self._out
-        while True:
+        while rc:
+            self._recover(rc, len(body), uniq)
             rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
                             out, id_out)
-            if rc == 0:
-                break
-            self._recover(rc, len(body), uniq)
         if self._qw._sync:
             self._qw._wait(out.end)
         return out.queue_offset

@@ -3,6 +3,7 @@ limits and bad input; what a consumer receives is the same either way."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -177,3 +178,25 @@ def test_local_send_of_a_property_the_pipeline_rewrites_takes_the_full_path(env)
     assert sorted(m.body for m in got) == [b"b0", b"b1", b"delayed by property"]
     d = next(m for m in got if m.body == b"delayed by property")
     assert d.properties.get("REAL_TOPIC") == "T" and d.store_timestamp - d.born_timestamp >= 900  # level 1: 1 s
+
+
+def test_local_sends_across_commitlog_and_consumequeue_files(namesrv, start_broker):
+    """The hot path's C append asks for the next CommitLog / ConsumeQueue file to be mapped
+    (ENEEDLOG / ENEEDCQ) and goes on: thousands of sends and batches over files of 256 KiB
+    and 300-entry queues arrive whole and in queue order."""
+    b = start_broker(namesrv, settings={"mappedFileSizeCommitLog": 256 * 1024, "mappedFileSizeConsumeQueue": 300 * 20})
+    make_topic(b, "Roll", 2)
+    wait_route(namesrv.addr, "Roll")
+    body = b"r" * 1000
+    with Producer("pg-roll", namesrv.addr, local="always") as p:
+        sent = [p.send(Message("Roll", body + b"%05d" % i, tags="x")) for i in range(1500)]
+        for j in range(20):
+            p.send_batch([Message("Roll", body + b"b%02d-%02d" % (j, k)) for k in range(40)])
+    assert all(r.status is SendStatus.SEND_OK for r in sent)
+    assert len(list((Path(b.store) / "commitlog").iterdir())) > 5
+    assert len(list((Path(b.store) / "consumequeue" / "Roll" / "0").iterdir())) > 2
+    msgs = consume_all(namesrv, 1500 + 800, group="cg-roll", topic="Roll")
+    assert len({m.body for m in msgs}) == 2300
+    for q in (0, 1):
+        offs = [m.queue_offset for m in msgs if m.queue_id == q]
+        assert sorted(offs) == list(range(len(offs)))
