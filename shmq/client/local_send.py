@@ -51,8 +51,13 @@ class _LocalTopic:
         self.id_out = _new("char[32]")
 
 
-def _head(m: Message) -> bytes:
-    """User properties, TAGS and KEYS as properties text, ending in \\x02 (or empty)."""
+def _head(m: Message) -> bytes | None:
+    """User properties, TAGS and KEYS as properties text, ending in \\x02 (or empty); None
+    when the message's text is not acceptable (the general path raises the error)."""
+    try:
+        m.check_text()
+    except ShmqError:
+        return None
     props = m.properties
     head = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
     if m.tags:
@@ -132,9 +137,14 @@ class LocalSender:
         if props or msg.keys:
             head = _head(msg)
         elif msg.tags:
-            head = ("TAGS\x01" + msg.tags + "\x02").encode()
+            tags = msg.tags
+            if tags.__class__ is not str or "\x01" in tags or "\x02" in tags:
+                return None  # the general path raises InvalidMessage
+            head = ("TAGS\x01" + tags + "\x02").encode()
         else:
             head = b""
+        if head is None:
+            return None
         i = t.i = (t.i + 1) % t.n
         mq, fw, w, slot, meta, tail, tail_len, out, sync = t.writers[i]
         id_out = t.id_out
@@ -172,6 +182,8 @@ class LocalSender:
         n = len(msgs)
         lens = list(map(len, bodies))
         if uniform:
+            if tags0 is not None and (tags0.__class__ is not str or "\x01" in tags0 or "\x02" in tags0):
+                return None
             heads = ("TAGS\x01" + tags0 + "\x02").encode() if tags0 else b""
             head_lens = flags = _NULL
         else:
@@ -179,6 +191,8 @@ class LocalSender:
                 if m.properties and not REWRITE_KEYS.isdisjoint(m.properties):
                     return None
             hl = [_head(m) for m in msgs]
+            if None in hl:
+                return None
             heads = b"".join(hl)
             head_lens = _new("uint32_t[]", list(map(len, hl)))
             fl = [m.flag for m in msgs]

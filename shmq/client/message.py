@@ -2,16 +2,18 @@
 from __future__ import annotations
 
 import enum
+import re
 import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
 import socket
 
-from shmq.errors import StoreCorrupt
+from shmq.errors import InvalidMessage, StoreCorrupt
 from shmq.store.record import (FLAG_COMPRESSED, HEADER as _HEADER, MESSAGE_MAGIC, decode_properties)
 
 _ntoa = socket.inet_ntoa
+_SEPARATORS = re.compile("[\x01\x02]")
 
 # property names (MessageConst)
 TAGS, KEYS, UNIQ_KEY, DELAY, WAIT = "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"
@@ -47,6 +49,21 @@ class Message:
         if isinstance(self.keys, str):
             return [k for k in self.keys.split(" ") if k]
         return [str(k) for k in self.keys]
+
+    def check_text(self) -> None:
+        """Property names and values, tags and keys are written between the separators
+        \x01 and \x02: one inside them would cut the properties text differently on the way
+        back (and could forge a property), so it is refused, as an empty property name is."""
+        for k, v in self.properties.items():
+            if not k or not isinstance(k, str) or not isinstance(v, str):
+                raise InvalidMessage(f"a property needs a non-empty name and a string value: {k!r}={v!r}")
+            if _SEPARATORS.search(k) or _SEPARATORS.search(v):
+                raise InvalidMessage(f"property {k!r} contains a \\x01 or \\x02 separator character")
+        if self.tags is not None and (not isinstance(self.tags, str) or _SEPARATORS.search(self.tags)):
+            raise InvalidMessage(f"tags must be a string without \\x01 or \\x02: {self.tags!r}")
+        for k in self.key_list():
+            if _SEPARATORS.search(k):
+                raise InvalidMessage(f"key {k!r} contains a \\x01 or \\x02 separator character")
 
     def wire_properties(self) -> dict[str, str]:
         """Every property as it goes on the wire (user properties plus TAGS, KEYS, DELAY)."""

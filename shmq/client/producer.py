@@ -109,6 +109,7 @@ class Producer:
             raise InvalidMessage("the message body length is zero")
         if len(msg.body) > self.max_message_size:
             raise MessageTooLarge(len(msg.body), self.max_message_size)
+        msg.check_text()
         props = msg.wire_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
         body, sysflag = msg.body, 0

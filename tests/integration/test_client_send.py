@@ -86,6 +86,15 @@ def test_bad_input_is_refused_before_sending(env, local):
             p.send_batch([Message("T", b"a", delay_level=2)])
         with pytest.raises(MessageTooLarge):
             p.send_batch([Message("T", b"y" * 1_000_000) for _ in range(5)])
+        # a separator inside properties text would cut it differently on the way back
+        for bad in (Message("T", b"x", properties={"u": "a\x02DELAY\x013"}), Message("T", b"x", tags="A\x01B"),
+                    Message("T", b"x", keys=["k\x02"]), Message("T", b"x", properties={"": "v"})):
+            with pytest.raises(InvalidMessage):
+                p.send(bad)
+            with pytest.raises(InvalidMessage):
+                p.send_batch([Message("T", b"ok"), bad])
+        with pytest.raises(InvalidMessage):
+            p.send_batch([Message("T", b"x", tags="A\x02"), Message("T", b"y", tags="A\x02")])
         assert p.send(Message("T", b"still fine")).status is SendStatus.SEND_OK
 
 
