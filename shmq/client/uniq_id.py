@@ -2,7 +2,8 @@
 
     | IPv4 (4) | pid & 0xFFFF (2) | class-loader hash (4) | ms since the start of this month (4) | counter (2) |
 
-16 bytes as 32 upper-case hex characters. The first 20 characters are fixed per process;
+16 bytes as 32 upper-case hex characters; the time part is the low 32 bits of the difference
+(Java's int cast). The first 20 characters are fixed per process;
 the time and counter parts make ids unique within it (the counter wraps at 65536 within
 one millisecond-window base, as in Java). The broker only stores and indexes it."""
 from __future__ import annotations

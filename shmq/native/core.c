@@ -937,7 +937,7 @@ static inline void hexn(char *out, uint32_t v, int digits) {
 int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     int64_t now = shmq_now_ms();
     if (now < u->month_start_ms || now >= u->next_month_ms) return SHMQ_EMONTH;
-    uint32_t ms = (uint32_t)((now - u->month_start_ms) & 0x7FFFFFFF);
+    uint32_t ms = (uint32_t)(now - u->month_start_ms);  /* Java's (int) cast: the low 32 bits */
     uint32_t c0 = __atomic_fetch_add(&u->counter, n, __ATOMIC_RELAXED);
     for (uint32_t k = 0; k < n; k++, out += 32) {
         memcpy(out, u->prefix, 20);
