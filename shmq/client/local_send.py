@@ -2,15 +2,17 @@
 broker, each one C call (DESIGN §4).
 
 A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-threshold
-bytes, no delay level, flag 0 (a batch carries flags per entry) and no property the put pipeline rewrites (DELAY, TRAN_MSG, WAIT,
-CLUSTER, UNIQ_KEY). For it the pipeline's only change is the CLUSTER pair, so
-``FastWriter.put_plain`` can draw the UNIQ_KEY, assemble the properties text and append, all
-inside ``shmq_put_local``; the record is byte for byte what the general path stores. Anything
-else returns None and takes ``Producer``'s general path, which also raises the precise error.
+bytes, no delay level, flag 0 (a batch carries flags per entry), text without separator
+characters and no property the put pipeline rewrites (DELAY, TRAN_MSG, WAIT, CLUSTER,
+UNIQ_KEY). For it the pipeline's only change is the CLUSTER pair, so ``shmq_put_local`` can
+draw the UNIQ_KEY, assemble the properties text and append in one call; the record is byte
+for byte what the general path stores. Anything else returns None and takes ``Producer``'s
+general path, which also raises the precise error.
 
 State is per thread (FastWriters are not thread-safe): ``_tls.topics`` maps a topic to its
-``_LocalTopic`` or to False (not eligible: looked at again when the route changes). A
-StaleSegment (the broker restarted) drops the entry and the link; the general path re-attaches.
+``_LocalTopic``, which has no link when the topic is not eligible; either is built again when
+the client's route cache changes. A StaleSegment (the broker restarted) drops the entry and
+the link; the general path re-attaches.
 """
 from __future__ import annotations
 
@@ -89,16 +91,15 @@ class LocalSender:
 
     def _build(self, topic: str) -> _LocalTopic:
         p = self.producer
-        info = None
         try:
             validate.check_sendable_topic(topic)
             info = p._publish_info(topic)
             if topic.startswith("%RETRY%") or info.via_default or not info.queues:
-                return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
+                return self._not_eligible(topic)
             brokers = {q.broker_name for q in info.queues}
             link = p.links.get(next(iter(brokers))) if len(brokers) == 1 else None
             if link is None:  # not attachable, or spread over brokers (the general path balances)
-                return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
+                return self._not_eligible(topic)
             host = (p.instance.client_ip, 0)
             writers = []
             for mq in info.queues:
@@ -108,7 +109,14 @@ class LocalSender:
             store_host = o.store_ip.to_bytes(4, "big") + (o.store_port & 0xFFFFFFFF).to_bytes(4, "big")
             return _LocalTopic(info, p.instance.publish, link, writers, store_host)
         except ShmqError:
-            return _LocalTopic(info, p.instance.publish if p.instance is not None else {}, None, [], b"")
+            return self._not_eligible(topic)
+
+    def _not_eligible(self, topic: str) -> _LocalTopic:
+        """An entry without a link, tied to what the route cache holds now (None while the
+        topic is sent through TBW102): it is looked at again when that changes."""
+        inst = self.producer.instance
+        publish = inst.publish if inst is not None else {}
+        return _LocalTopic(publish.get(topic), publish, None, [], b"")
 
     def _drop(self, topic: str, t: _LocalTopic) -> None:
         self._tls.topics.pop(topic, None)

@@ -103,7 +103,11 @@ def test_new_topic_is_created_through_tbw102(env):
     with Producer("pg", ns.addr, local="auto") as p:
         r = p.send(Message("BrandNew", b"first"))
         assert r.status is SendStatus.SEND_OK
-    assert [m.body for m in consume_all(ns, 1, topic="BrandNew")] == [b"first"]
+        wait_route(ns.addr, "BrandNew")  # registered: later sends take the route (and the local path)
+        for i in range(20):
+            assert p.send(Message("BrandNew", b"next-%d" % i)).status is SendStatus.SEND_OK
+    got = sorted(m.body for m in consume_all(ns, 21, topic="BrandNew"))
+    assert got == sorted([b"first"] + [b"next-%d" % i for i in range(20)])
 
 
 def test_mixed_local_and_tcp_producers_and_consumers(env):
