@@ -195,14 +195,19 @@ _EXT_FIELDS = ("topic", "body", "tags", "keys", "properties", "msg_id", "offset_
                "broker_name", "born_host", "store_host")
 
 
+_LAZY = object()  # tags / keys / msg_id of a decoded record: derived from its properties when first read
+
+
 class MessageExt:
     """A consumed message. ``body`` is decompressed; ``raw`` is the stored record when it
     came through the local path (a memoryview into the mapping, valid while referenced).
 
-    Decoded from a record, the offset msg id and the two hosts are kept as the record's
-    bytes and formatted when first read (the consume path rarely reads them)."""
+    Decoded from a record, the properties are kept as the record's bytes and parsed when
+    first read (tags, keys and msg_id come from them), and the offset msg id and the two
+    hosts are formatted when first read: a listener that reads only the body pays for
+    neither."""
 
-    __slots__ = ("topic", "body", "tags", "keys", "properties", "msg_id", "_offset_msg_id", "queue_id",
+    __slots__ = ("topic", "body", "_tags", "_keys", "_props", "_msg_id", "_offset_msg_id", "queue_id",
                  "queue_offset", "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset",
                  "sysflag", "flag", "broker_name", "_born_host", "_store_host", "raw")
 
@@ -213,10 +218,10 @@ class MessageExt:
                  raw: object = None):
         self.topic = topic
         self.body = body
-        self.tags = tags
-        self.keys = keys
-        self.properties = properties
-        self.msg_id = msg_id
+        self._tags = tags
+        self._keys = keys
+        self._props = properties
+        self._msg_id = msg_id
         self._offset_msg_id = offset_msg_id
         self.queue_id = queue_id
         self.queue_offset = queue_offset
@@ -230,6 +235,52 @@ class MessageExt:
         self._born_host = born_host
         self._store_host = store_host
         self.raw = raw
+
+    # parsed when first read: bytes (properties) / _LAZY (tags, keys, msg_id) until then
+    @property
+    def properties(self) -> dict[str, str]:
+        p = self._props
+        if p.__class__ is bytes:
+            p = self._props = decode_properties(p)
+        return p
+
+    @properties.setter
+    def properties(self, v: dict[str, str]) -> None:
+        self._props = v
+
+    @property
+    def tags(self) -> str | None:
+        v = self._tags
+        if v is _LAZY:
+            v = self._tags = self.properties.get(TAGS)
+        return v
+
+    @tags.setter
+    def tags(self, v: str | None) -> None:
+        self._tags = v
+
+    @property
+    def keys(self) -> list[str]:
+        v = self._keys
+        if v is _LAZY:
+            k = self.properties.get(KEYS)
+            v = self._keys = [w for w in k.split(" ") if w] if k else []
+        return v
+
+    @keys.setter
+    def keys(self, v: list[str]) -> None:
+        self._keys = v
+
+    @property
+    def msg_id(self) -> str:
+        v = self._msg_id
+        if v is _LAZY:
+            v = self._msg_id = self.properties.get(UNIQ_KEY) or self.offset_msg_id
+        return v
+
+    @msg_id.setter
+    def msg_id(self, v: str) -> None:
+        self._msg_id = v
 
     # lazily formatted: None (offset id) / bytes (hosts) until first read
     @property
@@ -291,7 +342,8 @@ def _host_raw(b: bytes) -> tuple:
 
 def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
     """One record straight into a MessageExt (the consumer's hot path: one header unpack, no
-    intermediate StoredMessage). Raises StoreCorrupt on anything that is not a record."""
+    intermediate StoredMessage, properties left as bytes). Raises StoreCorrupt on anything
+    that is not a record."""
     (total, magic, _crc, qid, flag, qoff, phys, sysflag, born_ts, born_ip, born_port, store_ts,
      store_ip, store_port, reconsume, _prepared, blen) = _HEADER.unpack_from(mv, pos)
     t0 = pos + 88 + blen
@@ -304,19 +356,15 @@ def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
     p0 = t0 + 1 + tlen
     topic = str(mv[t0 + 1:p0], "utf-8", "replace")
     plen = (mv[p0] << 8) | mv[p0 + 1]
-    props = decode_properties(mv[p0 + 2:p0 + 2 + plen]) if plen else {}
-    retry_topic = props.get(RETRY_TOPIC)
-    if retry_topic and topic.startswith("%RETRY%"):
-        topic = retry_topic
-    keys = props.get(KEYS)
-    uniq = props.get(UNIQ_KEY)
-    m = MessageExt(
-        topic, body, props.get(TAGS), [k for k in keys.split(" ") if k] if keys else [], props,
-        uniq, None, qid, qoff, reconsume, born_ts, store_ts, phys, sysflag, flag, broker_name,
-        born_ip + born_port.to_bytes(4, "big", signed=True), store_ip + store_port.to_bytes(4, "big", signed=True))
-    if not uniq:
-        m.msg_id = m.offset_msg_id
-    return m
+    props = bytes(mv[p0 + 2:p0 + 2 + plen])
+    if topic.startswith("%RETRY%"):
+        props = decode_properties(props)
+        retry_topic = props.get(RETRY_TOPIC)
+        if retry_topic:
+            topic = retry_topic
+    return MessageExt(topic, body, _LAZY, _LAZY, props, _LAZY, None, qid, qoff, reconsume, born_ts, store_ts, phys,
+                      sysflag, flag, broker_name, born_ip + born_port.to_bytes(4, "big", signed=True),
+                      store_ip + store_port.to_bytes(4, "big", signed=True))
 
 
 def messages_from_records(buf, broker_name: str = ""):
