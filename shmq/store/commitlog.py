@@ -73,7 +73,16 @@ class CommitLog(files.MappedSet):
         index, off = divmod(phys, self.file_size)
         if off + size > self.file_size:
             raise StoreError(f"read of {size} bytes at {phys} crosses a file boundary")
-        return memoryview(self.map(index))[off:off + size]
+        mv = self._views.get(index)
+        if mv is None:  # one view per mapping, sliced per read (a read is the consumer's hot path)
+            mm = self.map(index)
+            with self._lock:
+                mv = self._views.get(index)
+                if mv is None and self._maps.get(index) is mm:
+                    mv = self._views[index] = memoryview(mm)
+            if mv is None:
+                mv = memoryview(mm)
+        return mv[off:off + size]
 
     def record_at(self, phys: int) -> memoryview | None:
         """The record at ``phys`` as a view (no checks beyond its length field); None at a

@@ -122,6 +122,7 @@ class MappedSet:
 
     def __init__(self):
         self._maps: dict[int, mmap.mmap] = {}
+        self._views: dict[int, memoryview] = {}   # one whole-file view per mapping, sliced by readers
         self._lock = threading.Lock()
 
     def path(self, index: int) -> str:  # pragma: no cover - each kind names its files
@@ -131,6 +132,7 @@ class MappedSet:
         """Drop our mapping of a file (readers holding views keep theirs)."""
         with self._lock:
             self._maps.pop(index, None)
+            self._views.pop(index, None)
 
     def delete_file(self, index: int) -> None:
         self.forget(index)
@@ -142,6 +144,9 @@ class MappedSet:
     def close(self) -> None:
         with self._lock:
             maps, self._maps = self._maps, {}
+            views, self._views = self._views, {}
+        for v in views.values():
+            v.release()  # slices readers hold stay valid: they keep the mapping themselves
         for mm in maps.values():
             try:
                 mm.close()
