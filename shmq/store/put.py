@@ -409,7 +409,7 @@ class FastWriter:
         qw = self._qw
         self._out = qw._out
         self._plain = (qw._w, qw._slot, qw._meta)
-        self._scratch = ffi.new("uint8_t[]", 64 * 1024)
+        self._scratch = None  # a batch's encoding buffer, made at the first batch
 
     # ---- plain sends: the client's hot path ---------------------------------------------
     # A plain message has no DELAY / TRAN_MSG / WAIT / CLUSTER / UNIQ_KEY of its own (the
@@ -419,20 +419,12 @@ class FastWriter:
     # its shmq_uniq; ``.roll()``: move to a new month).
 
     def plain_call(self) -> tuple:
-        """(writer, slot, meta, tail, tail length, result, sync): what a caller that makes the
-        ``shmq_put_local`` call itself needs (the client's send, saving a Python frame per
-        message). Any non-zero status, and every SYNC_FLUSH append, then goes to
-        ``finish_plain``."""
+        """(writer, slot, meta, tail, tail length, result, sync): what a caller makes the
+        ``shmq_put_local`` call with itself (the client's send: no Python frame between it and
+        the C append); the 32-char id lands in the caller's ``id_out``. Any non-zero status,
+        and every SYNC_FLUSH append, then goes to ``finish_plain``."""
         w, slot, meta = self._plain
         return w, slot, meta, self._suffix, len(self._suffix), self._out, bool(self._qw._sync)
-
-    def put_plain(self, body: bytes, head: bytes, uniq, id_out) -> int:
-        """Append; returns the queue offset (``self._out.phys_offset`` holds the commit-log
-        offset); the 32-char id is in ``id_out``."""
-        w, slot, meta = self._plain
-        rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
-                        self._out, id_out)
-        return self.finish_plain(rc, body, head, uniq, id_out)
 
     def finish_plain(self, rc: int, body: bytes, head: bytes, uniq, id_out) -> int:
         """After a ``shmq_put_local`` that returned ``rc``: map what it asked for (or raise)
@@ -454,8 +446,8 @@ class FastWriter:
         w, slot, meta = self._plain
         out = self._out
         need = len(bodies) + n * 64 + (len(heads) if head_lens != ffi.NULL else n * len(heads))
-        if len(self._scratch) < need:
-            self._scratch = ffi.new("uint8_t[]", need * 2)
+        if self._scratch is None or len(self._scratch) < need:
+            self._scratch = ffi.new("uint8_t[]", max(need * 2, 64 * 1024))
         scratch = self._scratch
         pair = self.pipeline._cluster_pair
         while True:
