@@ -32,6 +32,7 @@ from shmq.store.javahash import java_string_hash_cached
 
 from ..worker import Worker
 
+_PERM_READ = int(Perm.READ)  # a plain int: an IntFlag '&' costs about a microsecond per request
 FLAG_COMMIT_OFFSET = 1
 FLAG_SUSPEND = 2
 FLAG_SUBSCRIPTION = 4
@@ -73,7 +74,7 @@ class Processor:
 
     def pull(self, conn, cmd: RemotingCommand):
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)
-        if not self.cfg.brokerPermission & Perm.READ:
+        if not self.cfg.brokerPermission & _PERM_READ:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] pulling message is forbidden")
         tc = self.w.topics.get(h.topic)
@@ -91,7 +92,7 @@ class Processor:
         return (await r) if not isinstance(r, RemotingCommand) else r
 
     def _pull_topic(self, conn, cmd, h: PullMessageRequestHeader, tc):
-        if not tc.perm & Perm.READ:
+        if not tc.perm & _PERM_READ:
             return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queueId < 0 or h.queueId >= tc.readQueueNums:
             return cmd.make_response(

@@ -36,6 +36,7 @@ from ..control_channel import Ctl
 from ..topics import RETRY_PREFIX
 from ..worker import Worker, born_host
 
+_PERM_WRITE = int(Perm.WRITE)  # a plain int: an IntFlag '&' costs about a microsecond per request
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
@@ -71,7 +72,7 @@ class Processor:
     # ------------------------------------------------------------------ checks ----
     def _check(self, cmd: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | TopicConfig | None:
         """A refusal, the topic's config, or None when the topic must be looked up/created."""
-        if not self.cfg.brokerPermission & Perm.WRITE:
+        if not self.cfg.brokerPermission & _PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         why = _topic_name_error(h.topic)
@@ -85,7 +86,7 @@ class Processor:
         if tc is None:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic[{h.topic}] not exist, apply first please!{_FAQ}")
-        if not tc.perm & Perm.WRITE:
+        if not tc.perm & _PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
         if h.queueId >= max(tc.writeQueueNums, tc.readQueueNums):
             return cmd.make_response(
@@ -246,7 +247,7 @@ class Processor:
     def send_back(self, conn, cmd: RemotingCommand):
         """CONSUMER_SEND_MSG_BACK: the retry copy (or dead letter) is retry.py's."""
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        if not self.cfg.brokerPermission & Perm.WRITE:
+        if not self.cfg.brokerPermission & _PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         code, remark = retry.answer_send_back(
@@ -261,7 +262,7 @@ class Processor:
         """END_TRANSACTION (Java sends it oneway): commit re-puts the half message to its real
         topic, rollback only marks it resolved (shmq.store.transaction)."""
         h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
-        if not self.cfg.brokerPermission & Perm.WRITE:
+        if not self.cfg.brokerPermission & _PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         res = transaction.end_transaction(self.w.pipeline, h.commitLogOffset, h.tranStateTableOffset,
