@@ -158,3 +158,21 @@ def test_writer_of_the_old_owner_is_fenced(store_root, children):
         assert all_bodies(s, 1) == sorted([b"own:%d" % i for i in range(5)] + [b"while the first owner lived"])
     finally:
         s.close()
+
+
+def test_kill_owner_while_indexing_then_every_key_is_found(store_root, children):
+    """The owner is killed while its dispatcher indexes (in C, several IndexFiles of 4,095
+    keys): after the restart's replay from the checkpoint every key finds its one message."""
+    n = 10_000
+    end = crash_owner(children, store_root, n)
+    s = MessageStore.open(small_config(store_root))
+    try:
+        assert s.commit_pos == end
+        assert s.dispatcher.wait_until(s.commit_pos, timeout=30)
+        assert len(list((store_root / "index").iterdir())) >= 3
+        for i in list(range(0, n, 97)) + [n - 1]:
+            hits = s.query_by_key("T", f"k{i}")
+            assert len(hits) == 1, (i, hits)
+            assert bytes(decode_record(hits[0]).body) == b"own:%d" % i
+    finally:
+        s.close()
