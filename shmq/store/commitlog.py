@@ -22,6 +22,9 @@ _U32 = struct.Struct(">I")
 _TOTAL_MAGIC = struct.Struct(">iI")
 
 
+_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux UAPI value
+
+
 class CommitLog(files.MappedSet):
     def __init__(self, cfg: StoreConfig):
         self.cfg = cfg
@@ -58,12 +61,21 @@ class CommitLog(files.MappedSet):
             return mm
 
     def prefault(self, index: int, start: int = 0) -> None:
-        """Ask the kernel to bring a file in before an append needs it, and touch one byte a
-        page from ``start`` so that no append pays for a page-cache allocation. Reads do not
-        dirty pages: a preallocated file is not written twice (RocketMQ's warm-up writes
-        zeros, which doubles the I/O; it is off by default there too)."""
+        """Bring a file's pages into the page cache from ``start`` before an append needs
+        them, so that no append pays for a page-cache allocation. Read faults only: they do
+        not dirty pages, so a preallocated file is not written twice (RocketMQ's warm-up writes
+        zeros, which doubles the I/O; it is off by default there too). MADV_POPULATE_READ
+        (Linux 5.14) has the kernel fault the range in with one call instead of a Python-level
+        touch per page (0.05-0.5 s against 0.07-1.1 s for 512 MiB here, in one mixed run); the
+        flush thread that runs this does not flush meanwhile. Older kernels refuse it and get
+        the loop."""
         mm = self.map(index, create=True)
         start -= start % mmap.PAGESIZE
+        try:
+            mm.madvise(_MADV_POPULATE_READ, start, self.file_size - start)
+            return
+        except (OSError, ValueError):
+            pass
         mm.madvise(mmap.MADV_WILLNEED, start, self.file_size - start)
         page = mmap.PAGESIZE
         for off in range(start, self.file_size, page):
