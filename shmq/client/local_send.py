@@ -54,20 +54,29 @@ class _LocalTopic:
 
 
 def _head(m: Message) -> bytes | None:
-    """User properties, TAGS and KEYS as properties text, ending in \\x02 (or empty); None
-    when the message's text is not acceptable (the general path raises the error)."""
+    """The message's properties text as the general path writes it (``wire_properties``:
+    user properties, TAGS, KEYS), each pair ending in \\x02; None when its text is not
+    acceptable (the general path raises the error)."""
     try:
         m.check_text()
     except ShmqError:
         return None
-    props = m.properties
-    head = "".join([f"{k}\x01{v}\x02" for k, v in props.items()]) if props else ""
-    if m.tags:
-        head += "TAGS\x01" + m.tags + "\x02"
-    keys = m.keys
-    if keys:
-        head += "KEYS\x01" + (keys if isinstance(keys, str) else " ".join(map(str, keys))) + "\x02"
-    return head.encode()
+    return "".join([f"{k}\x01{v}\x02" for k, v in m.wire_properties().items()]).encode()
+
+
+def _tags_head(tags) -> bytes | None:
+    """TAGS alone as properties text (the common case, without building a dict); None for
+    tags the general path refuses."""
+    if tags.__class__ is not str or "\x01" in tags or "\x02" in tags:
+        return None
+    return ("TAGS\x01" + tags + "\x02").encode()
+
+
+def _result(t: _LocalTopic, mq, out, ids, ok: bool = True) -> SendResult:
+    """The SendResult of an append whose ids are in ``ids`` and whose offsets are in ``out``
+    (formatted when read: see SendResult)."""
+    return SendResult(_SEND_OK if ok else SendStatus.FLUSH_DISK_TIMEOUT, _unpack(ids, len(ids)), out.phys_offset,
+                      mq, out.queue_offset, None, None, t.store_host)
 
 
 class LocalSender:
@@ -145,14 +154,11 @@ class LocalSender:
         if props or msg.keys:
             head = _head(msg)
         elif msg.tags:
-            tags = msg.tags
-            if tags.__class__ is not str or "\x01" in tags or "\x02" in tags:
-                return None  # the general path raises InvalidMessage
-            head = ("TAGS\x01" + tags + "\x02").encode()
+            head = _tags_head(msg.tags)
         else:
             head = b""
         if head is None:
-            return None
+            return None  # the general path raises InvalidMessage
         i = t.i = (t.i + 1) % t.n
         mq, fw, w, slot, meta, tail, tail_len, out, sync = t.writers[i]
         id_out = t.id_out
@@ -165,10 +171,8 @@ class LocalSender:
                 self._drop(topic, t)
                 return None
             except FlushDiskTimeout:
-                return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(id_out, 32), out.phys_offset, mq,
-                                  out.queue_offset, None, None, t.store_host)
-        return SendResult(_SEND_OK, _unpack(id_out, 32), out.phys_offset, mq, out.queue_offset, None, None,
-                          t.store_host)
+                return _result(t, mq, out, id_out, ok=False)
+        return _result(t, mq, out, id_out)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
         m0 = msgs[0]
@@ -190,9 +194,9 @@ class LocalSender:
         n = len(msgs)
         lens = list(map(len, bodies))
         if uniform:
-            if tags0 is not None and (tags0.__class__ is not str or "\x01" in tags0 or "\x02" in tags0):
+            heads = _tags_head(tags0) if tags0 else b""
+            if heads is None:
                 return None
-            heads = ("TAGS\x01" + tags0 + "\x02").encode() if tags0 else b""
             head_lens = flags = _NULL
         else:
             for m in msgs:
@@ -205,19 +209,19 @@ class LocalSender:
             head_lens = _new("uint32_t[]", list(map(len, hl)))
             fl = [m.flag for m in msgs]
             flags = _new("int32_t[]", fl) if any(fl) else _NULL
+        # the encoded batch: 22 bytes of entry header and 41 of UNIQ_KEY pair per message
         size = sum(lens) + n * 63 + (len(heads) if head_lens is not _NULL else n * len(heads))
         if size > MAX_BATCH_BYTES:
             return None  # the general path raises MessageTooLarge with the encoded size
         ids = _new("char[]", 32 * n)
         i = t.i = (t.i + 1) % t.n
-        mq, fw = t.writers[i][:2]
+        mq, fw, _, _, _, _, _, out, _ = t.writers[i]
         try:
-            qoff = fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n,
-                                      _UNIQ, ids)
+            fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n, size,
+                               _UNIQ, ids)
         except StaleSegment:
             self._drop(topic, t)
             return None
         except FlushDiskTimeout:
-            return SendResult(SendStatus.FLUSH_DISK_TIMEOUT, _unpack(ids, 32 * n), fw._out.phys_offset, mq,
-                              fw._out.queue_offset, None, None, t.store_host)
-        return SendResult(_SEND_OK, _unpack(ids, 32 * n), fw._out.phys_offset, mq, qoff, None, None, t.store_host)
+            return _result(t, mq, out, ids, ok=False)
+        return _result(t, mq, out, ids)

@@ -109,6 +109,48 @@ class MessageQueue(NamedTuple):
     queue_id: int
 
 
+class _Pending:
+    """The class of ``_LAZY``: a field not derived yet."""
+
+
+_LAZY = _Pending()
+
+
+class _Lazy:
+    """A field formatted or parsed when first read: the hot paths (a local send, a consumed
+    record) hand over the raw form they already have, and most callers never read it. The slot
+    ``_<name>`` holds the value, or, while its class is ``kind``, the raw form that
+    ``derive(obj, raw)`` turns into the value (stored back: derived once)."""
+
+    __slots__ = ("kind", "derive", "load", "store")
+
+    def __init__(self, kind: type, derive):
+        self.kind = kind
+        self.derive = derive
+
+    def __set_name__(self, owner, name: str) -> None:
+        slot = owner.__dict__["_" + name]  # the member descriptor of the slot
+        self.load, self.store = slot.__get__, slot.__set__
+
+    def __get__(self, obj, owner=None):
+        if obj is None:
+            return self
+        v = self.load(obj)
+        if v.__class__ is self.kind:
+            v = self.derive(obj, v)
+            self.store(obj, v)
+        return v
+
+    def __set__(self, obj, v) -> None:
+        self.store(obj, v)
+
+
+def _ids_text(raw: bytes) -> str:
+    """32*n ASCII bytes of ids -> the comma-joined ids."""
+    v = raw.decode()
+    return ",".join(v[i:i + 32] for i in range(0, len(v), 32)) if len(v) > 32 else v
+
+
 class SendResult:
     """What a send returns. ``msg_id`` is the UNIQ_KEY (what Java clients show as msgId; a
     batch's is the comma-joined ids), ``offset_msg_id`` the store host + commit-log offset.
@@ -132,30 +174,8 @@ class SendResult:
         self.local_transaction_state = local_transaction_state
         self._store_host = store_host
 
-    @property
-    def msg_id(self) -> str:
-        v = self._msg_id
-        if v.__class__ is bytes:
-            v = v.decode()
-            if len(v) > 32:
-                v = ",".join(v[i:i + 32] for i in range(0, len(v), 32))
-            self._msg_id = v
-        return v
-
-    @msg_id.setter
-    def msg_id(self, v: str) -> None:
-        self._msg_id = v
-
-    @property
-    def offset_msg_id(self) -> str:
-        v = self._offset_msg_id
-        if v.__class__ is int:
-            v = self._offset_msg_id = (self._store_host + v.to_bytes(8, "big")).hex().upper()
-        return v
-
-    @offset_msg_id.setter
-    def offset_msg_id(self, v: str) -> None:
-        self._offset_msg_id = v
+    msg_id = _Lazy(bytes, lambda r, raw: _ids_text(raw))
+    offset_msg_id = _Lazy(int, lambda r, phys: (r._store_host + phys.to_bytes(8, "big")).hex().upper())
 
     @property
     def queue_id(self) -> int:
@@ -195,9 +215,6 @@ _EXT_FIELDS = ("topic", "body", "tags", "keys", "properties", "msg_id", "offset_
                "broker_name", "born_host", "store_host")
 
 
-_LAZY = object()  # tags / keys / msg_id of a decoded record: derived from its properties when first read
-
-
 class MessageExt:
     """A consumed message. ``body`` is decompressed; ``raw`` is the stored record when it
     came through the local path (a memoryview into the mapping, valid while referenced).
@@ -207,7 +224,7 @@ class MessageExt:
     hosts are formatted when first read: a listener that reads only the body pays for
     neither."""
 
-    __slots__ = ("topic", "body", "_tags", "_keys", "_props", "_msg_id", "_offset_msg_id", "queue_id",
+    __slots__ = ("topic", "body", "_tags", "_keys", "_properties", "_msg_id", "_offset_msg_id", "queue_id",
                  "queue_offset", "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset",
                  "sysflag", "flag", "broker_name", "_born_host", "_store_host", "raw")
 
@@ -220,7 +237,7 @@ class MessageExt:
         self.body = body
         self._tags = tags
         self._keys = keys
-        self._props = properties
+        self._properties = properties
         self._msg_id = msg_id
         self._offset_msg_id = offset_msg_id
         self.queue_id = queue_id
@@ -236,87 +253,17 @@ class MessageExt:
         self._store_host = store_host
         self.raw = raw
 
-    # parsed when first read: bytes (properties) / _LAZY (tags, keys, msg_id) until then
-    @property
-    def properties(self) -> dict[str, str]:
-        p = self._props
-        if p.__class__ is bytes:
-            p = self._props = decode_properties(p)
-        return p
-
-    @properties.setter
-    def properties(self, v: dict[str, str]) -> None:
-        self._props = v
-
-    @property
-    def tags(self) -> str | None:
-        v = self._tags
-        if v is _LAZY:
-            v = self._tags = self.properties.get(TAGS)
-        return v
-
-    @tags.setter
-    def tags(self, v: str | None) -> None:
-        self._tags = v
-
-    @property
-    def keys(self) -> list[str]:
-        v = self._keys
-        if v is _LAZY:
-            k = self.properties.get(KEYS)
-            v = self._keys = [w for w in k.split(" ") if w] if k else []
-        return v
-
-    @keys.setter
-    def keys(self, v: list[str]) -> None:
-        self._keys = v
-
-    @property
-    def msg_id(self) -> str:
-        v = self._msg_id
-        if v is _LAZY:
-            v = self._msg_id = self.properties.get(UNIQ_KEY) or self.offset_msg_id
-        return v
-
-    @msg_id.setter
-    def msg_id(self, v: str) -> None:
-        self._msg_id = v
-
-    # lazily formatted: None (offset id) / bytes (hosts) until first read
-    @property
-    def offset_msg_id(self) -> str:
-        v = self._offset_msg_id
-        if v is None:
-            ip, port = self._store_host if self._store_host.__class__ is tuple else _host_raw(self._store_host)
-            v = self._offset_msg_id = (socket.inet_aton(ip) + port.to_bytes(4, "big", signed=True)
-                                       + self.commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper()
-        return v
-
-    @offset_msg_id.setter
-    def offset_msg_id(self, v: str) -> None:
-        self._offset_msg_id = v
-
-    @property
-    def born_host(self) -> tuple:
-        v = self._born_host
-        if v.__class__ is not tuple:
-            v = self._born_host = _host_raw(v)
-        return v
-
-    @born_host.setter
-    def born_host(self, v: tuple) -> None:
-        self._born_host = v
-
-    @property
-    def store_host(self) -> tuple:
-        v = self._store_host
-        if v.__class__ is not tuple:
-            v = self._store_host = _host_raw(v)
-        return v
-
-    @store_host.setter
-    def store_host(self, v: tuple) -> None:
-        self._store_host = v
+    # a decoded record hands over: properties as bytes, tags / keys / msg_id as _LAZY, the
+    # offset msg id as None, the hosts as their 8 record bytes
+    properties = _Lazy(bytes, lambda m, raw: decode_properties(raw))
+    tags = _Lazy(_Pending, lambda m, _: m.properties.get(TAGS))
+    keys = _Lazy(_Pending, lambda m, _: _split_keys(m.properties.get(KEYS)))
+    msg_id = _Lazy(_Pending, lambda m, _: m.properties.get(UNIQ_KEY) or m.offset_msg_id)
+    offset_msg_id = _Lazy(type(None), lambda m, _: (socket.inet_aton(m.store_host[0])
+                                                    + m.store_host[1].to_bytes(4, "big", signed=True)
+                                                    + m.commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper())
+    born_host = _Lazy(bytes, lambda m, raw: _host_raw(raw))
+    store_host = _Lazy(bytes, lambda m, raw: _host_raw(raw))
 
     @property
     def queue(self) -> MessageQueue:
@@ -332,6 +279,10 @@ class MessageExt:
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, msg_id={self.msg_id!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, {len(self.body)} bytes)")
+
+
+def _split_keys(keys: str | None) -> list[str]:
+    return [k for k in keys.split(" ") if k] if keys else []
 
 
 def _host_raw(b: bytes) -> tuple:

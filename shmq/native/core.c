@@ -894,35 +894,6 @@ unlock:
     return rc;
 }
 
-int shmq_batch_encode(const uint8_t *bodies, const uint32_t *blens, const uint8_t *props,
-                      const uint32_t *plens, const int32_t *flags, uint32_t n, uint8_t *out,
-                      uint64_t cap, uint64_t *out_len) {
-    uint64_t need = 0;
-    for (uint32_t k = 0; k < n; k++) {
-        if (plens[k] > SHMQ_PROPS_MAX || blens[k] > INT32_MAX) return SHMQ_EINVAL;
-        need += BATCH_ENTRY_FIXED + (uint64_t)blens[k] + plens[k];
-    }
-    *out_len = need;
-    if (need > cap) return SHMQ_ETOOBIG;
-    uint8_t *p = out;
-    for (uint32_t k = 0; k < n; k++) {
-        uint32_t total = BATCH_ENTRY_FIXED + blens[k] + plens[k];
-        be32(p, total);
-        be32(p + 4, 0);
-        be32(p + 8, 0);
-        be32(p + 12, flags ? (uint32_t)flags[k] : 0);
-        be32(p + 16, blens[k]);
-        memcpy(p + 20, bodies, blens[k]);
-        bodies += blens[k];
-        p += 20 + blens[k];
-        be16(p, (uint16_t)plens[k]);
-        memcpy(p + 2, props, plens[k]);
-        props += plens[k];
-        p += 2 + plens[k];
-    }
-    return SHMQ_OK;
-}
-
 /* ============================================================ local send == */
 /* UNIQ_KEY as the Java client forms it (MessageClientIDSetter): 32 upper-case hex chars,
  *   prefix (20: IPv4, pid, loader hash) | ms since month start (8) | counter (4)

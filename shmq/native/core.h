@@ -38,10 +38,6 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
 int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *batch, uint32_t batch_len,
                    const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
-int shmq_batch_encode(const uint8_t *bodies, const uint32_t *body_lens,
-                      const uint8_t *props, const uint32_t *props_lens,
-                      const int32_t *flags, uint32_t n, uint8_t *out, uint64_t out_cap,
-                      uint64_t *out_len);
 
 /* the client's plain local send: UNIQ_KEY formed here, properties assembled here */
 typedef struct shmq_uniq {

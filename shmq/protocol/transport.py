@@ -198,7 +198,7 @@ class Connection(asyncio.Protocol):
         except Exception as e:  # noqa: BLE001 - every failure becomes an answer
             self._answer(cmd, self._error_response(cmd, e))
             return
-        if result is not None and result.__class__ is not RemotingCommand and inspect.isawaitable(result):
+        if inspect.isawaitable(result):
             task = self._loop.create_task(self._run(cmd, result))
             self._tasks[task] = size
             self._inflight_bytes += size

@@ -205,7 +205,9 @@ class IndexService:
     def build(self, topic: str, keys: str | None, uniq_key: str | None, phy_offset: int,
               store_timestamp_ms: int, sysflag: int) -> None:
         """Index one commit-log record (IndexService.buildIndex). Call in commit-log order from
-        the one writer thread. Raises DiskFull when a new file cannot be created; the keys of
+        the one writer thread. The dispatcher uses ``build_records`` (the same rules in C, over
+        a run of records); this one is the readable statement of those rules, for tools and
+        for the test that holds the C writer to it byte for byte. Raises DiskFull when a new file cannot be created; the keys of
         the record put so far stay, and a retry of the same record re-indexes it whole."""
         f = self._writable_file()
         if phy_offset < f.end_phy_offset:

@@ -385,15 +385,14 @@ class PutPipeline:
 # ---- the common case, fast --------------------------------------------------------------
 _put_local = lib.shmq_put_local
 _put_local_batch = lib.shmq_put_local_batch
-_REWRITE_MARKERS = (b"DELAY\x01", b"TRAN_MSG\x01", b"WAIT\x01", b"CLUSTER\x01")
 
 
 class FastWriter:
     """``PutPipeline.fast_writer(topic, qid)``: the pipeline's common case (a client send to
     an ordinary topic with no DELAY, no TRAN_MSG, no WAIT) as one C append: the only rewrite
-    is CLUSTER appended, which is what ``put`` does too. Anything else takes the full
-    pipeline, so a message is stored the same whichever way it went. Not thread-safe (one
-    per thread), like the store's QueueWriter it wraps."""
+    is CLUSTER appended, which is what ``put`` does too. The caller keeps anything else on
+    the full pipeline, so a message is stored the same whichever way it went. Not
+    thread-safe (one per thread), like the store's QueueWriter it wraps."""
 
     __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out", "_plain", "_scratch")
 
@@ -439,15 +438,14 @@ class FastWriter:
             self._qw._wait(out.end)
         return out.queue_offset
 
-    def put_plain_batch(self, bodies: bytes, body_lens, heads: bytes, head_lens, flags, n: int,
+    def put_plain_batch(self, bodies: bytes, body_lens, heads: bytes, head_lens, flags, n: int, size: int,
                         uniq, ids_out) -> int:
-        """``n`` plain messages as one batch (see shmq_put_local_batch for the arguments);
-        returns the first queue offset."""
+        """``n`` plain messages as one batch of at most ``size`` encoded bytes (see
+        shmq_put_local_batch for the other arguments); returns the first queue offset."""
         w, slot, meta = self._plain
         out = self._out
-        need = len(bodies) + n * 64 + (len(heads) if head_lens != ffi.NULL else n * len(heads))
-        if self._scratch is None or len(self._scratch) < need:
-            self._scratch = ffi.new("uint8_t[]", max(need * 2, 64 * 1024))
+        if self._scratch is None or len(self._scratch) < size:
+            self._scratch = ffi.new("uint8_t[]", max(size * 2, 64 * 1024))
         scratch = self._scratch
         pair = self.pipeline._cluster_pair
         while True:
@@ -465,20 +463,3 @@ class FastWriter:
             uniq.roll()
         else:
             self._qw._appender.recover(rc, size)
-
-    def put(self, body: bytes, props: bytes) -> tuple[int, int]:
-        """Append; returns (queue offset, commit-log offset). ``props`` is the message's own
-        properties text (no trailing separator)."""
-        for marker in _REWRITE_MARKERS:
-            if marker in props:
-                r = self.pipeline.put(PutRequest(self.topic, body, props, queue_id=self.queue_id))
-                return r.queue_offset, r.phys_offset
-        qoff = self._qw.put(body, props + self._suffix if props else self.pipeline._cluster_pair)
-        return qoff, self._out.phys_offset
-
-    def put_batch(self, batch_body: bytes) -> tuple[int, int, int]:
-        """A batch body whose entries carry no DELAY / TRAN_MSG / WAIT / CLUSTER (the caller
-        built it); CLUSTER is appended to every entry by the C append. Returns (first queue
-        offset, count, commit-log offset of the first record)."""
-        qoff, n = self._qw.put_batch(batch_body, self.pipeline._cluster_pair)
-        return qoff, n, self._out.phys_offset
