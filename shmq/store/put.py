@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
 from shmq.native import ffi, lib
 
+from . import timer_rules as tr
 from . import validate
 from .delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
 from .record import (NAME_VALUE_SEP, PROPERTY_SEP, TX_COMMIT_TYPE, TX_NOT_TYPE, TX_TYPE_MASK,
@@ -182,10 +183,13 @@ class PipelineResult:
     ``request_queue_id`` the queue the send asked for or was given (RocketMQ answers that one
     in the response header's queueId); ``delay_level`` 0 when not delayed."""
 
-    __slots__ = ("result", "topic", "queue_id", "request_queue_id", "delay_level", "half")
+    __slots__ = ("result", "topic", "queue_id", "request_queue_id", "delay_level", "half", "deliver_ms",
+                 "uniq_key")
 
     def __init__(self, result, topic: str, queue_id: int, request_queue_id: int,
                  delay_level: int = 0, half: bool = False):
+        self.deliver_ms = 0      # a timer message: its due time (TIMER_OUT_MS)
+        self.uniq_key = None
         self.result = result
         self.topic = topic
         self.queue_id = queue_id
@@ -218,8 +222,10 @@ class PutPipeline:
     register it. It is called on every such put; keep it cheap (a dict lookup)."""
 
     def __init__(self, store, cluster_name: str = DEFAULT_CLUSTER, delay_levels: DelayLevels | None = None,
-                 *, default_max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES, on_new_topic=None):
+                 *, default_max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES, on_new_topic=None,
+                 timer: tr.TimerSettings = tr.DEFAULT_TIMER):
         self.store = store
+        self.timer = timer
         self.cluster_name = cluster_name
         self.levels = delay_levels or DEFAULT_LEVELS
         self.default_max_reconsume_times = default_max_reconsume_times
@@ -247,13 +253,15 @@ class PutPipeline:
         max_times = (self.default_max_reconsume_times if req.max_reconsume_times is None
                      else req.max_reconsume_times)
         to_dlq = topic.startswith(RETRY_PREFIX) and req.reconsume_times >= max_times
-        if not to_dlq and _pair_start(raw, _D) < 0 and _pair_start(raw, _T) < 0:
+        if not to_dlq and _pair_start(raw, _D) < 0 and _pair_start(raw, _T) < 0 and tr.SLOW_MARK not in raw:
             # the common case: no rewrite beyond WAIT and CLUSTER, no dict
             raw = _append_pair(_drop_pair(_drop_pair(raw, _W), _C), self._cluster_pair)
             return self._append(topic, qid, req.body, raw, req, topic, qid, qid, 0, False,
                                 wait_flush=wait_flush)
         props = decode_properties(raw)
         props.pop(P_WAIT, None)
+        if req.client:
+            props.pop(tr.P_TIMER_SRC, None)  # only the timer service may claim a timer's delivery
         props[P_CLUSTER] = self.cluster_name
         dest, dest_qid = topic, qid
         if to_dlq:
@@ -310,26 +318,39 @@ class PutPipeline:
         props = properties if isinstance(properties, dict) else None
         if props is None:
             raw = properties_bytes(properties)
-            if _pair_start(raw, _D) >= 0:
+            if _pair_start(raw, _D) >= 0 or tr.SLOW_MARK in raw:
                 props = decode_properties(raw)
         tx = sysflag & TX_TYPE_MASK
-        level = _delay_level(props) if props is not None and tx in (TX_NOT_TYPE, TX_COMMIT_TYPE) else 0
-        if level > 0:
-            level = self.levels.clamp(level)
-            props = dict(props)
-            props[P_DELAY] = str(level)
-            props[P_REAL_TOPIC] = topic
-            props[P_REAL_QID] = str(queue_id)
-            return self._append(SCHEDULE_TOPIC, level - 1, body, properties_bytes(props), None, topic, queue_id,
-                                rq, level, False, flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
-                                born_host=born_host, reconsume_times=reconsume_times,
-                                prepared_offset=prepared_offset, deliver_delay_ms=self.levels.delay_ms(level),
-                                wait_flush=wait_flush)
+        kw = dict(flag=flag, sysflag=sysflag, born_timestamp=born_timestamp, born_host=born_host,
+                  reconsume_times=reconsume_times, prepared_offset=prepared_offset, wait_flush=wait_flush)
+        if props is not None and tx in (TX_NOT_TYPE, TX_COMMIT_TYPE):
+            level = _delay_level(props)
+            if level > 0:
+                level = self.levels.clamp(level)
+                props = dict(props)
+                tr.drop_timer_properties(props)
+                props[P_DELAY] = str(level)
+                props[P_REAL_TOPIC] = topic
+                props[P_REAL_QID] = str(queue_id)
+                return self._append(SCHEDULE_TOPIC, level - 1, body, properties_bytes(props), None, topic,
+                                    queue_id, rq, level, False, deliver_delay_ms=self.levels.delay_ms(level), **kw)
+            if tr.wants_timer(props, topic):
+                return self._put_timer(topic, queue_id, body, dict(props), rq, kw)
         raw = properties_bytes(props) if props is not None else raw
-        return self._append(topic, queue_id, body, raw, None, topic, queue_id, rq, 0, False, flag=flag,
-                            sysflag=sysflag, born_timestamp=born_timestamp, born_host=born_host,
-                            reconsume_times=reconsume_times, prepared_offset=prepared_offset,
-                            wait_flush=wait_flush)
+        return self._append(topic, queue_id, body, raw, None, topic, queue_id, rq, 0, False, **kw)
+
+    def _put_timer(self, topic, queue_id, body, props: dict, rq: int, kw: dict) -> PipelineResult:
+        """transformTimerMessage (timer_rules): to rmq_sys_wheel_timer, due time as tag code."""
+        got = tr.rewrite(topic, queue_id, props, lib.shmq_now_ms(), self.timer)
+        if got is None:  # due already: an ordinary message of its topic
+            return self._append(topic, queue_id, body, properties_bytes(props), None, topic, queue_id, rq,
+                                0, False, **kw)
+        tqid, due = got
+        res = self._append(tr.TIMER_TOPIC, tqid, body, properties_bytes(props), None, topic, queue_id, rq, 0,
+                           False, tag_code=due, **kw)
+        res.deliver_ms = due
+        res.uniq_key = props.get(P_UNIQ_KEY)
+        return res
 
     def put_half(self, topic: str, queue_id: int, body, props: dict, *, flag: int = 0, sysflag: int = 0,
                  born_timestamp: int | None = None, born_host: tuple[str, int] = ("127.0.0.1", 0),
@@ -367,7 +388,7 @@ class PutPipeline:
 
     def _append(self, stored_topic, stored_qid, body, raw, req, topic, qid, request_qid, level, half, *,
                 flag=None, sysflag=None, born_timestamp=None, born_host=None, reconsume_times=None,
-                prepared_offset=0, deliver_delay_ms=None, wait_flush=True) -> PipelineResult:
+                prepared_offset=0, deliver_delay_ms=None, tag_code=None, wait_flush=True) -> PipelineResult:
         if req is not None:
             flag, sysflag, born_timestamp = req.flag, req.sysflag, req.born_timestamp
             born_host, reconsume_times = req.born_host, req.reconsume_times
@@ -375,7 +396,7 @@ class PutPipeline:
             res = self.store.put(stored_topic, stored_qid, body, raw, flag=flag, sysflag=sysflag,
                                  born_timestamp=born_timestamp, born_host=born_host,
                                  reconsume_times=reconsume_times, prepared_offset=prepared_offset,
-                                 deliver_delay_ms=deliver_delay_ms, wait_flush=wait_flush)
+                                 deliver_delay_ms=deliver_delay_ms, tag_code=tag_code, wait_flush=wait_flush)
         except FlushDiskTimeout as e:
             e.result = PipelineResult(e.result, topic, qid, request_qid, level, half)
             raise
