@@ -26,7 +26,8 @@ from .message import Message, SendResult, SendStatus
 from .uniq_id import generator
 
 #: properties the put pipeline rewrites: a message carrying one takes the general path
-REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY"})
+REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY", "TIMER_DELIVER_MS",
+                          "TIMER_DELAY_SEC", "TIMER_DELAY_MS", "TIMER_DEL_UNIQKEY", "SHMQ_TIMER_SRC"})
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 _SEND_OK = SendStatus.SEND_OK
 _UNIQ = generator()

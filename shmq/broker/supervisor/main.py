@@ -44,6 +44,7 @@ from shmq.broker.shared.config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
 from .schedule import ScheduleService
+from .timer_service import TimerService
 from .transaction_service import TransactionCheckService
 from shmq.broker.shared.topics import TopicTable, config_path, default_topics
 
@@ -105,6 +106,7 @@ class Supervisor:
         self.plane: ControlPlane | None = None
         self.pipeline: PutPipeline | None = None
         self.schedule: ScheduleService | None = None
+        self.timer: TimerService | None = None
         self.tx_check: TransactionCheckService | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
@@ -140,6 +142,9 @@ class Supervisor:
                 self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
             self.schedule = ScheduleService(self.store, self.pipeline, levels)
             self.schedule.start()
+            # RocketMQ 5's timer messages come due here too (timer_service).
+            self.timer = TimerService(self.store, self.pipeline)
+            self.timer.start()
             # Half messages are checked back with one live producer of their group, on its
             # own connection, whichever worker holds it.
             self.tx_check = TransactionCheckService(
@@ -184,6 +189,8 @@ class Supervisor:
             self.tx_check.stop()
         if self.schedule is not None:
             self.schedule.stop()
+        if self.timer is not None:
+            self.timer.stop()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -294,6 +301,8 @@ class Supervisor:
             await asyncio.to_thread(self.tx_check.stop)
         if self.schedule is not None:
             await asyncio.to_thread(self.schedule.stop)  # before the store closes: it flushes and persists its progress
+        if self.timer is not None:
+            await asyncio.to_thread(self.timer.stop)     # likewise: it flushes and writes its checkpoint
         with self._persist_lock:
             if self.store is not None:
                 self.store.close()  # flush, checkpoint, persist offsets, remove abort

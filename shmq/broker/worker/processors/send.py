@@ -27,7 +27,7 @@ from shmq.protocol.codes import Perm
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
 from shmq.protocol.message import decode_properties, encode_properties
-from shmq.store import transaction, validate
+from shmq.store import recall, transaction, validate
 from shmq.store.put import PutRequest
 
 from shmq.broker.shared import control_channel as cc
@@ -123,8 +123,10 @@ class Processor:
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             return self._put_batch(conn, cmd, h, qid)
         props = h.properties or ""
-        if "DELAY\x01" in props or "TRAN_MSG\x01" in props or h.topic.startswith(RETRY_PREFIX):
-            # Delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's.
+        if ("DELAY\x01" in props or "TRAN_MSG\x01" in props or "TIMER_" in props
+                or h.topic.startswith(RETRY_PREFIX)):
+            # Delay (SCHEDULE_TOPIC_XXXX), timers (rmq_sys_wheel_timer), half messages and
+            # retry -> DLQ are the put pipeline's.
             return self._put_pipeline(conn, cmd, h, qid, tc)
         if "WAIT\x01" in props:  # Java clients always send it; 4.9.x does not store it
             props = "\x02".join(p for p in props.split("\x02") if p and not p.startswith("WAIT\x01"))
@@ -161,7 +163,12 @@ class Processor:
         if pr.half:
             self._register_tx_producer(conn, h.producerGroup)
         # RocketMQ answers the queue the send asked for and the offset where it was stored.
-        return self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
+        r = self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
+        if pr.deliver_ms and pr.uniq_key and not h.topic.startswith(RETRY_PREFIX) and not asyncio.iscoroutine(r):
+            # SendMessageProcessor.attachRecallHandle (5.3.3): what RECALL_MESSAGE takes back
+            r.ext_fields["recallHandle"] = recall.build_handle(h.topic, self.cfg.brokerName, pr.deliver_ms + 1,
+                                                               pr.uniq_key)
+        return r
 
     def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
         if h.topic.startswith(RETRY_PREFIX):
