@@ -11,8 +11,8 @@ import sys
 import pytest
 
 from shmq import Message, Producer, SendStatus
-from shmq.broker.attach import AttachGuard, write_key
-from shmq.broker.config import BrokerConfig
+from shmq.broker.shared.attach import AttachGuard, write_key
+from shmq.broker.shared.config import BrokerConfig
 from shmq.protocol import RequestCode, SyncRemotingClient, attach, request
 from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO
 
