@@ -12,8 +12,8 @@ import os
 import threading
 import weakref
 
-from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, StaleSegment, StoreError,
-                         StoreReadOnly, TableFull)
+from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, SlaveStore, StaleSegment,
+                         StoreError, StoreReadOnly, TableFull)
 from shmq.native import ffi, lib
 
 from .commitlog import CommitLog
@@ -55,6 +55,8 @@ def raise_for_status(rc: int, what: str = "append", size: int = 0, limit: int = 
         raise TableFull(f"{what}: the shared table is full")
     if rc == lib.SHMQ_EIO:
         raise StoreReadOnly("flush failed with an I/O error; the store is read-only")
+    if rc == lib.SHMQ_ESLAVE:
+        raise SlaveStore("the broker role is slave: messages are written by replication only")
     raise StoreError(f"{what} failed with status {rc}")
 
 

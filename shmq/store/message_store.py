@@ -122,6 +122,7 @@ class MessageStore(Reader):
         cb = ControlBlock.create(cfg, nonce, generation)
         store = cls(cfg, cb, owner=True)
         store._lock_fd = lock_fd
+        store.tag_code = tag_code  # a slave's replica writer dispatches with it too
         store.checkpoint = Checkpoint.load(path_of(cfg.root))
         report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
         store.recovery = report
