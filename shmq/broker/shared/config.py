@@ -106,6 +106,10 @@ class BrokerConfig:
     timerWheelEnable: bool = True
     timerMaxDelaySec: int = 3 * 24 * 3600
     timerPrecisionMs: int = 1
+    #: POP (RocketMQ 5): the request mode QUERY_ASSIGNMENT answers for a group no
+    #: SET_MESSAGE_REQUEST_MODE named, and how many consumers share a queue in POP mode.
+    defaultMessageRequestMode: str = "PULL"
+    defaultPopShareQueueNum: int = -1
     notifyConsumerIdsChangedEnable: bool = True
     #: Transactions (RocketMQ's keys): how often half messages are checked, how old one must
     #: be before it is checked, and how many checks before it is discarded.

@@ -11,10 +11,10 @@ from __future__ import annotations
 from shmq.protocol.transport import Handler
 
 from .context import WorkerContext
-from .processors import admin, consumer, pull, send, slave_sync, timer
+from .processors import admin, consumer, pop, pull, send, slave_sync, timer
 
 #: Later families win a code two of them name (none does today).
-FAMILIES = (send, pull, consumer, admin, slave_sync, timer)
+FAMILIES = (send, pull, consumer, admin, slave_sync, timer, pop)
 
 
 def handlers(ctx: WorkerContext) -> dict[int, Handler]:
