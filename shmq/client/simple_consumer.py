@@ -16,6 +16,7 @@ when the client could map the store.
 from __future__ import annotations
 
 import itertools
+import json
 import time
 
 from shmq.errors import BrokerError, ShmqError
@@ -141,6 +142,25 @@ class SimpleConsumer:
                                   10)
         if resp.code != 0:
             raise BrokerError(resp.code, resp.remark)
+
+    def ack_batch(self, msgs: list[MessageExt]) -> None:
+        """Ack many received messages in one BATCH_ACK_MESSAGE per broker (RocketMQ 5.3's
+        BatchAckMessageRequestBody: one entry per checkpoint, the acked offsets as a bit set)."""
+        by_broker: dict[str, dict[tuple, list[int]]] = {}
+        topics: dict[tuple, str] = {}
+        for m in msgs:
+            x, _addr = self._receipt(m)
+            key = (x.retry, x.queue_id, x.ck_offset, x.pop_time, x.invisible_time, x.revive_qid)
+            by_broker.setdefault(x.broker_name, {}).setdefault(key, []).append(x.msg_offset)
+            topics[key] = m.topic
+        for broker, cks in by_broker.items():
+            acks = [{"c": self.group, "t": topics[k], "r": k[0], "q": k[1], "so": k[2], "pt": k[3], "it": k[4],
+                     "rq": k[5], "b": pi.offsets_bitset(offs, k[2])} for k, offs in cks.items()]
+            body = json.dumps({"brokerName": broker, "acks": acks}).encode()
+            addr = self.instance.master_addr(broker)
+            resp = self.instance.call(self.instance.invoke(addr, request(RequestCode.BATCH_ACK_MESSAGE, body=body)), 10)
+            if resp.code != 0:
+                raise BrokerError(resp.code, resp.remark)
 
     def change_invisible_duration(self, msg: MessageExt, seconds: float) -> None:
         x, addr = self._receipt(msg)

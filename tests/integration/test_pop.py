@@ -47,8 +47,9 @@ def test_pop_ack_and_redelivery(start_broker, namesrv):
         got = _receive_all(sc, 20, it=2.0)
         assert sorted(int(m.body) for m in got) == list(range(20))
         assert sc.receive(32, await_duration=0.3) == []          # all invisible now
+        sc.ack_batch([m for m in got if int(m.body) % 2 == 0 and int(m.body) < 10])
         for m in got:
-            if int(m.body) % 2 == 0:
+            if int(m.body) % 2 == 0 and int(m.body) >= 10:
                 sc.ack(m)
         back = _receive_all(sc, 10, it=30.0, timeout=15)
         assert sorted(int(m.body) for m in back) == list(range(1, 20, 2))

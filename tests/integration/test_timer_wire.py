@@ -15,7 +15,7 @@ from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.store.record import iter_records
 
 from .broker_helpers import create_topic, pull, send, start_broker  # noqa: F401
-from .conftest import processes  # noqa: F401
+from .conftest import namesrv, processes  # noqa: F401
 
 
 def now_ms() -> int:
@@ -148,3 +148,33 @@ def drain_from_end(c, got) -> list:
         if r.code == 0:
             extra.extend(iter_records(r.body))
     return extra
+
+
+def test_cli_timer_send_and_recall(start_broker, namesrv):  # noqa: F811
+    import json as _json
+    import subprocess
+    import sys
+
+    from .client_helpers import wait_route
+    br = start_broker(namesrv)
+    with SyncRemotingClient(br.addr, timeout=10) as c:
+        create_topic(c, "TC", queues=1)
+    wait_route(namesrv.addr, "TC")
+    cli = [sys.executable, "-m", "shmq.cli.main", "timer"]
+    t0 = time.monotonic()
+    keep = subprocess.run(cli + ["send", "TC", "keep", "--delay", "8s", "-n", namesrv.addr],
+                          capture_output=True, text=True, timeout=60)
+    gone = subprocess.run(cli + ["send", "TC", "gone", "--delay", "8s", "-n", namesrv.addr],
+                          capture_output=True, text=True, timeout=60)
+    assert keep.returncode == 0 and gone.returncode == 0, keep.stderr + gone.stderr
+    handle = _json.loads(gone.stdout)["recallHandle"]
+    r = subprocess.run(cli + ["recall", "TC", handle, "-n", namesrv.addr], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert _json.loads(r.stdout)["recalled"] == _json.loads(gone.stdout)["msgId"]
+    time.sleep(max(0.0, t0 + 9.5 - time.monotonic()))
+    with SyncRemotingClient(br.addr, timeout=10) as c:
+        got = drain(c, "TC", 1, 2, timeout=3)
+    assert [bytes(m.body) for m in got] == [b"keep"]
+    late = subprocess.run(cli + ["recall", "TC", handle, "-n", namesrv.addr], capture_output=True, text=True,
+                          timeout=60)
+    assert late.returncode == 1 and "timestamp invalid" in late.stderr

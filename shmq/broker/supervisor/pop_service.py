@@ -90,7 +90,8 @@ class PopService:
     # ---- POP ---------------------------------------------------------------------------
     def _queues(self, group: str, topic: str, qid: int) -> list[tuple[str, int]]:
         retry = pop_retry_topic(group, topic)
-        out = [(retry, q) for q in self.store.queues_of(retry)]
+        # a POP retry topic has one queue (revive writes queue 0); a lookup, not a table scan
+        out = [(retry, 0)] if self.store.queue_bounds(retry, 0) is not None else []
         if qid >= 0:
             return out + [(topic, qid)]
         tc = self.topics.get(topic)
