@@ -309,20 +309,25 @@ class ClientInstance:
                 if v is self:
                     del self._registry[k]
         async def close_all():
-            # every task of ours ends before the connections close, so nothing is left
-            # pending or half-open when the loop stops
+            # every task of ours ends and every connection closes before the loop stops, so
+            # nothing is left pending or half-open; a task still running (a rebalance a
+            # broker's notification started) may open a new connection while the first ones
+            # close, hence the rounds
             for svc in self._services:
                 await svc.stop()
-            for c in list(self._clients.values()):
-                try:
-                    await c.close()
-                except Exception as e:
-                    log.debug("closing %s: %s", c.addr, e)
             me = asyncio.current_task()
-            tasks = [t for t in asyncio.all_tasks() if t is not me]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(3):
+                for c in list(self._clients.values()):
+                    try:
+                        await c.close()
+                    except Exception as e:
+                        log.debug("closing %s: %s", c.addr, e)
+                tasks = [t for t in asyncio.all_tasks() if t is not me]
+                if not tasks:
+                    break
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         try:
             self.call(close_all(), 10)
         except Exception as e:
