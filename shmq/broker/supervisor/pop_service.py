@@ -38,6 +38,7 @@ import time
 
 from shmq.protocol import RemotingCommand, ResponseCode
 from shmq.protocol.pop_info import ORDER_REVIVE_QID, RETRY_PREFIX, pop_retry_topic
+from shmq.service import ThreadService
 from shmq.store import files
 from shmq.store.record import decode_record
 
@@ -62,8 +63,8 @@ class PopService:
         self.revive_interval = revive_interval
         self.modes = self._load_modes()
         self._lock = threading.Lock()      # the event loop and the revive thread share the state
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._reviver = ThreadService("shmq-pop-revive", revive_interval, self._round, log=log)
+        self._last_sync = 0.0
         self.revived = 0
         #: orderly: (group, topic, qid) -> {offset: times popped} for the re-POP after an expiry
         self._recount: dict[tuple, dict[int, int]] = {}
@@ -74,14 +75,10 @@ class PopService:
                 Ctl.MODE_GET: self.mode_get, Ctl.MODE_SET: self.mode_set}
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="shmq-pop-revive", daemon=True)
-        self._thread.start()
+        self._reviver.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)
-            self._thread = None
+        self._reviver.stop(10)
         with self._lock:
             if self.state is not None:
                 self.state.close()
@@ -181,18 +178,14 @@ class PopService:
                                              "rq": str(ORDER_REVIVE_QID if ck.order else 0)})
 
     # ---- revive --------------------------------------------------------------------------
-    def _run(self) -> None:
-        last_sync = time.monotonic()
-        while not self._stop.wait(self.revive_interval):
-            try:
-                self.revive_once()
-                if time.monotonic() - last_sync >= 1.0:
-                    last_sync = time.monotonic()
-                    with self._lock:
-                        self.state.sync()
-                        self._commit_offsets()
-            except Exception:  # noqa: BLE001 - the next round tries again; nothing is closed
-                log.exception("POP revive round failed")
+    def _round(self) -> None:
+        """One revive round (a failed one is logged by the service; nothing is closed)."""
+        self.revive_once()
+        if time.monotonic() - self._last_sync >= 1.0:
+            self._last_sync = time.monotonic()
+            with self._lock:
+                self.state.sync()
+                self._commit_offsets()
 
     def revive_once(self, now: int | None = None) -> int:
         now = now_ms() if now is None else now

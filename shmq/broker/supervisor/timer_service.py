@@ -14,15 +14,19 @@ import logging
 import threading
 import time
 
+from shmq.service import ThreadService
 from shmq.store.timer_store import TimerStore
 
 log = logging.getLogger("shmq.broker.timer")
 ROLL_TIMEOUT_S = 30.0
 
 
-class TimerService:
+class TimerService(ThreadService):
+    """A :class:`shmq.service.ThreadService` whose sleep is the store's new-data futex."""
+
     def __init__(self, store, pipeline, *, checkpoint_interval: float = 1.0, max_wait: float = 0.05,
                  min_wait: float = 0.001, batch: int = 2048):
+        super().__init__("shmq-timer", max_wait, log=log, first_delay_s=0, error_delay_s=0.5)
         self.store = store
         self.timers = TimerStore(store, pipeline.put_inner)
         self.checkpoint_interval = checkpoint_interval
@@ -31,77 +35,66 @@ class TimerService:
         self.batch = batch
         self._rolls: list[list] = []
         self._lock = threading.Lock()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._last_ck = 0.0
+        self._seen = 0
+        self._opened = False
 
     def start(self) -> None:
-        self.timers.open()
-        add = getattr(self.store, "add_expiry_guard", None)
-        if add is not None:
-            add(self.guard)
-        self._thread = threading.Thread(target=self._run, name="shmq-timer", daemon=True)
-        self._thread.start()
+        if self.running:
+            return
+        if not self._opened:
+            self.timers.open()
+            self._opened = True
+        self.store.add_expiry_guard(self.guard)
+        self._last_ck = time.monotonic()
+        super().start()
 
-    def stop(self, timeout: float = 10.0) -> None:
-        t = self._thread
-        if t is None:
-            return
-        self._stopping = True
-        t.join(timeout)
-        self._thread = None
-        if t.is_alive():
+    def stop(self, timeout: float = 10.0) -> bool:
+        if not self.running:
+            return True
+        if not super().stop(timeout):
             log.error("timer thread did not stop within %.1fs; the next start recovers from the CommitLog", timeout)
-            return
-        remove = getattr(self.store, "remove_expiry_guard", None)
-        if remove is not None:
-            remove(self.guard)
+            return False
+        self.store.remove_expiry_guard(self.guard)
         try:
             self.store.flush()
             self.timers.checkpoint()
         except Exception:  # noqa: BLE001 - the next start recovers from the CommitLog tail
             log.exception("timer checkpoint at stop failed")
         self.timers.close()
+        self._opened = False
+        return True
 
-    # ---- the loop ------------------------------------------------------------------------
-    def _run(self) -> None:
-        last_ck = time.monotonic()
-        while not self._stopping:
-            seen = self.store.commit_pos
-            try:
-                busy = self._pass()
-                if time.monotonic() - last_ck >= self.checkpoint_interval:
-                    last_ck = time.monotonic()
-                    self.timers.checkpoint()
-            except Exception:  # noqa: BLE001 - never let the wheel die; try again soon
-                log.exception("timer pass failed")
-                busy = False
-                time.sleep(0.5)
-            if not busy:
-                self._wait(seen)
-
-    def _pass(self) -> bool:
+    # ---- the round -------------------------------------------------------------------------
+    def round(self) -> float:
+        self._seen = self.store.commit_pos
         ts = self.timers
         ts.ingest()
         busy = ts.fire_due(self.batch) >= self.batch
         ts.settle()
         self._serve_rolls()
-        return busy
+        if time.monotonic() - self._last_ck >= self.checkpoint_interval:
+            self._last_ck = time.monotonic()
+            ts.checkpoint()
+        if busy:
+            return 0.0
+        nd = ts.index.next_due()
+        if nd is None:
+            return self.max_wait
+        return min(self.max_wait, max(0.0, (nd - ts.now()) / 1000.0))
 
-    def _wait(self, seen: int) -> None:
-        nd = self.timers.index.next_due()
-        wait = self.max_wait
-        if nd is not None:
-            wait = min(wait, max(0.0, (nd - self.timers.now()) / 1000.0))
-        if wait <= 0:
-            return
-        if self.store.wait(seen, wait) != seen:
+    def sleep(self, seconds: float) -> None:
+        if self.store.wait(self._seen, seconds) != self._seen and not self.stopping:
             time.sleep(self.min_wait)
+
+    def interrupt(self) -> None:
+        pass  # the futex wait is at most max_wait long: stop() and wake() are served by then
 
     # ---- expiry ----------------------------------------------------------------------------
     def guard(self, phys_end: int) -> bool:
         """Called by the cleanup before the CommitLog below ``phys_end`` goes: returns True once
         every pending timer stored there has been re-appended and flushed."""
-        if self._thread is None or self._stopping:
+        if not self.running or self.stopping:
             return False
         req = [phys_end, threading.Event(), False]
         with self._lock:
