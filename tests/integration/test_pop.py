@@ -156,3 +156,19 @@ def test_timer_and_recall_through_the_python_client(start_broker, namesrv):
         assert [m.body for m in got] == [b"keep"] and time.time() - t0 >= 1.0
         sc.ack(got[0])
         assert sc.receive(8, await_duration=1.5) == []
+
+
+def test_orderly_pop_holds_the_queue_and_redelivers_in_order(start_broker, namesrv):
+    _setup(start_broker, namesrv, "PO", queues=1, n=5)
+    with SimpleConsumer("pg6", namesrv.addr, orderly=True).subscribe("PO") as a, \
+            SimpleConsumer("pg6", namesrv.addr, orderly=True).subscribe("PO") as b:
+        first = a.receive(3, invisible_duration=1.0, await_duration=2.0)
+        assert [int(m.body) for m in first] == [0, 1, 2]
+        assert b.receive(3, await_duration=0.3) == []            # the queue is held until acked or expired
+        a.ack(first[0])
+        again = []
+        deadline = time.monotonic() + 10
+        while not again and time.monotonic() < deadline:
+            again = b.receive(3, invisible_duration=30, await_duration=1.0)
+        assert [int(m.body) for m in again] == [1, 2, 3]          # from the first unacked, in order
+        assert [m.reconsume_times for m in again] == [1, 1, 0]

@@ -222,3 +222,30 @@ def test_timer_outlives_its_commitlog_file(env):
     assert bytes(m.body) == b"far" and m.properties[tr.P_TIMER_ROLL_TIMES] == "1"
     assert ts.rolled == 1
 
+
+
+def test_timer_service_rolls_before_the_cleanup_deletes(store_root):
+    """The supervisor's TimerService as the cleanup's guard: the file holding a pending timer
+    is deleted only after the service re-appended it, and the timer still fires, once."""
+    import time
+
+    from shmq.broker.supervisor.timer_service import TimerService
+    s = MessageStore.open(small_config(store_root, file_reserved_time_hours=0), tag_code=DEFAULT_LEVELS.tag_code)
+    p = PutPipeline(s, "C")
+    svc = TimerService(s, p)
+    svc.start()
+    try:
+        r = send(p, body=b"late", TIMER_DELAY_MS=2500)
+        for _ in range(300):
+            send(p, topic="Fill", body=b"z" * 900)
+        deleted = CleanupService(s).delete_expired()
+        assert r.phys_offset // s.commitlog.file_size in deleted
+        assert svc.timers.rolled == 1
+        deadline = time.monotonic() + 15
+        while not delivered(s) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (m,) = delivered(s)
+        assert bytes(m.body) == b"late" and m.store_timestamp >= r.deliver_ms
+    finally:
+        svc.stop()
+        s.close()
