@@ -13,6 +13,8 @@ import signal
 import threading
 import time
 
+import pytest
+
 from shmq import Producer, SimpleConsumer
 from shmq.client.message import Message
 from shmq.protocol import RequestCode, SyncRemotingClient, request
@@ -144,9 +146,10 @@ def test_lite_pull_and_assignment(start_broker, namesrv):
         assert {(x["mode"], x["messageQueue"]["queueId"]) for x in a} == {("POP", -1)}
 
 
-def test_timer_and_recall_through_the_python_client(start_broker, namesrv):
+@pytest.mark.parametrize("local", ["never", "always"])
+def test_timer_and_recall_through_the_python_client(start_broker, namesrv, local):
     _setup(start_broker, namesrv, "PY", queues=1)
-    with Producer("tp", namesrv.addr, local="never") as p, SimpleConsumer("pg5", namesrv.addr).subscribe("PY") as sc:
+    with Producer("tp", namesrv.addr, local=local) as p, SimpleConsumer("pg5", namesrv.addr).subscribe("PY") as sc:
         t0 = time.time()
         keep = p.send(Message("PY", b"keep", delay=1.0))
         gone = p.send(Message("PY", b"gone", deliver_at=int((t0 + 1.0) * 1000)))
