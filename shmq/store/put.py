@@ -292,6 +292,8 @@ class PutPipeline:
             raise InvalidMessage("a batch cannot be delayed (DELAY is not supported for batch messages)")
         if req.sysflag & TX_TYPE_MASK or _is_true(props.get(P_TRAN_MSG)):
             raise InvalidMessage("a batch cannot be a transactional message")
+        if tr.wants_timer(props, topic):
+            raise InvalidMessage("a batch cannot be a timer message (TIMER_* properties are for single sends)")
         qid = self._choose_queue(req)
         props.pop(P_WAIT, None)
         props[P_CLUSTER] = self.cluster_name

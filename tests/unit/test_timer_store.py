@@ -249,3 +249,11 @@ def test_timer_service_rolls_before_the_cleanup_deletes(store_root):
     finally:
         svc.stop()
         s.close()
+
+
+def test_batch_with_timer_properties_is_refused(env):
+    from shmq.store.record import encode_batch
+    s, p, ts, clock = env()
+    body = encode_batch([(b"a", b"", 0)])
+    with pytest.raises(InvalidMessage, match="timer"):
+        p.put(PutRequest("T", body, {tr.P_TIMER_DELAY_MS: "500"}, queue_id=0, write_queues=1, batch=True))

@@ -176,9 +176,10 @@ class Processor:
         extra = self._batch_props.get(h.properties or "")
         if extra is None:
             pm = decode_properties(h.properties or "")
-            if pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0:
+            if (pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0
+                    or any(k.startswith("TIMER_") for k in pm)):
                 return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL,
-                                         "batch message does not support delay or transaction")
+                                         "batch message does not support delay, timer or transaction")
             pm.pop("WAIT", None)
             pm["CLUSTER"] = self.cfg.brokerClusterName
             extra = encode_properties(pm).encode()
