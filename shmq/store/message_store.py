@@ -549,6 +549,10 @@ def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
     _unlink_quietly(cfg)
 
 
+#: Public for segment_gc: the fencing a broker start does, then the segment's unlink.
+fence_previous = _fence_previous
+
+
 def _unlink_quietly(cfg: StoreConfig) -> None:
     from .control import segment_name
     import posix_ipc
