@@ -101,7 +101,10 @@ def pull_all(addr: str, topic: str, queues: int, want: int, timeout: float) -> l
 
 def lateness(p: Producer, addr: str, rate: int, seconds: int) -> None:
     n = rate * seconds
-    lead = 5 + n / 15_000                            # the sends must finish before the first is due
+    probe, t0 = 2000, time.monotonic()               # how fast this machine sends timers now
+    for _ in range(probe):
+        p.send(Message("BenchFar", b"y" * 64, delay=7200))
+    lead = 5 + 1.5 * n * (time.monotonic() - t0) / probe   # every send lands before the first is due
     start_ms = int((time.time() + lead) * 1000)
     t0 = time.monotonic()
     for i in range(n):
@@ -156,7 +159,9 @@ def main() -> None:
     ns_addr = m.group(1)
     br, m = start([sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store, "--workers", "2",
                    "--namesrv", ns_addr, "--log-level", "WARNING", "--set", "mappedFileSizeCommitLog=268435456",
-                   "--set", "diskMaxUsedSpaceRatio=95", "--set", "registerNameServerPeriod=1000"],
+                   "--set", "diskMaxUsedSpaceRatio=95", "--set", "registerNameServerPeriod=1000",
+                   # a name of its own: a stale broker elsewhere on this host may find our NameServer's port
+                   "--set", f"brokerName=bench-timers-{os.getpid()}"],
                   r"listening on (127\.0\.0\.1:\d+)")
     addr = m.group(1)
     try:
