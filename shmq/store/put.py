@@ -116,6 +116,7 @@ def _append_pair(raw: bytes, pair: bytes) -> bytes:
 
 
 _W, _C, _D, _T = (n.encode() + _NV for n in (P_WAIT, P_CLUSTER, P_DELAY, P_TRAN_MSG))
+_TOUT = tr.P_TIMER_OUT_MS.encode() + _NV
 
 
 def properties_bytes(props) -> bytes:
@@ -320,7 +321,8 @@ class PutPipeline:
         props = properties if isinstance(properties, dict) else None
         if props is None:
             raw = properties_bytes(properties)
-            if _pair_start(raw, _D) >= 0 or tr.SLOW_MARK in raw:
+            if _pair_start(raw, _D) >= 0 or (tr.SLOW_MARK in raw and _pair_start(raw, _TOUT) < 0):
+                # (a record with TIMER_OUT_MS is a fired or rolled timer: never timed again)
                 props = decode_properties(raw)
         tx = sysflag & TX_TYPE_MASK
         kw = dict(flag=flag, sysflag=sysflag, born_timestamp=born_timestamp, born_host=born_host,

@@ -193,7 +193,9 @@ class TimerStore:
         props[tr.P_TIMER_DEQUEUE_MS] = str(now)
         props[tr.P_TIMER_SRC] = f"{tr.TIMER_QID}:{off}"
         try:
-            res = self._put_inner(topic, qid, bytes(msg.body), props, flag=msg.flag, sysflag=msg.sysflag,
+            # the text of a stored record's properties: encoded without the client checks
+            res = self._put_inner(topic, qid, bytes(msg.body), encode_properties(props), flag=msg.flag,
+                                  sysflag=msg.sysflag,
                                   born_timestamp=msg.born_timestamp, born_host=msg.born_host,
                                   reconsume_times=msg.reconsume_times, wait_flush=False)
         except InvalidMessage as e:
