@@ -183,12 +183,12 @@ class NamesrvProcessor:
         gen, kvgen = self.table.generation, self.kv.generation
         if cached is not None and cached[0] == gen and cached[1] == kvgen:
             return cmd.make_response(body=cached[2])
-        route = self.table.pickup_route(h.topic)
+        route = self.table.pickup_route(h.topic) if h.topic is not None else None
         if route is None:
             self._route_cache.pop(key, None)
             return cmd.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"No topic route info in name server for the topic: {h.topic}{_FAQ_SUFFIX}",
+                f"No topic route info in name server for the topic: {'null' if h.topic is None else h.topic}{_FAQ_SUFFIX}",
             )
         if self.config.orderMessageEnable:
             route.orderTopicConf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, h.topic)

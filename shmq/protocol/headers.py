@@ -297,7 +297,8 @@ class UnRegisterBrokerRequestHeader(CommandHeader):
 
 
 class GetRouteInfoRequestHeader(CommandHeader):
-    topic: str
+    # optional as in RocketMQ 4.9.7's NameServer: no topic is "no route for the topic: null" (17)
+    topic: str | None = None
     acceptStandardJsonOnly: bool | None = None
 
 
