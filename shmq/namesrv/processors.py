@@ -176,6 +176,9 @@ class NamesrvProcessor:
 
     # ---- routes and lists ------------------------------------------------------------------------
     def get_route_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if "topic" not in cmd.ext_fields:  # RocketMQ's NameServer: the route of topic "null"
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"No topic route info in name server for the topic: null{_FAQ_SUFFIX}")
         h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
         standard = cmd.version >= Version.V4_9_4 or bool(h.acceptStandardJsonOnly)
         key = (h.topic, standard)
@@ -183,12 +186,12 @@ class NamesrvProcessor:
         gen, kvgen = self.table.generation, self.kv.generation
         if cached is not None and cached[0] == gen and cached[1] == kvgen:
             return cmd.make_response(body=cached[2])
-        route = self.table.pickup_route(h.topic) if h.topic is not None else None
+        route = self.table.pickup_route(h.topic)
         if route is None:
             self._route_cache.pop(key, None)
             return cmd.make_response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"No topic route info in name server for the topic: {'null' if h.topic is None else h.topic}{_FAQ_SUFFIX}",
+                f"No topic route info in name server for the topic: {h.topic}{_FAQ_SUFFIX}",
             )
         if self.config.orderMessageEnable:
             route.orderTopicConf = self.kv.get(NAMESPACE_ORDER_TOPIC_CONFIG, h.topic)

@@ -297,8 +297,7 @@ class UnRegisterBrokerRequestHeader(CommandHeader):
 
 
 class GetRouteInfoRequestHeader(CommandHeader):
-    # optional as in RocketMQ 4.9.7's NameServer: no topic is "no route for the topic: null" (17)
-    topic: str | None = None
+    topic: str
     acceptStandardJsonOnly: bool | None = None
 
 

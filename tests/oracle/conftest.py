@@ -33,6 +33,8 @@ COMMON = {
     "brokerClusterName": rmq.BROKER_DEFAULTS["brokerClusterName"],
     "enablePropertyFilter": "true",
     "messageDelayLevel": rmq.BROKER_DEFAULTS["messageDelayLevel"],
+    "transactionTimeOut": rmq.BROKER_DEFAULTS["transactionTimeOut"],
+    "transactionCheckInterval": rmq.BROKER_DEFAULTS["transactionCheckInterval"],
 }
 
 

@@ -16,7 +16,7 @@ What the JVMs need, found by starting them (not documented in one place upstream
   and the logback files default under it;
 - tls.server.mode=disabled: otherwise each server builds a self-signed SSL context at start
   (6-9 s each on this machine's 2 cores);
-- --add-opens java.base/java.nio (and sun.nio.ch) on Java 17: MappedFile.clean reflects into
+- --add-opens java.base/java.nio, jdk.internal.ref (and sun.nio.ch) on Java 17: MappedFile.clean reflects into
   DirectByteBuffer when the store shuts down; without it the clean shutdown throws and leaves
   the abort file behind (the next start then recovers as after a crash).
 - A broker binds listenPort, listenPort-2 (the "VIP" fast channel) and listenPort+1 (HA): a free
@@ -36,6 +36,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,7 +50,8 @@ BROKER_READY = r"The broker\[.*\] boot success"
 
 _JAVA17_OPENS = ["--add-opens", "java.base/java.nio=ALL-UNNAMED",
                  "--add-opens", "java.base/sun.nio.ch=ALL-UNNAMED",
-                 "--add-opens", "java.base/java.lang=ALL-UNNAMED"]
+                 "--add-opens", "java.base/java.lang=ALL-UNNAMED",
+                 "--add-opens", "java.base/jdk.internal.ref=ALL-UNNAMED"]
 
 _LOGBACK = """<configuration>
   <appender name="F" class="ch.qos.logback.core.FileAppender">
@@ -76,6 +78,9 @@ BROKER_DEFAULTS = {
     "flushConsumerOffsetInterval": 500,
     # a retried message comes back after 1 s, not 10 s (tests wait for redeliveries)
     "messageDelayLevel": "1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s 1s",
+    # a half message left UNKNOW is checked back after ~1 s, not 6 s + 60 s
+    "transactionTimeOut": 1000,
+    "transactionCheckInterval": 1000,
 }
 
 
@@ -94,7 +99,8 @@ class RocketMQHome:
         conf.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
         for who in ("namesrv", "broker"):
-            (conf / f"logback_{who}.xml").write_text(_LOGBACK.format(log=self.logs / f"{who}-${{pid}}.log"))
+            # each JVM names its own log file (-Dshmq.logFile): several share one home
+            (conf / f"logback_{who}.xml").write_text(_LOGBACK.format(log="${shmq.logFile}"))
 
     def jvm_props(self) -> dict[str, str]:
         return {"user.home": str(self.root), "rocketmq.home.dir": str(self.root),
@@ -132,6 +138,7 @@ class JvmProc:
 
     def __init__(self, popen: subprocess.Popen, addr: str, kind: str, out_path: Path):
         self.popen, self.pid, self.addr, self.kind, self.out_path = popen, popen.pid, addr, kind, out_path
+        self.drain: threading.Thread | None = None
 
     @property
     def port(self) -> int:
@@ -159,12 +166,17 @@ class JvmProc:
             except subprocess.TimeoutExpired:
                 os.kill(self.pid, signal.SIGKILL)
                 self.popen.wait(10)
+        if self.drain is not None:
+            self.drain.join(10)  # it closes stdout at EOF
+        elif self.popen.stdout is not None:
+            self.popen.stdout.close()
         return self.popen.returncode
 
 
 def _launch(main: str, conf_path: Path, home: RocketMQHome, heap: str, ready: str, addr: str,
             kind: str, timeout: float) -> JvmProc:
-    cmd = jvm.java_command(main, server_classpath(), "-c", str(conf_path), heap=heap, props=home.jvm_props())
+    props = {**home.jvm_props(), "shmq.logFile": str(home.logs / f"{conf_path.stem}.log")}
+    cmd = jvm.java_command(main, server_classpath(), "-c", str(conf_path), heap=heap, props=props)
     cmd[1:1] = _JAVA17_OPENS
     out_path = conf_path.with_suffix(".out")
     with open(out_path, "wb") as out:
@@ -184,8 +196,8 @@ def _launch(main: str, conf_path: Path, home: RocketMQHome, heap: str, ready: st
                 break
             buf += chunk
             if pattern.search(buf.decode(errors="replace")):
-                # the rest of its stdout is not read: send it where stderr goes
-                _drain(popen, out_path)
+                # the rest of its stdout goes where stderr goes
+                proc.drain = _drain(popen, out_path)
                 return proc
     finally:
         sel.close()
@@ -194,15 +206,15 @@ def _launch(main: str, conf_path: Path, home: RocketMQHome, heap: str, ready: st
                        f"stderr:\n{proc.output()[-3000:]}")
 
 
-def _drain(popen: subprocess.Popen, out_path: Path) -> None:
-    import threading
-
+def _drain(popen: subprocess.Popen, out_path: Path) -> threading.Thread:
     def pump():
-        with open(out_path, "ab") as f:
+        with open(out_path, "ab") as f, popen.stdout:
             for line in popen.stdout:
                 f.write(line)
                 f.flush()
-    threading.Thread(target=pump, daemon=True, name=f"drain-{popen.pid}").start()
+    t = threading.Thread(target=pump, daemon=True, name=f"drain-{popen.pid}")
+    t.start()
+    return t
 
 
 def _write_conf(path: Path, conf: dict) -> Path:
