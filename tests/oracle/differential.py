@@ -106,8 +106,16 @@ class Recorder:
         self.responses: dict[str, RemotingCommand | None] = {}
 
     def __call__(self, label: str, code: int, ext: dict | None = None, body: bytes = b"",
-                 timeout: float = 5.0) -> RemotingCommand | None:
-        resp = invoke(self.client, code, ext, body, timeout)
+                 timeout: float = 5.0, until=None) -> RemotingCommand | None:
+        """``until(resp)``: repeat the request (for up to 10 s) until it holds; for what a
+        broker makes visible asynchronously (RocketMQ dispatches to its ConsumeQueues and
+        index in a background thread)."""
+        deadline = time.monotonic() + 10
+        while True:
+            resp = invoke(self.client, code, ext, body, timeout)
+            if until is None or until(resp) or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
         self.seen.append((label, observe(code, resp, self.target)))
         self.responses[label] = resp
         return resp

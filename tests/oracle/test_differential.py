@@ -37,6 +37,14 @@ def pull_ext(topic: str, group: str, queue_id: int = 0, offset: int = 0, sub: st
     return {k: v for k, v in ext.items() if v is not None}
 
 
+def _found(resp) -> bool:
+    return resp is not None and resp.code == 0
+
+
+def _ext_is(key: str, value: str):
+    return lambda resp: resp is not None and resp.ext_fields.get(key) == value
+
+
 # ---- cases: each runs one sequence on one target and returns its recorders -------------------
 
 
@@ -77,11 +85,11 @@ def case_pull_and_offsets(t, n):
     topic, group = n["topic"], n["group"]
     for i in range(3):
         b(f"send {i}", R.SEND_MESSAGE_V2, send_v2(topic, 0, props="TAGS\x01t%d\x02" % (i % 2)), b"m%d" % i)
-    b("max offset", R.GET_MAX_OFFSET, {"topic": topic, "queueId": 0})
+    b("max offset", R.GET_MAX_OFFSET, {"topic": topic, "queueId": 0}, until=_ext_is("offset", "3"))
     b("min offset", R.GET_MIN_OFFSET, {"topic": topic, "queueId": 0})
     b("max offset, unknown queue", R.GET_MAX_OFFSET, {"topic": topic, "queueId": 77})
     b("earliest store time", R.GET_EARLIEST_MSG_STORETIME, {"topic": topic, "queueId": 0})
-    b("pull from 0", R.PULL_MESSAGE, pull_ext(topic, group))
+    b("pull from 0", R.PULL_MESSAGE, pull_ext(topic, group), until=_found)
     b("pull, tag filter", R.PULL_MESSAGE, pull_ext(topic, group, sub="t1"))
     b("pull at the end", R.PULL_MESSAGE, pull_ext(topic, group, offset=3))
     b("pull past the end", R.PULL_MESSAGE, pull_ext(topic, group, offset=50))
@@ -103,7 +111,8 @@ def case_queries(t, n):
     topic = n["topic"]
     b("send with key", R.SEND_MESSAGE_V2, send_v2(topic, 0, props="KEYS\x01kq\x02"), b"q")
     b("query by key", R.QUERY_MESSAGE,
-      {"topic": topic, "key": "kq", "maxNum": 8, "beginTimestamp": 0, "endTimestamp": now_ms() + 60_000})
+      {"topic": topic, "key": "kq", "maxNum": 8, "beginTimestamp": 0, "endTimestamp": now_ms() + 60_000},
+      until=_found)
     b("query by unknown key", R.QUERY_MESSAGE,
       {"topic": topic, "key": "nope", "maxNum": 8, "beginTimestamp": 0, "endTimestamp": now_ms() + 60_000})
     b("view message at a bad offset", R.VIEW_MESSAGE_BY_ID, {"offset": 1 << 40})
@@ -158,7 +167,8 @@ def case_consumer_extras(t, n):
        "queueId": 1, "sysFlag": 0, "bornTimestamp": now_ms(), "flag": 0}, b"v1")
     batch = encode_batch([(b"b1", b"", 0), (b"b2", b"", 0)])
     b("send batch", R.SEND_BATCH_MESSAGE, send_v2(topic, 1, m="true"), batch)
-    b("pull with SQL92", R.PULL_MESSAGE, pull_ext(topic, group, 1, sub="a > 3", expressionType="SQL92"))
+    b("pull with SQL92", R.PULL_MESSAGE, pull_ext(topic, group, 1, sub="a > 3", expressionType="SQL92"),
+      until=_found)
     b("pull with a bad SQL92 expression", R.PULL_MESSAGE,
       pull_ext(topic, group, 1, sub="a > AND", expressionType="SQL92"))
     b("check client config, good SQL92", R.CHECK_CLIENT_CONFIG, body=(
