@@ -145,3 +145,17 @@ class Proxy:
         self._stop.set()
         self.cut()
         self.server.close()
+
+
+def kill_broker(p) -> None:
+    """kill -9 a whole broker, supervisor and workers (a host that dies), and reap it."""
+    import os
+    import signal
+    pids = p.worker_pids()
+    os.kill(p.pid, signal.SIGKILL)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.popen.wait()

@@ -5,8 +5,6 @@ on, and the slave catches up when it is restored."""
 from __future__ import annotations
 
 import collections
-import os
-import signal
 import threading
 
 import pytest
@@ -14,7 +12,7 @@ import pytest
 from shmq.protocol import SyncRemotingClient
 
 from .broker_helpers import create_topic, send, start_broker  # noqa: F401 (fixture)
-from .ha_helpers import HA_SETTINGS, Proxy, commit_pos, pull_all, start_pair, wait_until  # noqa: F401
+from .ha_helpers import kill_broker, HA_SETTINGS, Proxy, commit_pos, pull_all, start_pair, wait_until  # noqa: F401
 
 
 def test_sync_master_answers_only_what_the_slave_has(start_pair):
@@ -63,8 +61,7 @@ def test_sync_master_kill9_every_send_ok_is_on_the_slave(start_pair, start_broke
     stop, acked, codes = threading.Event(), [b"probe"], collections.Counter()
     ts = _senders(master.addr, "HSK", 4, stop, acked, codes)
     wait_until(lambda: len(acked) > 300, what="sends")
-    os.kill(master.pid, signal.SIGKILL)
-    master.popen.wait()
+    kill_broker(master)
     stop.set()
     for t in ts:
         t.join(10)
