@@ -40,6 +40,7 @@ from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
 from shmq.broker.shared import attach
+from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.config import BrokerConfig
 from .control_plane import ControlPlane
@@ -124,6 +125,9 @@ class Supervisor:
     # ================================================================ start ==
     async def start(self, ready_timeout: float = 30.0) -> None:
         cfg = self.cfg
+        if cfg.aclEnable:  # a missing or broken ACL file refuses the start, before any port or file
+            cfg.aclFile = acl_file_path(cfg.aclFile)
+            log.info("ACL on: %d accounts in %s", len(PlainAcl(cfg.aclFile).table.accounts), cfg.aclFile)
         port, self._reserved = reserve_ports(cfg.listenAddress, cfg.listenPort)
         cfg.listenPort = port
         levels = DelayLevels.parse(cfg.messageDelayLevel)
