@@ -12,7 +12,7 @@ import pytest
 from shmq.protocol import SyncRemotingClient
 
 from .broker_helpers import create_topic, send, start_broker  # noqa: F401 (fixture)
-from .ha_helpers import kill_broker, HA_SETTINGS, Proxy, commit_pos, pull_all, start_pair, wait_until  # noqa: F401
+from .ha_helpers import kill_broker, HA_SETTINGS, Proxy, ha_port, commit_pos, pull_all, start_pair, wait_until  # noqa: F401
 
 
 def test_sync_master_answers_only_what_the_slave_has(start_pair):
@@ -87,14 +87,13 @@ def test_sync_master_kill9_every_send_ok_is_on_the_slave(start_pair, start_broke
 def test_link_cut_and_restored(start_broker, namesrv, role):
     settings = {**HA_SETTINGS, "brokerName": f"pair-cut-{role}", "syncFlushTimeout": 1000}
     m = start_broker(namesrv, settings={**settings, "brokerRole": role})
-    ha_port = m.port + 1
-    proxy = Proxy(ha_port)
+    proxy = Proxy(ha_port(m.addr))
     try:
         s = start_broker(namesrv, settings={**settings, "brokerRole": "SLAVE", "brokerId": 1,
                                             "haMasterAddress": proxy.addr})
         with SyncRemotingClient(m.addr, timeout=10) as c:
             wait_until(lambda: send(c, "HC", b"probe").code == 0, what="the slave to connect")
-            wait_until(lambda: commit_pos(s.addr) == commit_pos(m.addr))
+            wait_until(lambda: commit_pos(s.addr) == commit_pos(m.addr), what="the slave to follow")
             proxy.cut()
             codes = collections.Counter(send(c, "HC", b"cut-%d" % i).code for i in range(20))
             if role == "SYNC_MASTER":
