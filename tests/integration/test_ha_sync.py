@@ -110,3 +110,26 @@ def test_link_cut_and_restored(start_broker, namesrv, role):
         assert sorted(b for b in got if b.startswith(b"cut-")) == sorted(b"cut-%d" % i for i in range(20))
     finally:
         proxy.close()
+
+
+def test_sync_master_local_producer_waits_for_the_slave(start_pair, start_broker, namesrv):
+    """The shared-memory path answers as TCP does: SEND_OK once the slave has it, and
+    SLAVE_NOT_AVAILABLE (stored) from a SYNC_MASTER without a slave."""
+    from shmq import Message, Producer
+    from .client_helpers import make_topic, wait_route
+    master, slave = start_pair("SYNC_MASTER", name="pair-local", settings={"syncFlushTimeout": 3000})
+    make_topic(master, "HLocal", 1)
+    wait_route(namesrv.addr, "HLocal")
+    with SyncRemotingClient(master.addr, timeout=10) as c:
+        wait_until(lambda: send(c, "HLocal", b"probe").code == 0, what="the slave to connect")
+    with Producer("hlp", namesrv.addr, local="always") as p:
+        for i in range(50):
+            r = p.send(Message("HLocal", b"l%02d" % i))
+            assert r.status.value == "SEND_OK"
+        end = commit_pos(master.addr)
+        assert commit_pos(slave.addr) >= end  # every SEND_OK was on the slave when answered
+    alone = start_broker(namesrv, settings={**HA_SETTINGS, "brokerName": "alone-local", "brokerRole": "SYNC_MASTER"})
+    make_topic(alone, "HLocal2", 1)
+    wait_route(namesrv.addr, "HLocal2")
+    with Producer("hlp2", namesrv.addr, local="always") as p:
+        assert p.send(Message("HLocal2", b"x")).status.value == "SLAVE_NOT_AVAILABLE"

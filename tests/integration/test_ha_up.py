@@ -15,7 +15,8 @@ from .ha_helpers import commit_pos, wait_until
 def test_shmq_up_with_a_slave(processes, tmp_path):
     argv = [sys.executable, "-c", "from shmq.cli.main import main; main()", "up", "--slaves", "1",
             "--port", "0", "--namesrv-port", "0", "--workers", "1", "--dir", str(tmp_path / "s"),
-            "--set", "registerNameServerPeriod=1000"]
+            "--set", "registerNameServerPeriod=1000", "--set", "mappedFileSizeCommitLog=4194304",
+            "--set", "diskMaxUsedSpaceRatio=95", "--log-level", "INFO"]
     p = start_process(argv, r"clients: namesrvAddr=(\S+)", tmp_path / "up.log", timeout=60)
     processes.append(p)
     ns = p.match.group(1)
