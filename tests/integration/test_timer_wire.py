@@ -115,13 +115,14 @@ def test_kill_9_whole_broker_with_timers_pending(start_broker):
     store = br.store
     with SyncRemotingClient(br.addr, timeout=10) as c:
         create_topic(c, "TK", queues=2)
+        spread = max(4000, n // 2)                     # 4 s, or 2,000 timers a second for big n
         base = now_ms() + 1500
         for i in range(n):
-            due = base + (i * 4000) // n                 # firing from +1.5 s to +5.5 s
+            due = base + (i * spread) // n               # firing from +1.5 s over the spread
             r = send(c, "TK", b"%d" % i, queue_id=i % 2, props=f"TIMER_DELIVER_MS\x01{due}\x02ASKED\x01{due}\x02")
             assert r.code == 0, r.remark
         lead = base - now_ms()
-    time.sleep(max(0.0, lead / 1000.0) + 1.5)            # about a third has fired
+    time.sleep(max(0.0, lead / 1000.0) + spread / 3000.0)  # about a third has fired
     victims = [br.pid, *br.worker_pids()]
     for pid in victims:
         os.kill(pid, signal.SIGKILL)
