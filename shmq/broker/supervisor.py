@@ -33,19 +33,20 @@ import sys
 import threading
 import time
 
+from shmq.message.names import PERM_RW
+from shmq.protocol import encode_command
+from shmq.protocol.bodies import TopicConfig
 from shmq.store import MessageStore
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
-from shmq.protocol import encode_command
-from shmq.protocol.bodies import TopicConfig
 
 from . import control_channel as cc
 from .config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
 from .schedule import ScheduleService
-from .transaction_service import TransactionCheckService
 from .topics import TopicTable, config_path, default_topics
+from .transaction_service import TransactionCheckService
 
 log = logging.getLogger("shmq.broker")
 
@@ -137,7 +138,7 @@ class Supervisor:
             # Delayed messages come due in the supervisor, which owns the store (DESIGN §1).
             loop = asyncio.get_running_loop()
             self.pipeline = cfg.put_pipeline(self.store, lambda t, n: loop.call_soon_threadsafe(
-                self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
+                self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=PERM_RW)))
             self.schedule = ScheduleService(self.store, self.pipeline, levels)
             self.schedule.start()
             # Half messages are checked back with one live producer of their group, on its

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from shmq.message.names import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE
+
 
 class RequestCode(enum.IntEnum):
     # broker: produce
@@ -193,10 +195,10 @@ FLAG_ONEWAY = 0x2
 
 class Perm(enum.IntFlag):
     """``PermName``: a topic's or broker's permission bits."""
-    INHERIT = 1
-    WRITE = 2
-    READ = 4
-    PRIORITY = 8
+    INHERIT = PERM_INHERIT
+    WRITE = PERM_WRITE
+    READ = PERM_READ
+    PRIORITY = PERM_PRIORITY
 
 
 #: brokerId of a master in ``BrokerData.brokerAddrs``.

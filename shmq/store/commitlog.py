@@ -12,11 +12,11 @@ import os
 import struct
 
 from shmq.errors import StoreError
+from shmq.message.layout import BLANK_MAGIC, MESSAGE_MAGIC, R_MAGIC
 from shmq.native import ffi, lib
 
 from . import files
 from .config import StoreConfig
-from .record import BLANK_MAGIC, MESSAGE_MAGIC
 
 _U32 = struct.Struct(">I")
 _TOTAL_MAGIC = struct.Struct(">iI")
@@ -120,7 +120,7 @@ class CommitLog(files.MappedSet):
 
     def is_blank(self, phys: int) -> bool:
         index, off = divmod(phys, self.file_size)
-        return _U32.unpack_from(self.map(index), off + 4)[0] == BLANK_MAGIC
+        return _U32.unpack_from(self.map(index), off + R_MAGIC)[0] == BLANK_MAGIC
 
     def delete(self, index: int) -> None:
         self.delete_file(index)

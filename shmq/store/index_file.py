@@ -59,8 +59,7 @@ import struct
 from typing import Iterable
 
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
-
-from .javahash import java_string_hash
+from shmq.message.javahash import java_string_hash
 
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",

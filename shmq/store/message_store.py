@@ -20,7 +20,11 @@ import socket
 import struct
 import time
 
-from shmq.errors import (FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked)
+from shmq.errors import FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked
+from shmq.message.layout import HOST
+from shmq.message.msgid import offset_msg_id
+from shmq.message.names import UNIQ_KEY
+from shmq.message.properties import encode_properties
 from shmq.native import ffi, lib
 
 from . import files, validate
@@ -31,7 +35,6 @@ from .config import ASYNC_FLUSH, StoreConfig
 from .control import ControlBlock
 from .offsets_file import load_offsets, save_offsets
 from .reader import Reader
-from .record import encode_properties
 from .recovery import default_tag_code, recover
 
 log = logging.getLogger("shmq.store")
@@ -39,24 +42,23 @@ log = logging.getLogger("shmq.store")
 
 class PutResult:
     __slots__ = ("phys_offset", "queue_offset", "size", "store_timestamp", "count", "end",
-                 "_store_ip", "_store_port", "topic", "queue_id")
+                 "_store_host", "topic", "queue_id")
 
-    def __init__(self, out, store_ip: bytes, store_port: int, topic: str, queue_id: int):
+    def __init__(self, out, store_host: bytes, topic: str, queue_id: int):
         self.phys_offset = out.phys_offset
         self.queue_offset = out.queue_offset
         self.size = out.size
         self.store_timestamp = out.store_ts
         self.count = out.count
         self.end = out.end
-        self._store_ip = store_ip
-        self._store_port = store_port
+        self._store_host = store_host
         self.topic = topic
         self.queue_id = queue_id
 
     @property
     def msg_id(self) -> str:
         """Offset msgId of the first record (MessageDecoder.createMessageId)."""
-        return (self._store_ip + struct.pack(">iq", self._store_port, self.phys_offset)).hex().upper()
+        return offset_msg_id(self._store_host, self.phys_offset)
 
     def __repr__(self) -> str:
         return (f"PutResult(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
@@ -85,8 +87,8 @@ class MessageStore(Reader):
         cfg.cq_entries_per_file = h.cq_entries_per_file
         cfg.max_message_size = h.max_message_size
         o = cb.ctl.owner
-        self._store_ip = struct.pack(">I", o.store_ip)
-        self._store_port = o.store_port
+        #: the raw STOREHOST of this store's records (IPv4 + port), the head of offset msgIds
+        self.store_host = HOST.pack(o.store_ip.to_bytes(4, "big"), o.store_port)
         self.sync_flush = o.flush_mode != ASYNC_FLUSH
         self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
         self._meta = ffi.new("shmq_meta *")
@@ -189,7 +191,7 @@ class MessageStore(Reader):
         not confirmed)."""
         self._check_open()
         validate.check_topic(topic)
-        props = encode_properties(properties) if isinstance(properties, dict) else bytes(properties)
+        props = encode_properties(properties).encode() if isinstance(properties, dict) else bytes(properties)
         validate.check_sizes(len(body), len(props), self.cfg.max_message_size)
         a = self.appender
         m, out = self._meta, self._out
@@ -198,7 +200,7 @@ class MessageStore(Reader):
             _fill_meta(m, flag, sysflag, born_timestamp, born_host, reconsume_times, prepared_offset,
                        tag_code, deliver_delay_ms)
             a.put(slot, m, body, props, out)
-            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+            res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_flush and wait_flush:
             self._wait_flushed(res)
         return res
@@ -210,7 +212,8 @@ class MessageStore(Reader):
         one queue under one lock. ``extra_properties`` are appended to every entry's."""
         self._check_open()
         validate.check_topic(topic)
-        extra = encode_properties(extra_properties) if isinstance(extra_properties, dict) else bytes(extra_properties)
+        extra = (encode_properties(extra_properties).encode() if isinstance(extra_properties, dict)
+                 else bytes(extra_properties))
         if len(batch_body) > self.cfg.max_message_size:
             validate.check_sizes(len(batch_body), 0, self.cfg.max_message_size)
         a = self.appender
@@ -219,7 +222,7 @@ class MessageStore(Reader):
             slot = a.slot(topic, queue_id)
             _fill_meta(m, 0, sysflag, born_timestamp, born_host, 0, 0, None, None)
             a.put_batch(slot, m, batch_body, extra, out)
-            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+            res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_flush and wait_flush:
             self._wait_flushed(res)
         return res
@@ -284,14 +287,14 @@ class MessageStore(Reader):
                      end_ms: int = 2**62) -> list:
         """Records (memoryviews) whose KEYS or UNIQ_KEY holds ``key``, newest first. Index
         hash collisions are filtered out by reading the record back."""
-        from .record import decode_record
+        from shmq.message.record import decode_record
         out = []
         for phys in self._index().query(topic, key, max_num, begin_ms, end_ms):
             rec = self.read_at(phys)
             if rec is None:
                 continue
             m = decode_record(rec)
-            if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
+            if m.topic == topic and (key in m.keys or m.properties.get(UNIQ_KEY) == key):
                 out.append(rec)
         return out
 
@@ -533,8 +536,9 @@ def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
 
 
 def _unlink_quietly(cfg: StoreConfig) -> None:
-    from .control import segment_name
     import posix_ipc
+
+    from .control import segment_name
     try:
         posix_ipc.unlink_shared_memory(segment_name(cfg.root))
     except posix_ipc.ExistentialError:

@@ -37,43 +37,21 @@ import random
 from dataclasses import dataclass
 
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
+from shmq.message import classify as kinds
+from shmq.message.classify import classify, is_true
+from shmq.message.layout import TX_TYPE_MASK
+from shmq.message.names import (CLUSTER, DELAY, HALF_TOPIC, PGROUP, REAL_QID, REAL_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC,
+                                TRAN_MSG, WAIT, dlq_topic)
+from shmq.message.properties import (PROPERTY_SEP, decode_properties, encode_properties, pair, properties_bytes,
+                                     stored_properties)
 from shmq.native import ffi, lib
 
 from . import validate
-from .delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
-from .record import (NAME_VALUE_SEP, PROPERTY_SEP, TX_COMMIT_TYPE, TX_NOT_TYPE, TX_TYPE_MASK,
-                     decode_properties, encode_properties)
+from .delay_levels import DEFAULT_LEVELS, DelayLevels
 
-# ---- names (MessageConst, MixAll, TopicValidator) ------------------------------------------
-P_TAGS = "TAGS"
-P_KEYS = "KEYS"
-P_UNIQ_KEY = "UNIQ_KEY"
-P_WAIT = "WAIT"
-P_DELAY = "DELAY"
-P_CLUSTER = "CLUSTER"
-P_REAL_TOPIC = "REAL_TOPIC"
-P_REAL_QID = "REAL_QID"
-P_TRAN_MSG = "TRAN_MSG"
-P_PGROUP = "PGROUP"
-P_RETRY_TOPIC = "RETRY_TOPIC"
-P_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-P_RECONSUME_TIME = "RECONSUME_TIME"
-P_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DEFAULT_MAX_RECONSUME_TIMES = 16   # subscription group retryMaxTimes
 DLQ_QUEUE_NUMS = 1                 # DLQ_NUMS_PER_GROUP
 DEFAULT_CLUSTER = "DefaultCluster"
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 def tag_code(topic: str, props: bytes, store_ts: int, levels: DelayLevels = DEFAULT_LEVELS) -> int:
@@ -83,73 +61,12 @@ def tag_code(topic: str, props: bytes, store_ts: int, levels: DelayLevels = DEFA
     return levels.tag_code(topic, props, store_ts)
 
 
-# ---- properties as bytes -------------------------------------------------------------------
-# The common send (no DELAY, no TRAN_MSG) never builds a dict: WAIT is cut out of the bytes and
-# CLUSTER appended. A name counts only at the start of a pair (start of text or after \2).
-_SEP = PROPERTY_SEP.encode()
-_NV = NAME_VALUE_SEP.encode()
-
-
-def _pair_start(raw: bytes, name: bytes) -> int:
-    """Index of the pair ``name\\1...`` in raw, or -1. ``name`` ends with \\1."""
-    if raw.startswith(name):
-        return 0
-    i = raw.find(_SEP + name)
-    return -1 if i < 0 else i + 1
-
-
-def _drop_pair(raw: bytes, name: bytes) -> bytes:
-    while (i := _pair_start(raw, name)) >= 0:
-        j = raw.find(_SEP, i)
-        if j < 0:
-            raw = raw[:max(i - 1, 0)]
-        else:
-            raw = raw[:i] + raw[j + 1:]
-    return raw
-
-
-def _append_pair(raw: bytes, pair: bytes) -> bytes:
-    if not raw:
-        return pair
-    return raw + pair if raw.endswith(_SEP) else raw + _SEP + pair
-
-
-_W, _C, _D, _T = (n.encode() + _NV for n in (P_WAIT, P_CLUSTER, P_DELAY, P_TRAN_MSG))
-
-
-def properties_bytes(props) -> bytes:
-    """The stored text of ``props`` (dict, str or bytes), checked: names and values of a dict
-    may not hold the separators \\1 and \\2; text must be UTF-8."""
-    if isinstance(props, dict):
-        for k, v in props.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                raise InvalidMessage(f"property {k!r}: names and values must be strings")
-            if NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
-                raise InvalidMessage(f"property {k!r} holds a separator character (\\1 or \\2)")
-        return encode_properties(props)
-    if isinstance(props, str):
-        return props.encode()
-    raw = bytes(props) if props else b""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidMessage(f"properties are not UTF-8 text: {e}") from None
-    return raw
-
-
 def _delay_level(props: dict) -> int:
     """DELAY as an int (Message.getDelayTimeLevel); 0 when absent."""
-    v = props.get(P_DELAY)
-    if v is None:
-        return 0
     try:
-        return int(v.strip())
+        return kinds.delay_level(props.get(DELAY))
     except ValueError:
-        raise InvalidMessage(f"DELAY must be an integer delay level, not {v!r}") from None
-
-
-def _is_true(v: str | None) -> bool:
-    return v is not None and v.strip().lower() == "true"  # Boolean.parseBoolean
+        raise InvalidMessage(f"DELAY must be an integer delay level, not {props.get(DELAY)!r}") from None
 
 
 # ---- request and result --------------------------------------------------------------------
@@ -224,7 +141,7 @@ class PutPipeline:
         self.levels = delay_levels or DEFAULT_LEVELS
         self.default_max_reconsume_times = default_max_reconsume_times
         self.on_new_topic = on_new_topic
-        self._cluster_pair = _C + cluster_name.encode()
+        self._cluster_pair = pair(CLUSTER, cluster_name)
         self._rand = random.Random()
 
     def fast_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "FastWriter":
@@ -244,25 +161,25 @@ class PutPipeline:
         validate.check_sizes(len(req.body), 0, self.store.cfg.max_message_size)
         qid = self._choose_queue(req)
         raw = properties_bytes(req.properties)
-        max_times = (self.default_max_reconsume_times if req.max_reconsume_times is None
-                     else req.max_reconsume_times)
-        to_dlq = topic.startswith(RETRY_PREFIX) and req.reconsume_times >= max_times
-        if not to_dlq and _pair_start(raw, _D) < 0 and _pair_start(raw, _T) < 0:
-            # the common case: no rewrite beyond WAIT and CLUSTER, no dict
-            raw = _append_pair(_drop_pair(_drop_pair(raw, _W), _C), self._cluster_pair)
-            return self._append(topic, qid, req.body, raw, req, topic, qid, qid, 0, False,
-                                wait_flush=wait_flush)
+        kind = classify(topic, raw, req.sysflag)
+        if kind in kinds.AS_SENT:  # the common case: no rewrite beyond WAIT and CLUSTER, no dict
+            return self._append(topic, qid, req.body, stored_properties(raw, self._cluster_pair), req, topic, qid,
+                                qid, 0, False, wait_flush=wait_flush)
         props = decode_properties(raw)
-        props.pop(P_WAIT, None)
-        props[P_CLUSTER] = self.cluster_name
+        props.pop(WAIT, None)
+        props[CLUSTER] = self.cluster_name
         dest, dest_qid = topic, qid
-        if to_dlq:
-            dest, dest_qid = dlq_topic(topic[len(RETRY_PREFIX):]), 0
-            props.pop(P_DELAY, None)  # a dead letter waits for nobody
-            self.announce_topic(dest, DLQ_QUEUE_NUMS)
-        if _is_true(props.get(P_TRAN_MSG)):
-            if req.producer_group and P_PGROUP not in props:
-                props[P_PGROUP] = req.producer_group
+        if kind is kinds.RETRY:
+            max_times = (self.default_max_reconsume_times if req.max_reconsume_times is None
+                         else req.max_reconsume_times)
+            if req.reconsume_times >= max_times:
+                dest, dest_qid = dlq_topic(topic[len(RETRY_PREFIX):]), 0
+                props.pop(DELAY, None)  # a dead letter waits for nobody
+                self.announce_topic(dest, DLQ_QUEUE_NUMS)
+            kind = kinds.kind_of(props, req.sysflag)
+        if kind is kinds.HALF:
+            if req.producer_group and PGROUP not in props:
+                props[PGROUP] = req.producer_group
             return self.put_half(dest, dest_qid, req.body, props, flag=req.flag, sysflag=req.sysflag,
                                  born_timestamp=req.born_timestamp, born_host=req.born_host,
                                  reconsume_times=req.reconsume_times, request_queue_id=qid,
@@ -282,13 +199,13 @@ class PutPipeline:
         props = decode_properties(properties_bytes(req.properties))
         if _delay_level(props) > 0:
             raise InvalidMessage("a batch cannot be delayed (DELAY is not supported for batch messages)")
-        if req.sysflag & TX_TYPE_MASK or _is_true(props.get(P_TRAN_MSG)):
+        if req.sysflag & TX_TYPE_MASK or is_true(props.get(TRAN_MSG)):
             raise InvalidMessage("a batch cannot be a transactional message")
         qid = self._choose_queue(req)
-        props.pop(P_WAIT, None)
-        props[P_CLUSTER] = self.cluster_name
+        props.pop(WAIT, None)
+        props[CLUSTER] = self.cluster_name
         try:
-            res = self.store.put_batch(topic, qid, req.body, encode_properties(props), sysflag=req.sysflag,
+            res = self.store.put_batch(topic, qid, req.body, encode_properties(props).encode(), sysflag=req.sysflag,
                                        born_timestamp=req.born_timestamp, born_host=req.born_host,
                                        wait_flush=wait_flush)
         except FlushDiskTimeout as e:
@@ -310,16 +227,12 @@ class PutPipeline:
         props = properties if isinstance(properties, dict) else None
         if props is None:
             raw = properties_bytes(properties)
-            if _pair_start(raw, _D) >= 0:
-                props = decode_properties(raw)
-        tx = sysflag & TX_TYPE_MASK
-        level = _delay_level(props) if props is not None and tx in (TX_NOT_TYPE, TX_COMMIT_TYPE) else 0
-        if level > 0:
-            level = self.levels.clamp(level)
-            props = dict(props)
-            props[P_DELAY] = str(level)
-            props[P_REAL_TOPIC] = topic
-            props[P_REAL_QID] = str(queue_id)
+        if kinds.kind_of(raw if props is None else props, sysflag) is kinds.DELAYED:
+            props = decode_properties(raw) if props is None else dict(props)
+            level = self.levels.clamp(_delay_level(props))
+            props[DELAY] = str(level)
+            props[REAL_TOPIC] = topic
+            props[REAL_QID] = str(queue_id)
             return self._append(SCHEDULE_TOPIC, level - 1, body, properties_bytes(props), None, topic, queue_id,
                                 rq, level, False, flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
                                 born_host=born_host, reconsume_times=reconsume_times,
@@ -339,8 +252,8 @@ class PutPipeline:
         RMQ_SYS_TRANS_HALF_TOPIC queue 0, REAL_TOPIC/REAL_QID, transaction type cleared so the
         record gets a ConsumeQueue entry the check-back service can scan."""
         props = dict(props)
-        props[P_REAL_TOPIC] = topic
-        props[P_REAL_QID] = str(queue_id)
+        props[REAL_TOPIC] = topic
+        props[REAL_QID] = str(queue_id)
         rq = queue_id if request_queue_id is None else request_queue_id
         return self._append(HALF_TOPIC, 0, body, properties_bytes(props), None, topic, queue_id, rq, 0, True,
                             flag=flag, sysflag=sysflag & ~TX_TYPE_MASK, born_timestamp=born_timestamp,

@@ -12,9 +12,8 @@ import struct
 from dataclasses import dataclass, field
 from enum import Enum
 
+from shmq.message.layout import R_STORETS
 from shmq.native import ffi, lib
-
-from .record import R_STORETS
 
 _I64 = struct.Struct(">q")
 

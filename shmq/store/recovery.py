@@ -17,15 +17,15 @@ two near-copies; the clean case is just a scan that finds nothing past the check
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, field
 
+from shmq.message.layout import I32, has_cq_entry
+from shmq.message.record import unpack_record
 from shmq.native import lib
 
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE
-from .record import HEADER, R_BODYLEN, TX_MASK_NO_CQ
 
 log = logging.getLogger("shmq.store.recovery")
 
@@ -42,18 +42,6 @@ class RecoveryReport:
     bytes_zeroed: int = 0
     files_deleted: list[int] = field(default_factory=list)
     stopped_because: str = ""
-
-
-def _topic_qid_props(mm, off: int):
-    """(topic, queue id, queue offset, sysflag, store ts, properties bytes) of a verified record."""
-    h = HEADER.unpack_from(mm, off)
-    qid, qoff, sysflag, store_ts, blen = h[3], h[5], h[7], h[11], h[16]
-    t0 = off + R_BODYLEN + 4 + blen
-    tlen = mm[t0]
-    topic = bytes(mm[t0 + 1:t0 + 1 + tlen]).decode("utf-8", "replace")
-    (plen,) = struct.unpack_from(">h", mm, t0 + 1 + tlen)
-    props = bytes(mm[t0 + 3 + tlen:t0 + 3 + tlen + plen])
-    return topic, qid, qoff, sysflag, store_ts, props
 
 
 def default_tag_code(topic: str, props: bytes, store_ts: int) -> int:
@@ -90,7 +78,7 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
         mm = commitlog.map(idx)
         rc = commitlog.check(pos)
         if rc == 0:
-            total = struct.unpack_from(">i", mm, off)[0]
+            (total,) = I32.unpack_from(mm, off)  # a BLANK filler: TOTALSIZE = the rest of the file
             if total != fsize - off:
                 report.stopped_because = f"bad BLANK filler at {pos}"
                 break
@@ -99,9 +87,10 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
         if rc < 0:
             report.stopped_because = f"no valid record at {pos} (check {rc})"
             break
-        topic, qid, qoff, sysflag, store_ts, props = _topic_qid_props(mm, off)
+        (_, _, qid, _, qoff, _, sysflag, _, _, store_ts, _, _, _, _, topic,
+         props) = unpack_record(memoryview(mm), off)
         report.records_scanned += 1
-        if sysflag & 0xC not in TX_MASK_NO_CQ:
+        if has_cq_entry(sysflag):
             cq = queues.get(topic, qid)
             have = cq.entry(qoff)
             if have is None or have[0] != pos or have[1] != rc:

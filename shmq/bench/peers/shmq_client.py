@@ -15,6 +15,8 @@ import itertools
 import os
 import time
 
+from shmq.message.names import PERM_RW, TBW102
+
 from .base import FuncSender, Peer
 
 _topics = itertools.count()
@@ -119,8 +121,8 @@ def create_topic(broker: str, namesrv: str, topic: str, queues: int, timeout: fl
     """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
     from shmq.protocol import RequestCode, SyncRemotingClient, request
     from shmq.protocol.headers import CreateTopicRequestHeader
-    h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues, writeQueueNums=queues,
-                                 perm=6, topicFilterType="SINGLE_TAG")
+    h = CreateTopicRequestHeader(topic=topic, defaultTopic=TBW102, readQueueNums=queues, writeQueueNums=queues,
+                                 perm=PERM_RW, topicFilterType="SINGLE_TAG")
     with SyncRemotingClient(broker, timeout=5) as c:
         r = c.invoke(request(RequestCode.UPDATE_AND_CREATE_TOPIC, h))
         if r.code != 0:

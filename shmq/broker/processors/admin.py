@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import time
 
+from shmq.message.names import PERM_INHERIT, PERM_RW
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, encode_command, request
 from shmq.protocol.bodies import KVTable, TopicConfig, encode_json, encode_reset_offset_body
-from shmq.protocol.codes import Perm
-from shmq.protocol.headers import (CreateTopicRequestHeader, QueryMessageRequestHeader,
-                                   ViewMessageRequestHeader)
+from shmq.protocol.headers import CreateTopicRequestHeader, QueryMessageRequestHeader, ViewMessageRequestHeader
 from shmq.store import validate
 
 from .. import control_channel as cc
@@ -67,7 +66,7 @@ class Processor:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                      f"queue numbers read {h.readQueueNums} write {h.writeQueueNums} out of range 0..1024")
         tc = TopicConfig(topicName=h.topic, readQueueNums=h.readQueueNums, writeQueueNums=h.writeQueueNums,
-                         perm=h.perm & int(Perm.READ | Perm.WRITE | Perm.INHERIT),
+                         perm=h.perm & (PERM_RW | PERM_INHERIT),
                          topicFilterType=h.topicFilterType or "SINGLE_TAG",
                          topicSysFlag=h.topicSysFlag or 0, order=h.order)
         await self.w.create_topic(tc)
