@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from shmq.broker.schedule import FILE, ScheduleService, dumps_delay_offsets, load_delay_offsets
+from shmq.broker.supervisor.schedule import FILE, ScheduleService, dumps_delay_offsets, load_delay_offsets
 from shmq.message.names import SCHEDULE_TOPIC
 from shmq.message.record import decode_record
 from shmq.store import MessageStore

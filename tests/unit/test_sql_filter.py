@@ -1,4 +1,4 @@
-"""shmq.store.sql_filter: RocketMQ 4.9.8's SQL92 property filter (MessageSelector.bySql)."""
+"""shmq.message.sql_filter: RocketMQ 4.9.8's SQL92 property filter (MessageSelector.bySql)."""
 from __future__ import annotations
 
 import pytest

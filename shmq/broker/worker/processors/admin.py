@@ -19,9 +19,9 @@ from shmq.protocol.bodies import KVTable, TopicConfig, encode_json, encode_reset
 from shmq.protocol.headers import CreateTopicRequestHeader, QueryMessageRequestHeader, ViewMessageRequestHeader
 from shmq.store import validate
 
-from .. import control_channel as cc
-from ..control_channel import SHMQ_GET_ATTACH_INFO, Ctl
-from ..worker import Worker
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import SHMQ_GET_ATTACH_INFO, Ctl
+from ..context import WorkerContext
 from .send import _topic_name_error
 
 #: Requests that change broker or ACL configuration: refused, whatever the caller.
@@ -35,7 +35,7 @@ REFUSED = (
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
 
@@ -169,7 +169,13 @@ class Processor:
 
     def attach_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """DESIGN §4: what a local client needs to map the store (its root, the generation
-        of the running owner, the flush mode it must honour)."""
+        of the running owner, the flush mode it must honour), given only to a caller on this
+        host that proves it can read the store's key (:mod:`shmq.protocol.attach`)."""
+        ok, answer = self.w.attach_guard.check(conn.context, conn.peer, cmd.ext_fields)
+        if not ok:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, answer)
+        if answer:
+            return cmd.make_response(ext_fields=answer)
         store = self.w.store
         ext = {
             "storeRoot": self.cfg.store_root,

@@ -11,6 +11,8 @@ this worker's pulls need no round trip.
 """
 from __future__ import annotations
 
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import Ctl
 from shmq.errors import FilterExpressionError
 from shmq.message import sql_filter
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -20,13 +22,11 @@ from shmq.protocol.headers import (GetConsumerListByGroupRequestHeader, GetEarli
                                    QueryConsumerOffsetRequestHeader, SearchOffsetRequestHeader,
                                    UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader)
 
-from .. import control_channel as cc
-from ..control_channel import Ctl
-from ..worker import Worker
+from ..context import WorkerContext
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
 
     def handlers(self):

@@ -20,9 +20,11 @@ import re
 import socket
 import struct
 
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import Ctl
 from shmq.errors import FlushDiskTimeout, InvalidTopic
 from shmq.message.msgid import host_prefix, offset_msg_id_after
-from shmq.message.names import PERM_WRITE
+from shmq.message.names import PERM_WRITE, RETRY_PREFIX
 from shmq.message.properties import decode_properties, encode_properties
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
@@ -31,10 +33,8 @@ from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransact
 from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
-from .. import control_channel as cc, retry
-from ..control_channel import Ctl
-from ..topics import RETRY_PREFIX
-from ..worker import Worker, born_host
+from .. import retry
+from ..context import WorkerContext, born_host
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -51,7 +51,7 @@ def _topic_name_error(topic: str) -> str | None:
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
         self.cluster_prop = f"CLUSTER\x01{self.cfg.brokerClusterName}"

@@ -15,17 +15,18 @@ from collections.abc import Callable
 
 import msgspec
 
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.control_channel import Ctl, ctl
+from shmq.broker.shared.topics import TopicTable, derive_from_default
+from shmq.message.names import PERM_RW, TBW102, retry_topic
 from shmq.protocol import RemotingCommand, ResponseCode
-from shmq.protocol.bodies import (ConsumerListBody, HeartbeatData, LockBatchRequestBody,
-                                  LockBatchResponseBody, TopicConfig, decode_json, encode_json)
+from shmq.protocol.bodies import (ConsumerListBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody,
+                                  TopicConfig, decode_json, encode_json)
 from shmq.protocol.codes import Perm
 from shmq.protocol.transport import Connection
 
 from .clients import ChannelInfo, ClientRegistry, worker_of
-from .config import BrokerConfig
-from .control_channel import Ctl, ctl
 from .locks import LockTable
-from .topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
 
 log = logging.getLogger("shmq.broker.control")
 

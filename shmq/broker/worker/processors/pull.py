@@ -17,7 +17,7 @@ A 19 for a request with the suspend flag is held (pull_hold.py) up to its
 suspendTimeoutMillis and re-run when the queue grows or the time is up; the re-run answers
 whatever it finds. Filtering is by tag hash from the ConsumeQueue (clients filter again by
 tag text); a SQL92 subscription (with enablePropertyFilter=true) is evaluated on each
-record's properties (shmq.store.sql_filter). The subscription comes from the request (sysFlag 4) or from the group's
+record's properties (shmq.message.sql_filter). The subscription comes from the request (sysFlag 4) or from the group's
 heartbeat (24 when there is none, 25 when it is older than the request's subVersion).
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.headers import PullMessageRequestHeader
 from shmq.store import GetStatus
 
-from ..worker import Worker
+from ..context import WorkerContext
 
 FLAG_COMMIT_OFFSET = 1
 FLAG_SUSPEND = 2
@@ -65,7 +65,7 @@ def tag_codes_of(sub_string: str | None) -> set[int] | None:
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
 

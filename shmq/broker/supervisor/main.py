@@ -9,7 +9,7 @@ Start-up order (each step's invariant is what the next relies on):
 2. Open the store as its owner (flock, fence, recover, flush/index/cleanup threads). Only
    then may workers attach.
 3. Load topics.json, add the default topics, serve the control channel on a unix socket.
-4. Spawn the workers (``python -m shmq.broker.worker``); each says HELLO, attaches, listens
+4. Spawn the workers (``python -m shmq.broker.worker.main``); each says HELLO, attaches, listens
    on both ports, says READY. The broker is "up" when all are ready.
 5. Register with the NameServers; start housekeeping (client expiry scan, offset persist).
 
@@ -33,6 +33,9 @@ import sys
 import threading
 import time
 
+from shmq.broker.shared import attach, control_channel as cc
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.topics import TopicTable, config_path, default_topics
 from shmq.message.names import PERM_RW
 from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
@@ -40,12 +43,9 @@ from shmq.store import MessageStore
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
 
-from . import control_channel as cc
-from .config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
 from .schedule import ScheduleService
-from .topics import TopicTable, config_path, default_topics
 from .transaction_service import TransactionCheckService
 
 log = logging.getLogger("shmq.broker")
@@ -127,6 +127,8 @@ class Supervisor:
         levels = DelayLevels.parse(cfg.messageDelayLevel)
         self.store = MessageStore.open(cfg.store_config(), tag_code=levels.tag_code)
         try:
+            scfg = self.store.cfg
+            attach.write_key(cfg.store_root, scfg.file_mode, scfg.group)  # before any worker reads it
             self.topics.load()
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)
@@ -196,7 +198,7 @@ class Supervisor:
         env = dict(os.environ)
         env["SHMQ_BROKER_CONFIG"] = self.cfg.to_json()
         env["SHMQ_WORKER_ID"] = str(w.wid)
-        w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker"], env=env,
+        w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker.main"], env=env,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         # Own session: a terminal's Ctrl-C reaches the supervisor only, which then stops
         # the workers in order (and does not mistake their exit for a crash).
