@@ -40,6 +40,12 @@ def offset_msg_id_after(prefix: str, phys_offset: int) -> str:
     return f"{prefix}{phys_offset & 0xFFFFFFFFFFFFFFFF:016X}"
 
 
+def batch_msg_ids(prefix: str, phys_hex) -> str:
+    """The comma-joined offset msgIds of a batch's records, from a cached :func:`host_prefix`
+    and each record's commit-log offset as 16 hex digits (``ConsumeQueue.phys_hex``)."""
+    return prefix + ("," + prefix).join(phys_hex)
+
+
 def create_offset_msg_id(host: str, port: int, offset: int) -> str:
     return offset_msg_id(host_bytes(host, port), offset)
 

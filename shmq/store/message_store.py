@@ -202,7 +202,7 @@ class MessageStore(Reader):
             a.put(slot, m, body, props, out)
             res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_flush and wait_flush:
-            self._wait_flushed(res)
+            self.wait_flushed(res)
         return res
 
     def put_batch(self, topic: str, queue_id: int, batch_body: bytes, extra_properties: dict | bytes = b"", *,
@@ -224,7 +224,7 @@ class MessageStore(Reader):
             a.put_batch(slot, m, batch_body, extra, out)
             res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_flush and wait_flush:
-            self._wait_flushed(res)
+            self.wait_flushed(res)
         return res
 
     def queue_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "QueueWriter":
@@ -233,7 +233,9 @@ class MessageStore(Reader):
         validate.check_topic(topic)
         return QueueWriter(self, topic, queue_id, born_host)
 
-    def _wait_flushed(self, res: PutResult) -> None:
+    def wait_flushed(self, res: PutResult) -> None:
+        """Block until the put that answered ``res`` is on disk; FlushDiskTimeout (carrying
+        ``res``) when that takes longer than the sync flush timeout."""
         rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
         if rc == lib.SHMQ_ETIMEDOUT:
             raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
@@ -394,71 +396,89 @@ class MessageStore(Reader):
 
 
 class QueueWriter:
-    """The hot path for one queue: ``put(body, props)`` is one cffi call (plus a flush wait
-    with SYNC_FLUSH). Not thread-safe: use one QueueWriter per thread (they may share a
-    store and a queue; the C append serialises them)."""
+    """The raw append handle of one queue: ``put(body, props)`` is one cffi call (plus a flush
+    wait with SYNC_FLUSH), with the caller's properties bytes stored as given. Not
+    thread-safe: use one QueueWriter per thread (they may share a store and a queue; the C
+    append serialises them). The put pipeline's writer (``PutPipeline.writer``) builds on it.
 
-    __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_w",
-                 "_put", "_put_batch", "_sync", "_ctl", "_timeout")
+    Public fields, for callers that make the C call themselves: ``c_writer`` (shmq_writer *),
+    ``slot``, ``meta`` (shmq_meta *: the record's origin, see ``set_origin``), ``out``
+    (shmq_result *: where the last append went), ``sync`` (SYNC_FLUSH: wait after a put)."""
+
+    __slots__ = ("store", "topic", "queue_id", "slot", "meta", "out", "c_writer", "sync", "_appender",
+                 "_put", "_put_batch", "_ctl", "_timeout")
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         self.store = store
         self.topic = topic
         self.queue_id = queue_id
         self._appender = store.appender
-        self._w = store.appender.w
-        self._slot = store.appender.slot(topic, queue_id)
-        self._meta = ffi.new("shmq_meta *")
-        _fill_meta(self._meta, 0, 0, 0, born_host, 0, 0, None, None)  # born_ts 0: now
-        self._out = ffi.new("shmq_result *")
+        self.c_writer = store.appender.w
+        self.slot = store.appender.slot(topic, queue_id)
+        self.meta = ffi.new("shmq_meta *")
+        _fill_meta(self.meta, 0, 0, 0, born_host, 0, 0, None, None)  # born_ts 0: now
+        self.out = ffi.new("shmq_result *")
         self._put = lib.shmq_put
         self._put_batch = lib.shmq_put_batch
-        self._sync = store.sync_flush
+        self.sync = store.sync_flush
         self._ctl = store.cb.ctl
         self._timeout = store._sync_timeout_ns
 
+    def set_origin(self, flag: int, sysflag: int, born_ts: int, born_ip: int, born_port: int,
+                   reconsume_times: int) -> None:
+        """The record fields of the next puts that come from the sender (born_ts 0: now;
+        born_ip the IPv4 address as an int)."""
+        m = self.meta
+        m.flag = flag
+        m.sysflag = sysflag
+        m.born_ts = born_ts
+        m.born_ip = born_ip
+        m.born_port = born_port
+        m.reconsume_times = reconsume_times
+
     def put(self, body: bytes, props: bytes = b"") -> int:
         """Append; returns the queue offset. Limits are checked by the C append."""
-        out = self._out
-        while True:
-            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
-            if rc == 0:
-                break
-            self._appender.recover(rc, len(body))
-        if self._sync:
-            self._wait(out.end)
-        return out.queue_offset
+        self.put_nowait(body, props)
+        if self.sync:
+            self.wait_flushed(self.out.end)
+        return self.out.queue_offset
 
     def put_nowait(self, body: bytes, props: bytes = b"") -> int:
         """Append without waiting for SYNC_FLUSH; returns the commit position to pass to
         ``wait_flushed``. Pipelining many puts and then waiting once is how one thread keeps
         many messages in flight under SYNC_FLUSH (one msync confirms them all)."""
-        out = self._out
+        out = self.out
         while True:
-            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
+            rc = self._put(self.c_writer, self.slot, self.meta, body, len(body), props, len(props), out)
             if rc == 0:
                 return out.end
             self._appender.recover(rc, len(body))
 
-    def wait_flushed(self, end: int) -> None:
-        """Block until everything below ``end`` is on disk (FlushDiskTimeout otherwise)."""
-        if lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) < end:
-            self._wait(end)
-
     def put_batch(self, batch_body: bytes, extra: bytes = b"") -> tuple[int, int]:
         """Append an encoded batch; returns (first queue offset, count)."""
-        out = self._out
-        while True:
-            rc = self._put_batch(self._w, self._slot, self._meta, batch_body, len(batch_body),
-                                 extra, len(extra), out)
-            if rc == 0:
-                break
-            self._appender.recover(rc, len(batch_body))
-        if self._sync:
-            self._wait(out.end)
-        return out.queue_offset, out.count
+        self.put_batch_nowait(batch_body, extra)
+        if self.sync:
+            self.wait_flushed(self.out.end)
+        return self.out.queue_offset, self.out.count
 
-    def _wait(self, end: int) -> None:
+    def put_batch_nowait(self, batch_body: bytes, extra: bytes = b"") -> int:
+        """``put_batch`` without the SYNC_FLUSH wait; returns the commit position after it."""
+        out = self.out
+        while True:
+            rc = self._put_batch(self.c_writer, self.slot, self.meta, batch_body, len(batch_body), extra, len(extra),
+                                 out)
+            if rc == 0:
+                return out.end
+            self._appender.recover(rc, len(batch_body))
+
+    def recover(self, rc: int, size: int) -> None:
+        """After a C append answered ``rc``: map what it asked for (the caller calls again) or raise."""
+        self._appender.recover(rc, size)
+
+    def wait_flushed(self, end: int) -> None:
+        """Block until everything below ``end`` is on disk (FlushDiskTimeout otherwise)."""
+        if lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) >= end:
+            return
         rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
         if rc == lib.SHMQ_ETIMEDOUT:
             raise FlushDiskTimeout("not flushed within the sync flush timeout")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
 from shmq.message import classify as kinds
@@ -141,7 +142,8 @@ class PutPipeline:
         self.levels = delay_levels or DEFAULT_LEVELS
         self.default_max_reconsume_times = default_max_reconsume_times
         self.on_new_topic = on_new_topic
-        self._cluster_pair = pair(CLUSTER, cluster_name)
+        self.cluster_pair = pair(CLUSTER, cluster_name)  # the stored CLUSTER pair
+        self._batch_props: dict[str, bytes] = {}
         self._rand = random.Random()
 
     def fast_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "FastWriter":
@@ -163,7 +165,7 @@ class PutPipeline:
         raw = properties_bytes(req.properties)
         kind = classify(topic, raw, req.sysflag)
         if kind in kinds.AS_SENT:  # the common case: no rewrite beyond WAIT and CLUSTER, no dict
-            return self._append(topic, qid, req.body, stored_properties(raw, self._cluster_pair), req, topic, qid,
+            return self._append(topic, qid, req.body, stored_properties(raw, self.cluster_pair), req, topic, qid,
                                 qid, 0, False, wait_flush=wait_flush)
         props = decode_properties(raw)
         props.pop(WAIT, None)
@@ -196,22 +198,34 @@ class PutPipeline:
         if not req.body:
             raise InvalidMessage("empty batch")
         validate.check_sizes(len(req.body), 0, self.store.cfg.max_message_size)
-        props = decode_properties(properties_bytes(req.properties))
-        if _delay_level(props) > 0:
-            raise InvalidMessage("a batch cannot be delayed (DELAY is not supported for batch messages)")
-        if req.sysflag & TX_TYPE_MASK or is_true(props.get(TRAN_MSG)):
-            raise InvalidMessage("a batch cannot be a transactional message")
+        if req.sysflag & TX_TYPE_MASK:
+            raise InvalidMessage("batch message does not support delay or transaction")
+        extra = self.batch_properties(properties_bytes(req.properties).decode())
         qid = self._choose_queue(req)
-        props.pop(WAIT, None)
-        props[CLUSTER] = self.cluster_name
         try:
-            res = self.store.put_batch(topic, qid, req.body, encode_properties(props).encode(), sysflag=req.sysflag,
+            res = self.store.put_batch(topic, qid, req.body, extra, sysflag=req.sysflag,
                                        born_timestamp=req.born_timestamp, born_host=req.born_host,
                                        wait_flush=wait_flush)
         except FlushDiskTimeout as e:
             e.result = PipelineResult(e.result, topic, qid, qid)
             raise
         return PipelineResult(res, topic, qid, qid)
+
+    def batch_properties(self, text: str) -> bytes:
+        """The properties stored with every entry of a batch, from the batch-level text:
+        WAIT dropped, CLUSTER set. A delayed or transactional batch is MESSAGE_ILLEGAL (as in
+        RocketMQ). Cached by text: producers repeat the same few."""
+        extra = self._batch_props.get(text)
+        if extra is None:
+            props = decode_properties(text)
+            if kinds.kind_of(props) is not kinds.PLAIN and kinds.kind_of(props) is not kinds.TIMER:
+                raise InvalidMessage("batch message does not support delay or transaction")
+            props.pop(WAIT, None)
+            props[CLUSTER] = self.cluster_name
+            extra = encode_properties(props).encode()
+            if len(self._batch_props) < 1024:
+                self._batch_props[text] = extra
+        return extra
 
     # ---- the store's stage -----------------------------------------------------------
     def put_inner(self, topic: str, queue_id: int, body, properties, *, flag: int = 0, sysflag: int = 0,
@@ -295,84 +309,118 @@ class PutPipeline:
         return PipelineResult(res, topic, qid, request_qid, level, half)
 
 
-# ---- the common case, fast --------------------------------------------------------------
+# ---- the one per-queue writer ------------------------------------------------------------
 _put_local = lib.shmq_put_local
 _put_local_batch = lib.shmq_put_local_batch
 
 
-class FastWriter:
-    """``PutPipeline.fast_writer(topic, qid)``: the pipeline's common case (a client send to
-    an ordinary topic with no DELAY, no TRAN_MSG, no WAIT) as one C append: the only rewrite
-    is CLUSTER appended, which is what ``put`` does too. The caller keeps anything else on
-    the full pipeline, so a message is stored the same whichever way it went. Not
-    thread-safe (one per thread), like the store's QueueWriter it wraps."""
+class PlainCall(NamedTuple):
+    """What a caller makes the ``shmq_put_local`` call with itself (see FastWriter.plain_call)."""
+    c_writer: object
+    slot: int
+    meta: object
+    tail: bytes        # \x02 + the CLUSTER pair: appended after the drawn UNIQ_KEY
+    tail_len: int
+    out: object        # shmq_result *: where the append went
+    sync: bool         # SYNC_FLUSH: every append then goes to finish_plain
 
-    __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out", "_plain", "_scratch")
+
+class FastWriter:
+    """``PutPipeline.fast_writer(topic, qid)``: the store's one writer of one queue for the
+    messages ``classify`` stores as sent (PLAIN, TIMER, COMMIT, ROLLBACK), used by the broker's
+    send processor (``put_sent``, ``put_sent_batch``) and by the local producer
+    (``plain_call``/``finish_plain``, ``put_plain_batch``). Whichever way, the stored properties
+    are ``stored_properties``' (WAIT dropped, CLUSTER set), which is what ``PutPipeline.put``
+    stores too; callers send every other kind through the full pipeline. Not thread-safe
+    (one per thread, or per event loop), like the QueueWriter it wraps."""
+
+    __slots__ = ("pipeline", "topic", "queue_id", "out", "_qw", "_suffix", "_plain", "_scratch", "_max_size")
 
     def __init__(self, pipeline: "PutPipeline", topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         validate.check_sendable_topic(topic)
-        if topic.startswith(RETRY_PREFIX):
+        if classify(topic) is kinds.RETRY:
             raise ShmqError("retry topics go through the full pipeline (DLQ rewrite)")
         self.pipeline = pipeline
         self.topic = topic
         self.queue_id = queue_id
-        self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
-        self._suffix = PROPERTY_SEP.encode() + pipeline._cluster_pair
-        qw = self._qw
-        self._out = qw._out
-        self._plain = (qw._w, qw._slot, qw._meta)
+        qw = self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
+        self._suffix = PROPERTY_SEP.encode() + pipeline.cluster_pair
+        self.out = qw.out  # shmq_result *: queue_offset, phys_offset, end, count of the last append
+        self._plain = PlainCall(qw.c_writer, qw.slot, qw.meta, self._suffix, len(self._suffix), qw.out, bool(qw.sync))
         self._scratch = None  # a batch's encoding buffer, made at the first batch
+        self._max_size = pipeline.store.cfg.max_message_size
 
-    # ---- plain sends: the client's hot path ---------------------------------------------
+    # ---- a client's message, as it came over the wire (the broker's send) ---------------
+    def put_sent(self, body: bytes, props: bytes, flag: int, sysflag: int, born_ts: int, born_ip: int,
+                 born_port: int, reconsume_times: int) -> int:
+        """Store one message with the client's properties text ``props`` (its kind is one
+        stored as sent); returns the commit position after it, for ``wait_flushed`` under
+        SYNC_FLUSH (this does not wait). ``out`` then says where it went."""
+        qw = self._qw
+        qw.set_origin(flag, sysflag, born_ts, born_ip, born_port, reconsume_times)
+        return qw.put_nowait(body, stored_properties(props, self.pipeline.cluster_pair))
+
+    def put_sent_batch(self, batch_body: bytes, props_text: str, sysflag: int, born_ts: int, born_ip: int,
+                       born_port: int) -> int:
+        """Store a SEND_BATCH_MESSAGE body with its batch-level properties text (refused with
+        InvalidMessage when delayed or transactional); returns the commit position after it."""
+        if len(batch_body) > self._max_size:
+            validate.check_sizes(len(batch_body), 0, self._max_size)
+        extra = self.pipeline.batch_properties(props_text)
+        qw = self._qw
+        qw.set_origin(0, sysflag, born_ts, born_ip, born_port, 0)
+        return qw.put_batch_nowait(batch_body, extra)
+
+    def wait_flushed(self, end: int) -> None:
+        """SYNC_FLUSH: block until everything below ``end`` is on disk (FlushDiskTimeout)."""
+        self._qw.wait_flushed(end)
+
+    # ---- plain sends: the local producer's hot path -------------------------------------
     # A plain message has no DELAY / TRAN_MSG / WAIT / CLUSTER / UNIQ_KEY of its own (the
     # caller checked). Its UNIQ_KEY is drawn and its properties text assembled inside the one
     # C call (shmq_put_local), from ``head`` (user properties, TAGS, KEYS: empty or ending in
     # \x02) and the pipeline's CLUSTER pair. ``uniq`` is the client's id generator (``.c``:
     # its shmq_uniq; ``.roll()``: move to a new month).
 
-    def plain_call(self) -> tuple:
-        """(writer, slot, meta, tail, tail length, result, sync): what a caller makes the
-        ``shmq_put_local`` call with itself (the client's send: no Python frame between it and
-        the C append); the 32-char id lands in the caller's ``id_out``. Any non-zero status,
-        and every SYNC_FLUSH append, then goes to ``finish_plain``."""
-        w, slot, meta = self._plain
-        return w, slot, meta, self._suffix, len(self._suffix), self._out, bool(self._qw._sync)
+    def plain_call(self) -> PlainCall:
+        """What a caller makes the ``shmq_put_local`` call with itself (the client's send: no
+        Python frame between it and the C append); the 32-char id lands in the caller's
+        ``id_out``. Any non-zero status, and every SYNC_FLUSH append, then goes to
+        ``finish_plain``."""
+        return self._plain
 
     def finish_plain(self, rc: int, body: bytes, head: bytes, uniq, id_out) -> int:
         """After a ``shmq_put_local`` that returned ``rc``: map what it asked for (or raise)
         and append again until it succeeds; wait for SYNC_FLUSH; return the queue offset."""
-        w, slot, meta = self._plain
-        out = self._out
+        w, slot, meta, tail, tail_len, out, sync = self._plain
         while rc:
             self._recover(rc, len(body), uniq)
-            rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
-                            out, id_out)
-        if self._qw._sync:
-            self._qw._wait(out.end)
+            rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, tail, tail_len, out, id_out)
+        if sync:
+            self._qw.wait_flushed(out.end)
         return out.queue_offset
 
     def put_plain_batch(self, bodies: bytes, body_lens, heads: bytes, head_lens, flags, n: int, size: int,
                         uniq, ids_out) -> int:
         """``n`` plain messages as one batch of at most ``size`` encoded bytes (see
         shmq_put_local_batch for the other arguments); returns the first queue offset."""
-        w, slot, meta = self._plain
-        out = self._out
+        w, slot, meta, _, _, out, sync = self._plain
         if self._scratch is None or len(self._scratch) < size:
             self._scratch = ffi.new("uint8_t[]", max(size * 2, 64 * 1024))
         scratch = self._scratch
-        pair = self.pipeline._cluster_pair
+        cluster = self.pipeline.cluster_pair
         while True:
             rc = _put_local_batch(w, slot, meta, bodies, body_lens, heads, head_lens, len(heads), flags, n, uniq.c,
-                                  pair, len(pair), scratch, len(scratch), out, ids_out)
+                                  cluster, len(cluster), scratch, len(scratch), out, ids_out)
             if rc == 0:
                 break
             self._recover(rc, len(bodies), uniq)
-        if self._qw._sync:
-            self._qw._wait(out.end)
+        if sync:
+            self._qw.wait_flushed(out.end)
         return out.queue_offset
 
     def _recover(self, rc: int, size: int, uniq) -> None:
         if rc == lib.SHMQ_EMONTH:
             uniq.roll()
         else:
-            self._qw._appender.recover(rc, size)
+            self._qw.recover(rc, size)

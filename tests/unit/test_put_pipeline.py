@@ -13,7 +13,8 @@ from shmq.message.properties import properties_bytes
 from shmq.message.record import decode_record
 from shmq.native import lib
 from shmq.store import MessageStore
-from shmq.store.delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
+from shmq.message.names import SCHEDULE_TOPIC
+from shmq.store.delay_levels import DEFAULT_LEVELS, DelayLevels
 from shmq.store.put import PutPipeline, PutRequest, tag_code
 from shmq.store.validate import SYSTEM_TOPICS
 
