@@ -1,6 +1,6 @@
 """``shmq up``: a NameServer and one broker in the foreground on the embedded store ``./.shmq/``.
 
-The first command a newcomer runs: no config needed, loopback only (DESIGN §7). Prints the
+The first command a newcomer runs: no config needed, loopback only. Prints the
 NameServer and broker addresses; Ctrl-C stops both cleanly (the broker unregisters,
 flushes and persists offsets first).
 """

@@ -1,5 +1,5 @@
-"""Producer: sync, async, oneway, batch and ordered sends (DESIGN §6), over TCP or, for a
-broker on this host, straight into its store (DESIGN §4).
+"""Producer: sync, async, oneway, batch and ordered sends, over TCP or, for a broker on this
+host, straight into its store (the local transport).
 
 Retries follow RocketMQ: a sync send is tried up to 1 + retry_times_when_send_failed times,
 each retry on another broker when there is one; an async send retries

@@ -1,5 +1,5 @@
 """PushConsumer: messages pulled in the background are handed to a listener on a pool of
-consume threads (DESIGN §6).
+consume threads.
 
 Concurrently (orderly=False): any thread takes any batch; RECONSUME_LATER sends the messages
 back to the broker (CONSUMER_SEND_MSG_BACK: %RETRY%<group>, delay level 3 + reconsume

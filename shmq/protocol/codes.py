@@ -204,7 +204,7 @@ class Perm(enum.IntFlag):
 #: brokerId of a master in ``BrokerData.brokerAddrs``.
 MASTER_ID = 0
 
-#: shmq's own request (DESIGN §4), sent by a local client to a broker's public port: the answer's
+#: shmq's own request (the local transport's attach), sent by a local client to a broker's public port: the answer's
 #: extFields (storeRoot, generation, flushDiskType, brokerName, storeHost, ...) say how to map the
 #: store. Other clients never send it; a RocketMQ broker answers it REQUEST_CODE_NOT_SUPPORTED,
 #: which a local client takes as "stay on TCP".

@@ -188,12 +188,6 @@ class QueueRegistry:
                     out.append((t, int(q)))
         return out
 
-    def drop(self, topic: str, queue_id: int) -> None:
-        with self._lock:
-            cq = self._queues.pop((topic, queue_id), None)
-        if cq:
-            cq.close()
-
     def close(self) -> None:
         with self._lock:
             qs, self._queues = list(self._queues.values()), {}

@@ -81,10 +81,6 @@ class DelayLevels:
     def queue_id(level: int) -> int:
         return level - 1
 
-    @staticmethod
-    def level_of_queue(queue_id: int) -> int:
-        return queue_id + 1
-
     def tag_code(self, topic: str, props: bytes, store_ts: int) -> int:
         """The ConsumeQueue tag code of a record, for ``MessageStore.open(tag_code=...)``:
         the due time for SCHEDULE_TOPIC_XXXX records, else the hash of TAGS."""

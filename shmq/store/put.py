@@ -1,7 +1,7 @@
 """The put pipeline: what happens to a message between "a producer sent it" and "the C append
 wrote it". Broker workers (SEND_MESSAGE, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK), the
 supervisor's schedule and transaction services, and local producers all put through here, so
-a message is stored the same whichever way it came (DESIGN §4).
+a message is stored the same whichever way it came.
 
 Two stages, as in RocketMQ, where they live in two places:
 
@@ -39,10 +39,10 @@ from typing import NamedTuple
 
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
 from shmq.message import classify as kinds
-from shmq.message.classify import classify, is_true
+from shmq.message.classify import classify
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.names import (CLUSTER, DELAY, HALF_TOPIC, PGROUP, REAL_QID, REAL_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC,
-                                TRAN_MSG, WAIT, dlq_topic)
+                                WAIT, dlq_topic)
 from shmq.message.properties import (PROPERTY_SEP, decode_properties, encode_properties, pair, properties_bytes,
                                      stored_properties)
 from shmq.native import ffi, lib

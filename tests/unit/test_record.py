@@ -1,5 +1,5 @@
 """The record codec: byte-exact against a record built by hand from the reference layout
-(remoting-protocol.md §7), and the C append writes exactly those bytes."""
+(RocketMQ's MessageDecoder layout, as shmq/native/layout.h draws it), and the C append writes exactly those bytes."""
 import socket
 import struct
 import zlib

@@ -1,4 +1,4 @@
-"""shmq through its public client API (DESIGN §6), against a broker this run started:
+"""shmq through its public client API (shmq.client), against a broker this run started:
 ``Producer(group, namesrv=..., local=...)`` with ``send`` / ``send_batch``, and
 ``PushConsumer(group, namesrv=..., model="CLUSTERING")`` with an ``on_message`` listener
 (consume batches of up to 32, reading from the first offset of a fresh topic).

@@ -22,8 +22,8 @@ import time
 
 import msgspec
 
-from shmq.message.names import (DLQ_PREFIX, OFFSET_MOVED_EVENT, PERM_INHERIT, PERM_RW, RETRY_PREFIX, SCHEDULE_TOPIC,
-                                SELF_TEST_TOPIC, TBW102, dlq_topic, retry_topic)
+from shmq.message.names import (OFFSET_MOVED_EVENT, PERM_INHERIT, PERM_RW, RETRY_PREFIX, SCHEDULE_TOPIC, SELF_TEST_TOPIC,
+                                TBW102)
 from shmq.protocol.bodies import DataVersion, TopicConfig, TopicConfigSerializeWrapper, decode_json
 from shmq.store import files
 

@@ -1,6 +1,6 @@
 """The supervisor's end of the control channel: the per-broker tables and their handlers.
 
-Holds the three things that must be one per broker (DESIGN §1): the topic table (single
+Holds the three things that must be one per broker, whatever the number of workers: the topic table (single
 writer of topics.json), the client registry and the queue-lock table. Workers reach them
 with the requests of :mod:`control_channel`; this module answers them and pushes changes
 back (topic table, NOTIFY_CONSUMER_IDS_CHANGED, channel closes). Everything here runs on

@@ -137,7 +137,7 @@ class Supervisor:
             self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
             self._ctl_server = await cc.serve(cfg.control_path, self.plane.handlers(),
                                               self.plane.on_connect, self.plane.on_close)
-            # Delayed messages come due in the supervisor, which owns the store (DESIGN §1).
+            # Delayed messages come due in the supervisor, which owns the store.
             loop = asyncio.get_running_loop()
             self.pipeline = cfg.put_pipeline(self.store, lambda t, n: loop.call_soon_threadsafe(
                 self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=PERM_RW)))

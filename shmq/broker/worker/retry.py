@@ -1,7 +1,7 @@
 """CONSUMER_SEND_MSG_BACK: a consumer could not process a message (RECONSUME_LATER) and hands
 it back to the broker, which stores a copy to be consumed again later from ``%RETRY%<group>``,
 or, once it has been retried often enough, parks it in ``%DLQ%<group>``
-(SendMessageProcessor.asyncConsumerSendMsgBack, docs/remoting-protocol.md §5.5).
+(RocketMQ's SendMessageProcessor.asyncConsumerSendMsgBack).
 
 The copy: the record at the request's commit-log offset, same body, flag, sysflag, born
 timestamp and host and properties, plus
