@@ -50,9 +50,7 @@ TIMER, COMMIT, ROLLBACK = Kind.TIMER, Kind.COMMIT, Kind.ROLLBACK
 #: properties that can make a message anything but PLAIN: a text without any of them is PLAIN
 #: (unless the topic is a retry topic or the sysFlag carries a transaction type)
 DECISIVE = frozenset({TRAN_MSG, DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
-_TIMER = (TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS)
 _KEYS = {name: pair_key(name) for name in DECISIVE}
-_DECISIVE_BYTES = tuple(_KEYS.values())
 
 
 def is_true(v: str | None) -> bool:
@@ -77,6 +75,9 @@ def classify(topic: str, props=None, sysflag: int = 0) -> Kind:
     as bytes or str, or a dict) and ``sysflag``."""
     if topic.startswith(RETRY_PREFIX):
         return RETRY
+    if not sysflag & TX_TYPE_MASK and (not props or (props.__class__ is str and _may_decide_text(props) is False)
+                                       or (props.__class__ is bytes and _may_decide(props) is False)):
+        return PLAIN  # the common send, decided without a dict
     return kind_of(props, sysflag)
 
 
@@ -88,9 +89,9 @@ def kind_of(props=None, sysflag: int = 0) -> Kind:
     if tx == TX_ROLLBACK_TYPE:
         return ROLLBACK
     if props:
-        if isinstance(props, str):
+        if props.__class__ is str:
             props = props.encode()
-        if isinstance(props, Mapping) or any(k in props for k in _DECISIVE_BYTES):
+        if props.__class__ is dict or isinstance(props, Mapping) or _may_decide(props):
             if tx != TX_COMMIT_TYPE and is_true(_get(props, TRAN_MSG)):
                 return HALF
             if tx != TX_PREPARED_TYPE:
@@ -99,9 +100,21 @@ def kind_of(props=None, sysflag: int = 0) -> Kind:
                         return DELAYED
                 except ValueError:
                     return DELAYED
-            if any(_get(props, t) is not None for t in _TIMER):
+            if _get(props, TIMER_DELIVER_MS) is not None or _get(props, TIMER_DELAY_SEC) is not None \
+                    or _get(props, TIMER_DELAY_MS) is not None:
                 return TIMER
     return COMMIT if tx == TX_COMMIT_TYPE else PLAIN
+
+
+def _may_decide(raw: bytes) -> bool:
+    """A quick filter for the common text (the broker's hot path): False when no DECISIVE name
+    can be in it; True sends it to the exact, pair-by-pair reading."""
+    return raw.find(b"DELAY\x01") >= 0 or raw.find(b"TRAN_MSG\x01") >= 0 or raw.find(b"TIMER_") >= 0
+
+
+def _may_decide_text(text: str) -> bool:
+    """:func:`_may_decide` of a str (a remoting header's properties: str search is faster)."""
+    return "DELAY\x01" in text or "TRAN_MSG\x01" in text or "TIMER_" in text
 
 
 #: the kinds stored in the topic and queue they were sent to, with their properties as sent

@@ -92,11 +92,17 @@ def pair_value(raw: bytes, key: bytes) -> str | None:
     return str(raw[i + len(key):j if j >= 0 else len(raw)], "utf-8", "replace")
 
 
-def drop_pair(raw: bytes, key: bytes) -> bytes:
-    """raw without any pair starting with ``key``."""
-    while (i := find_pair(raw, key)) >= 0:
-        j = raw.find(_SEP, i)
+def drop_pair(raw, key):
+    """raw (bytes, or str with a str ``key``) without any pair starting with ``key``."""
+    sep = PROPERTY_SEP if raw.__class__ is str else _SEP
+    i = raw.find(key)
+    while i >= 0:
+        if i and raw[i - 1:i] != sep:          # inside a pair, not at its start
+            i = raw.find(key, i + 1)
+            continue
+        j = raw.find(sep, i)
         raw = raw[:max(i - 1, 0)] if j < 0 else raw[:i] + raw[j + 1:]
+        i = raw.find(key, max(i - 1, 0))
     return raw
 
 
@@ -104,19 +110,30 @@ def append_pair(raw: bytes, p: bytes) -> bytes:
     """raw with the pair ``p`` (from :func:`pair`) added at the end."""
     if not raw:
         return p
-    return raw + p if raw.endswith(_SEP) else raw + _SEP + p
+    return raw + p if raw[-1] == 2 else raw + _SEP + p
 
 
 _WAIT, _CLUSTER = pair_key(WAIT), pair_key(CLUSTER)
+_WAIT_S, _CLUSTER_S = WAIT + NAME_VALUE_SEP, CLUSTER + NAME_VALUE_SEP
 
 
-def stored_properties(raw: bytes, cluster_pair: bytes) -> bytes:
-    """What the broker stores for a client's properties text: WAIT dropped (it only tells the
-    broker whether to wait for the flush; 4.9.x does not store it) and CLUSTER set to this
-    broker's cluster (``cluster_pair``, from ``pair(CLUSTER, name)``), replacing any the
-    client sent. Every write path (broker send, local producer, put pipeline) stores this."""
-    if _WAIT in raw:
-        raw = drop_pair(raw, _WAIT)
-    if _CLUSTER in raw:
-        raw = drop_pair(raw, _CLUSTER)
-    return append_pair(raw, cluster_pair)
+def stored_properties(raw, cluster_pair: bytes) -> bytes:
+    """What the broker stores for a client's properties text (bytes, or the str of a remoting
+    header): WAIT dropped (it only tells the broker whether to wait for the flush; 4.9.x does
+    not store it) and CLUSTER set to this broker's cluster (``cluster_pair``, from
+    ``pair(CLUSTER, name)``), replacing any the client sent. Every write path (broker send,
+    local producer, put pipeline) stores this. (A str is edited as str: it is faster.)"""
+    if raw.__class__ is str:
+        if _WAIT_S in raw:
+            raw = drop_pair(raw, _WAIT_S)
+        if _CLUSTER_S in raw:
+            raw = drop_pair(raw, _CLUSTER_S)
+        raw = raw.encode()
+    else:
+        if raw.find(_WAIT) >= 0:
+            raw = drop_pair(raw, _WAIT)
+        if raw.find(_CLUSTER) >= 0:
+            raw = drop_pair(raw, _CLUSTER)
+    if not raw:
+        return cluster_pair
+    return raw + cluster_pair if raw[-1] == 2 else raw + _SEP + cluster_pair

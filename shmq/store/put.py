@@ -164,7 +164,7 @@ class PutPipeline:
         qid = self._choose_queue(req)
         raw = properties_bytes(req.properties)
         kind = classify(topic, raw, req.sysflag)
-        if kind in kinds.AS_SENT:  # the common case: no rewrite beyond WAIT and CLUSTER, no dict
+        if kind is kinds.PLAIN or kind in kinds.AS_SENT:  # the common case: no rewrite beyond WAIT and CLUSTER, no dict
             return self._append(topic, qid, req.body, stored_properties(raw, self.cluster_pair), req, topic, qid,
                                 qid, 0, False, wait_flush=wait_flush)
         props = decode_properties(raw)
@@ -310,6 +310,7 @@ class PutPipeline:
 
 
 # ---- the one per-queue writer ------------------------------------------------------------
+_put = lib.shmq_put
 _put_local = lib.shmq_put_local
 _put_local_batch = lib.shmq_put_local_batch
 
@@ -334,7 +335,8 @@ class FastWriter:
     stores too; callers send every other kind through the full pipeline. Not thread-safe
     (one per thread, or per event loop), like the QueueWriter it wraps."""
 
-    __slots__ = ("pipeline", "topic", "queue_id", "out", "_qw", "_suffix", "_plain", "_scratch", "_max_size")
+    __slots__ = ("pipeline", "topic", "queue_id", "out", "_qw", "_suffix", "_plain", "_scratch", "_max_size",
+                 "_cluster")
 
     def __init__(self, pipeline: "PutPipeline", topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         validate.check_sendable_topic(topic)
@@ -349,16 +351,28 @@ class FastWriter:
         self._plain = PlainCall(qw.c_writer, qw.slot, qw.meta, self._suffix, len(self._suffix), qw.out, bool(qw.sync))
         self._scratch = None  # a batch's encoding buffer, made at the first batch
         self._max_size = pipeline.store.cfg.max_message_size
+        self._cluster = pipeline.cluster_pair
 
     # ---- a client's message, as it came over the wire (the broker's send) ---------------
-    def put_sent(self, body: bytes, props: bytes, flag: int, sysflag: int, born_ts: int, born_ip: int,
+    def put_sent(self, body: bytes, props: bytes | str, flag: int, sysflag: int, born_ts: int, born_ip: int,
                  born_port: int, reconsume_times: int) -> int:
-        """Store one message with the client's properties text ``props`` (its kind is one
-        stored as sent); returns the commit position after it, for ``wait_flushed`` under
-        SYNC_FLUSH (this does not wait). ``out`` then says where it went."""
-        qw = self._qw
-        qw.set_origin(flag, sysflag, born_ts, born_ip, born_port, reconsume_times)
-        return qw.put_nowait(body, stored_properties(props, self.pipeline.cluster_pair))
+        """Store one message with the client's properties text ``props`` (bytes, or the str of
+        a remoting header; its kind is one stored as sent); returns the commit position after
+        it, for ``wait_flushed`` under SYNC_FLUSH (this does not wait). ``out`` then says where
+        it went. (The broker's hot path: the origin is set and the C append called inline.)"""
+        w, slot, m, _, _, out, _ = self._plain
+        m.flag = flag
+        m.sysflag = sysflag
+        m.born_ts = born_ts
+        m.born_ip = born_ip
+        m.born_port = born_port
+        m.reconsume_times = reconsume_times
+        props = stored_properties(props, self._cluster)
+        rc = _put(w, slot, m, body, len(body), props, len(props), out)
+        while rc:
+            self._qw.recover(rc, len(body))
+            rc = _put(w, slot, m, body, len(body), props, len(props), out)
+        return out.end
 
     def put_sent_batch(self, batch_body: bytes, props_text: str, sysflag: int, born_ts: int, born_ip: int,
                        born_port: int) -> int:

@@ -22,7 +22,7 @@ import struct
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
 from shmq.errors import FlushDiskTimeout, InvalidMessage, InvalidTopic, MessageTooLarge
-from shmq.message.classify import AS_SENT, RETRY, classify
+from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
 from shmq.message.names import PERM_WRITE, RETRY_PREFIX
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
@@ -118,13 +118,14 @@ class Processor:
         qid = h.queueId if h.queueId >= 0 else random.randrange(max(1, tc.writeQueueNums))
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             return self._put_batch(conn, cmd, h, qid)
-        raw = h.properties.encode() if h.properties else b""
-        if classify(h.topic, raw, h.sysFlag) not in AS_SENT:
+        props = h.properties or ""
+        kind = classify(h.topic, props, h.sysFlag)
+        if kind is not PLAIN and kind not in AS_SENT:
             # delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's
             return self._put_pipeline(conn, cmd, h, qid, tc)
         fw = self._writer(h.topic, qid)
         self.w.stats["put"] += 1
-        end = fw.put_sent(cmd.body, raw, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
+        end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
         out = fw.out
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
