@@ -101,6 +101,22 @@ class DiskFull(StoreError):
     code = 14
 
 
+class SlaveStore(StoreError):
+    """The store belongs to a SLAVE: only replication writes into it (RocketMQ answers a put
+    on a slave SERVICE_NOT_AVAILABLE). Nothing was stored."""
+    code = 14
+
+
+class ReplicationError(StoreError):
+    """SYNC_MASTER: the message is stored on the master but no slave confirmed it: ``code``
+    says why, FLUSH_SLAVE_TIMEOUT (12, not within syncFlushTimeout) or SLAVE_NOT_AVAILABLE
+    (11, no slave connected, or it lags more than haSlaveFallbehindMax)."""
+
+    def __init__(self, message: str, *, code: int, result=None):
+        super().__init__(message, code=code)
+        self.result = result
+
+
 # ---- remoting ----------------------------------------------------------------------------
 class RemotingError(ShmqError):
     """Transport-level failure: connection, timeout, malformed frame."""
@@ -210,6 +226,10 @@ _C_STATUS = (
     ("SHMQ_EFULL", -8, lambda what, size, limit: TableFull(f"{what}: the shared table is full")),
     ("SHMQ_EBADBATCH", -9, lambda what, size, limit: InvalidMessage("malformed batch body")),
     ("SHMQ_EIO", -10, lambda what, size, limit: StoreReadOnly("flush failed with an I/O error; the store is read-only")),
+    # RocketMQ's answer to a put on a slave (SERVICE_NOT_AVAILABLE and this remark)
+    ("SHMQ_ESLAVE", -12, lambda what, size, limit: SlaveStore(
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+        "messages are put to the slave, message store has been shut down, etc. (the broker role is slave)")),
 )
 C_STATUS_NAMES: dict[int, str] = {value: name for name, value, _ in _C_STATUS}
 _C_STATUS_ERRORS = {value: make for _, value, make in _C_STATUS}

@@ -31,7 +31,8 @@ from . import files, validate
 from .appender import Appender, QueueRegistry, raise_for_status
 from .checkpoint import Checkpoint, path_of
 from .commitlog import CommitLog
-from .config import ASYNC_FLUSH, StoreConfig
+from .config import ASYNC_FLUSH, ROLE_SYNC_MASTER, StoreConfig
+from .ha.sync import wait_replicated
 from .control import ControlBlock
 from .offsets_file import load_offsets, save_offsets
 from .reader import Reader
@@ -90,6 +91,10 @@ class MessageStore(Reader):
         #: the raw STOREHOST of this store's records (IPv4 + port), the head of offset msgIds
         self.store_host = HOST.pack(o.store_ip.to_bytes(4, "big"), o.store_port)
         self.sync_flush = o.flush_mode != ASYNC_FLUSH
+        self.sync_master = o.role == ROLE_SYNC_MASTER
+        #: a put is confirmed only after a wait: for the disk (SYNC_FLUSH), for a slave
+        #: (SYNC_MASTER), or both; ``_wait_flushed`` waits for whichever applies
+        self.sync_wait = self.sync_flush or self.sync_master
         self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
         self._meta = ffi.new("shmq_meta *")
         self._out = ffi.new("shmq_result *")
@@ -124,6 +129,7 @@ class MessageStore(Reader):
         cb = ControlBlock.create(cfg, nonce, generation)
         store = cls(cfg, cb, owner=True)
         store._lock_fd = lock_fd
+        store.tag_code = tag_code  # a slave's replica writer dispatches with it too
         store.checkpoint = Checkpoint.load(path_of(cfg.root))
         report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
         store.recovery = report
@@ -201,7 +207,7 @@ class MessageStore(Reader):
                        tag_code, deliver_delay_ms)
             a.put(slot, m, body, props, out)
             res = PutResult(out, self.store_host, topic, queue_id)
-        if self.sync_flush and wait_flush:
+        if self.sync_wait and wait_flush:
             self.wait_flushed(res)
         return res
 
@@ -223,7 +229,7 @@ class MessageStore(Reader):
             _fill_meta(m, 0, sysflag, born_timestamp, born_host, 0, 0, None, None)
             a.put_batch(slot, m, batch_body, extra, out)
             res = PutResult(out, self.store_host, topic, queue_id)
-        if self.sync_flush and wait_flush:
+        if self.sync_wait and wait_flush:
             self.wait_flushed(res)
         return res
 
@@ -234,13 +240,17 @@ class MessageStore(Reader):
         return QueueWriter(self, topic, queue_id, born_host)
 
     def wait_flushed(self, res: PutResult) -> None:
-        """Block until the put that answered ``res`` is on disk; FlushDiskTimeout (carrying
-        ``res``) when that takes longer than the sync flush timeout."""
-        rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
-        if rc:
-            raise_for_status(rc)
+        """The wait before the put that answered ``res`` is confirmed (RocketMQ's
+        handleDiskFlush, then handleHA): FlushDiskTimeout / ReplicationError, carrying ``res``,
+        when it takes longer than the sync flush timeout."""
+        if self.sync_flush:
+            rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
+            if rc == lib.SHMQ_ETIMEDOUT:
+                raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
+            if rc:
+                raise_for_status(rc)
+        if self.sync_master:
+            wait_replicated(self.cb.ctl, res.end, self._sync_timeout_ns, res)
 
     # ================================================================== offsets ==
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -420,7 +430,7 @@ class QueueWriter:
         self.out = ffi.new("shmq_result *")
         self._put = lib.shmq_put
         self._put_batch = lib.shmq_put_batch
-        self.sync = store.sync_flush
+        self.sync = store.sync_wait
         self._ctl = store.cb.ctl
         self._timeout = store._sync_timeout_ns
 
@@ -462,7 +472,7 @@ class QueueWriter:
         return self.out.queue_offset, self.out.count
 
     def put_batch_nowait(self, batch_body: bytes, extra: bytes = b"") -> int:
-        """``put_batch`` without the SYNC_FLUSH wait; returns the commit position after it."""
+        """``put_batch`` without the confirmation wait; returns the commit position after it."""
         out = self.out
         while True:
             rc = self._put_batch(self.c_writer, self.slot, self.meta, batch_body, len(batch_body), extra, len(extra),
@@ -476,14 +486,17 @@ class QueueWriter:
         self._appender.recover(rc, size)
 
     def wait_flushed(self, end: int) -> None:
-        """Block until everything below ``end`` is on disk (FlushDiskTimeout otherwise)."""
-        if lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) >= end:
-            return
-        rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            raise FlushDiskTimeout("not flushed within the sync flush timeout")
-        if rc:
-            raise_for_status(rc)
+        """Block until everything below ``end`` is confirmed: on disk with SYNC_FLUSH
+        (FlushDiskTimeout otherwise), on a slave with SYNC_MASTER (ReplicationError)."""
+        store = self.store
+        if store.sync_flush and lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) < end:
+            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
+            if rc == lib.SHMQ_ETIMEDOUT:
+                raise FlushDiskTimeout("not flushed within the sync flush timeout")
+            if rc:
+                raise_for_status(rc)
+        if store.sync_master:
+            wait_replicated(self._ctl, end, self._timeout)
 
 
 # ====================================================================== helpers ==

@@ -37,7 +37,7 @@ import random
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
+from shmq.errors import FlushDiskTimeout, InvalidMessage, ReplicationError, ShmqError
 from shmq.message import classify as kinds
 from shmq.message.classify import classify
 from shmq.message.layout import TX_TYPE_MASK
@@ -206,7 +206,7 @@ class PutPipeline:
             res = self.store.put_batch(topic, qid, req.body, extra, sysflag=req.sysflag,
                                        born_timestamp=req.born_timestamp, born_host=req.born_host,
                                        wait_flush=wait_flush)
-        except FlushDiskTimeout as e:
+        except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, qid)
             raise
         return PipelineResult(res, topic, qid, qid)
@@ -303,7 +303,7 @@ class PutPipeline:
                                  born_timestamp=born_timestamp, born_host=born_host,
                                  reconsume_times=reconsume_times, prepared_offset=prepared_offset,
                                  deliver_delay_ms=deliver_delay_ms, wait_flush=wait_flush)
-        except FlushDiskTimeout as e:
+        except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, request_qid, level, half)
             raise
         return PipelineResult(res, topic, qid, request_qid, level, half)

@@ -29,6 +29,7 @@ from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
 
 from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.acl import PlainAcl
 from shmq.broker.shared.attach import AttachGuard
 from shmq.broker.shared.config import BrokerConfig, server_limits
 from shmq.broker.shared.control_channel import Ctl
@@ -73,7 +74,8 @@ class Worker:
         self.attach_guard = AttachGuard(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
-        handlers = dispatch.handlers(self)
+        acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
+        handlers = dispatch.handlers(self, acl)
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,

@@ -21,7 +21,7 @@ import struct
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
-from shmq.errors import FlushDiskTimeout, InvalidMessage, InvalidTopic, MessageTooLarge
+from shmq.errors import FlushDiskTimeout, InvalidMessage, InvalidTopic, MessageTooLarge, ReplicationError
 from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
 from shmq.message.names import PERM_WRITE, RETRY_PREFIX
@@ -129,7 +129,7 @@ class Processor:
         out = fw.out
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if self.w.store.sync_flush:
+        if self.w.store.sync_wait:
             return self._answer_after_flush(cmd, fw.wait_flushed, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
@@ -164,7 +164,7 @@ class Processor:
         ids = batch_msg_ids(self._prefix(), store.queues.get(h.topic, qid).phys_hex(out.queue_offset, out.count))
         ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(out.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if store.sync_flush:
+        if store.sync_wait:
             return self._answer_after_flush(cmd, fw.wait_flushed, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
@@ -199,7 +199,7 @@ class Processor:
     def _answer(self, cmd, res, msg_id: str, qid: int, qoff: int):
         ext = {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if self.w.store.sync_flush:
+        if self.w.store.sync_wait:
             return self._answer_after_flush(cmd, self.w.store.wait_flushed, res, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
@@ -212,6 +212,10 @@ class Processor:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
             return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout", ext)
+        except ReplicationError as e:
+            # SYNC_MASTER: stored here, not confirmed by a slave: SLAVE_NOT_AVAILABLE (11) or
+            # FLUSH_SLAVE_TIMEOUT (12), with the ids, as RocketMQ answers (a status, not an error)
+            return cmd.make_response(e.code, str(e), ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     # ------------------------------------------------------------------ others ----
