@@ -359,14 +359,9 @@ class FastWriter:
         """Store one message with the client's properties text ``props`` (bytes, or the str of
         a remoting header; its kind is one stored as sent); returns the commit position after
         it, for ``wait_flushed`` under SYNC_FLUSH (this does not wait). ``out`` then says where
-        it went. (The broker's hot path: the origin is set and the C append called inline.)"""
+        it went. (The broker's hot path: the C append is called inline.)"""
         w, slot, m, _, _, out, _ = self._plain
-        m.flag = flag
-        m.sysflag = sysflag
-        m.born_ts = born_ts
-        m.born_ip = born_ip
-        m.born_port = born_port
-        m.reconsume_times = reconsume_times
+        self._qw.set_origin(flag, sysflag, born_ts, born_ip, born_port, reconsume_times)
         props = stored_properties(props, self._cluster)
         rc = _put(w, slot, m, body, len(body), props, len(props), out)
         while rc:
