@@ -117,19 +117,24 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
     end = report.end = pos
 
     # 3. cut back everything past the end
-    idx, off = divmod(end, fsize)
-    if idx in present:
-        report.bytes_zeroed = _zero_dirty_tail(commitlog.map(idx), off)
-    for i in indexes:
-        if i > idx:
-            commitlog.delete(i)
-            report.files_deleted.append(i)
+    _cut_log(commitlog, indexes, present, end, report)
     tables = {}
     for (topic, qid), n in list(next_of.items()):
         cq = queues.get(topic, qid)
         n = _cut_queue(cq, n, end, report)
         tables[(topic, qid)] = (n, _first_live(cq, n, min_phys))
     return report, tables
+
+
+def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryReport) -> None:
+    """Zero what the last file holds past ``end`` and delete every later file."""
+    idx, off = divmod(end, commitlog.file_size)
+    if idx in present:
+        report.bytes_zeroed = _zero_dirty_tail(commitlog.map(idx), off)
+    for i in indexes:
+        if i > idx:
+            commitlog.delete(i)
+            report.files_deleted.append(i)
 
 
 def _zero_dirty_tail(mm, off: int) -> int:
