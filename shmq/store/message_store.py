@@ -93,7 +93,7 @@ class MessageStore(Reader):
         self.sync_flush = o.flush_mode != ASYNC_FLUSH
         self.sync_master = o.role == ROLE_SYNC_MASTER
         #: a put is confirmed only after a wait: for the disk (SYNC_FLUSH), for a slave
-        #: (SYNC_MASTER), or both; ``_wait_flushed`` waits for whichever applies
+        #: (SYNC_MASTER), or both; ``wait_flushed`` waits for whichever applies
         self.sync_wait = self.sync_flush or self.sync_master
         self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
         self._meta = ffi.new("shmq_meta *")
