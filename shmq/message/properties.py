@@ -27,7 +27,7 @@ def encode_properties(props: Mapping[str, str] | None) -> str:
     """Java's form: no trailing separator. Pairs with a None value are skipped, as in Java."""
     if not props:
         return ""
-    return PROPERTY_SEP.join(f"{k}{NAME_VALUE_SEP}{v}" for k, v in props.items() if v is not None)
+    return "\x02".join([f"{k}\x01{v}" for k, v in props.items() if v is not None])
 
 
 def decode_properties(text) -> dict[str, str]:
