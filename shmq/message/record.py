@@ -42,6 +42,8 @@ def unpack_record(mv: memoryview, pos: int = 0) -> tuple:
     if blen < 0 or t0 + 3 > end or end > n:
         raise StoreCorrupt(f"record at {pos}: bad sizes (total {total}, body {blen})")
     p0 = t0 + 1 + mv[t0]
+    if p0 + 2 > end:  # a topic length pointing past the record (found by fuzzing)
+        raise StoreCorrupt(f"record at {pos}: topic length {mv[t0]} runs past TOTALSIZE {total}")
     if p0 + 2 + ((mv[p0] << 8) | mv[p0 + 1]) != end:
         raise StoreCorrupt(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")
     return (total, crc, qid, flag, qoff, phys, sysflag, born_ts, born, store_ts, store, reconsume, prepared,
