@@ -11,7 +11,7 @@ command                 protocol.command.decode_command (JSON/binary)   FrameErr
 record                  message.record.decode_record / iter_records     StoreCorrupt
 properties              message.properties.decode_properties (+ trip)   none
 batch                   message.batch.decode_batch (+ round trip)       BodyDecodeError
-sql92                   store.sql_filter.compile, Filter.matches        FilterExpressionError
+sql92                   message.sql_filter.compile, Filter.matches      FilterExpressionError
 ======================  ==============================================  =====================
 """
 from __future__ import annotations
