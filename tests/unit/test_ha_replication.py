@@ -57,7 +57,7 @@ def bodies_of(store, topic, qid):
         r = store.get_messages(topic, qid, off, 32)
         if not r.messages:
             return out
-        from shmq.store.record import decode_record
+        from shmq.message.record import decode_record
         out += [decode_record(m).body for m in r.messages]
         off = r.next_begin_offset
 
