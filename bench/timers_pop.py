@@ -30,7 +30,7 @@ import psutil
 from shmq import Message, Producer, PullConsumer, SimpleConsumer
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import CreateTopicRequestHeader, PullMessageRequestHeader
-from shmq.store.record import iter_records
+from shmq.message.record import iter_records
 
 
 def start(argv: list[str], pattern: str) -> tuple[subprocess.Popen, re.Match]:

@@ -25,19 +25,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shmq.errors import InvalidMessage, ShmqError
+from shmq.message.names import (REAL_QID as P_REAL_QID, REAL_TOPIC as P_REAL_TOPIC,  # noqa: F401
+                                TIMER_DEL_UNIQKEY as P_TIMER_DEL_UNIQKEY, TIMER_DELAY_MS as P_TIMER_DELAY_MS,
+                                TIMER_DELAY_SEC as P_TIMER_DELAY_SEC, TIMER_DELIVER_MS as P_TIMER_DELIVER_MS,
+                                TIMER_DEQUEUE_MS as P_TIMER_DEQUEUE_MS, TIMER_ENQUEUE_MS as P_TIMER_ENQUEUE_MS,
+                                TIMER_OUT_MS as P_TIMER_OUT_MS, TIMER_ROLL_TIMES as P_TIMER_ROLL_TIMES, TIMER_TOPIC)
 
-TIMER_TOPIC = "rmq_sys_wheel_timer"
 TIMER_QID = 0
 MARKER_QID = 1
 
-P_TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
-P_TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
-P_TIMER_DELAY_MS = "TIMER_DELAY_MS"
-P_TIMER_OUT_MS = "TIMER_OUT_MS"
-P_TIMER_ENQUEUE_MS = "TIMER_ENQUEUE_MS"
-P_TIMER_DEQUEUE_MS = "TIMER_DEQUEUE_MS"
-P_TIMER_ROLL_TIMES = "TIMER_ROLL_TIMES"
-P_TIMER_DEL_UNIQKEY = "TIMER_DEL_UNIQKEY"
 #: shmq's: on every record the timer service appends, "<qid>:<queue offset>" of its source
 #: entry (crash recovery settles that entry from it; see timer_marks)
 P_TIMER_SRC = "SHMQ_TIMER_SRC"
@@ -138,6 +134,3 @@ def timer_tag_code(props: dict) -> int | None:
     except (KeyError, ValueError):
         return None
 
-
-P_REAL_TOPIC = "REAL_TOPIC"
-P_REAL_QID = "REAL_QID"

@@ -28,11 +28,12 @@ import collections
 import logging
 
 from shmq.errors import InvalidMessage
+from shmq.message.properties import encode_properties
+from shmq.message.record import decode_record
 from shmq.native import lib
 
 from . import timer_marks as tm
 from . import timer_rules as tr
-from .record import decode_record, encode_properties
 from .timer_index import TimerIndex
 
 log = logging.getLogger("shmq.store.timer")
@@ -90,7 +91,17 @@ class TimerStore:
             q, off = (int(x) for x in msg.properties[tr.P_TIMER_SRC].split(":"))
         except (KeyError, ValueError):
             return False
-        if q not in tm.QUEUES or off < 0 or self.marks.get(q, off) != tm.PENDING:
+        if q != tr.TIMER_QID or off < 0 or self.marks.get(q, off) != tm.PENDING:
+            return False
+        # a record claims this source only if it is that timer (same due time, same UNIQ_KEY):
+        # a client cannot settle someone else's timer by sending a forged SHMQ_TIMER_SRC
+        src = self._record(q, off)
+        if src is None or src is RETRY_SOON:
+            return False
+        e, orig = src
+        if msg.properties.get(tr.P_TIMER_OUT_MS) != str(e[2]) or \
+                msg.properties.get("UNIQ_KEY") != orig.properties.get("UNIQ_KEY"):
+            log.warning("timer recovery: a record claims timer %d:%d but is not it; ignored", q, off)
             return False
         self.marks.set(q, off, tm.ROLLED if msg.topic == tr.TIMER_TOPIC else tm.DELIVERED)
         return True
@@ -243,7 +254,7 @@ class TimerStore:
             props[tr.P_TIMER_ROLL_TIMES] = str(int(props.get(tr.P_TIMER_ROLL_TIMES, "0") or 0) + 1)
             props.setdefault(tr.P_TIMER_ENQUEUE_MS, str(msg.store_timestamp))
             props[tr.P_TIMER_SRC] = f"{tr.TIMER_QID}:{off}"
-            res = self.store.put(tr.TIMER_TOPIC, tr.TIMER_QID, bytes(msg.body), encode_properties(props),
+            res = self.store.put(tr.TIMER_TOPIC, tr.TIMER_QID, bytes(msg.body), encode_properties(props).encode(),
                                  flag=msg.flag, sysflag=msg.sysflag, born_timestamp=msg.born_timestamp,
                                  born_host=msg.born_host, reconsume_times=msg.reconsume_times,
                                  tag_code=ms, wait_flush=False)

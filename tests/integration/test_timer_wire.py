@@ -12,7 +12,7 @@ import statistics
 import time
 
 from shmq.protocol import RequestCode, SyncRemotingClient, request
-from shmq.store.record import iter_records
+from shmq.message.record import iter_records
 
 from .broker_helpers import create_topic, pull, send, start_broker  # noqa: F401
 from .conftest import namesrv, processes  # noqa: F401

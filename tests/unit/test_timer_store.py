@@ -13,7 +13,7 @@ from shmq.store.cleanup import CleanupService
 from shmq.store import timer_rules as tr
 from shmq.store.delay_levels import DEFAULT_LEVELS
 from shmq.store.put import PutPipeline, PutRequest
-from shmq.store.record import decode_record
+from shmq.message.record import decode_record
 from shmq.store.timer_index import TimerIndex
 from shmq.store.timer_store import TimerStore
 
@@ -252,7 +252,7 @@ def test_timer_service_rolls_before_the_cleanup_deletes(store_root):
 
 
 def test_batch_with_timer_properties_is_refused(env):
-    from shmq.store.record import encode_batch
+    from shmq.message.batch import encode_batch
     s, p, ts, clock = env()
     body = encode_batch([(b"a", b"", 0)])
     with pytest.raises(InvalidMessage, match="timer"):

@@ -40,7 +40,7 @@ from shmq.protocol import RemotingCommand, ResponseCode
 from shmq.protocol.pop_info import ORDER_REVIVE_QID, RETRY_PREFIX, pop_retry_topic
 from shmq.service import ThreadService
 from shmq.store import files
-from shmq.store.record import decode_record
+from shmq.message.record import decode_record
 
 from .pop_state import Checkpoint, PopState
 
