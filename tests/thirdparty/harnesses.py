@@ -124,9 +124,12 @@ def go_binary() -> Path:
 
 def warm_up() -> int:
     """Fetch and build everything ahead of the tests, saying what it does (scripts/test)."""
-    steps = [("rocketmq-client 4.9.8 + Harness.java", harness_cp), ("rocketmq-tools 4.9.8 + Admin.java", admin_cp),
-             ("rocketmq-client-go v2 harness", go_binary)]
-    for what, step in steps:
+    steps = [("rocketmq-client 4.9.8 + Harness.java", harness_cp, JAVA_DIR / "Harness.java"),
+             ("rocketmq-tools 4.9.8 + Admin.java", admin_cp, JAVA_DIR / "Admin.java"),
+             ("rocketmq-client-go v2 harness", go_binary, GO_DIR / "main.go")]
+    for what, step, source in steps:
+        if not source.exists():
+            continue
         t0 = time.monotonic()
         print(f"third-party warm-up: {what} ...", flush=True)
         try:

@@ -198,7 +198,11 @@ class Worker:
         self.topics.table[tc.topicName] = tc
 
     def remember_subscription(self, group: str, sub: SubscriptionData) -> None:
-        self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
+        # the newest version any member of the group sent wins (as at the supervisor, clients.py);
+        # subVersion is an int (SubscriptionData.__post_init__)
+        e = self._subs.get((group, sub.topic))
+        if e is None or sub.subVersion >= e[0].subVersion:
+            self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
 
     def cached_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         e = self._subs.get((group, topic))
