@@ -78,8 +78,8 @@ class MqAdmin:
     def __init__(self, log_dir: Path):
         log_dir.mkdir(parents=True, exist_ok=True)
         cmd = jvm.java_command("Admin", admin_cp(), str(log_dir), heap="192m", props=_client_props(log_dir))
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=open(log_dir / "admin-jvm.log", "wb"), text=True)
+        with open(log_dir / "admin-jvm.log", "wb") as err:
+            self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True)
 
     def run(self, *args: str, timeout: float = 60.0) -> str:
         assert self.proc.poll() is None, "the mqadmin JVM has exited"

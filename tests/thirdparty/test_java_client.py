@@ -136,9 +136,9 @@ def check_lite_assign(r):
         assert m["queue"] == r["sentQueue"][m["body"]]
 
 
-def test_java_producer_send_modes_orderly_delay_transaction(namesrv, start_broker, tmp_path):
+def test_java_producer_send_modes_orderly_delay_transaction_reply(namesrv, start_broker, tmp_path):
     checks = {"send_modes": check_send_modes, "orderly": check_orderly, "delay": check_delay,
-              "transaction": check_transaction}
+              "transaction": check_transaction, "request_reply": check_request_reply}
     _check(_run(namesrv, start_broker, tmp_path, list(checks)), checks)
 
 

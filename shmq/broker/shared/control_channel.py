@@ -33,11 +33,17 @@ SUBSCRIPTION           w -> s       ext group, topic; body SubscriptionData or c
 LOCK / UNLOCK          w -> s       body LockBatchRequestBody; LOCK answers LockBatchResponseBody
 FORWARD_TO_GROUP       w -> s       ext group, kind (consumer|producer), one (true: one live channel);
                                     body a remoting frame; answer ext count (channels it went to)
+CONNECTIONS            w -> s       ext group, kind: a group's connections (supervisor/admin_plane.py)
+GROUPS_OF_TOPIC        w -> s       ext topic: {"groupList": [...]} of the groups subscribing to it
+CALL_CLIENT            w -> s       ext clientId, [group], timeout; body a frame: the client's answer
+SUBGROUP               w -> s       ext op (update|delete|all), [group]; body config; answer the table
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
 FORWARD                s -> w       ext chans; body a remoting frame (no length word): send it oneway
                                     on each (RESET_CONSUMER_CLIENT_OFFSET, CHECK_TRANSACTION_STATE)
+CALL                   s -> w       ext chan, timeout; body a frame: send it as a request on that
+                                    channel and answer with the client's response frame as body
 =====================  ===========  ================================================================
 """
 from __future__ import annotations
@@ -70,10 +76,15 @@ class Ctl(enum.IntEnum):
     LOCK = 9912
     UNLOCK = 9913
     FORWARD_TO_GROUP = 9914
+    CONNECTIONS = 9915
+    GROUPS_OF_TOPIC = 9916
+    CALL_CLIENT = 9917
+    SUBGROUP = 9918
     TOPICS_CHANGED = 9951
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953
     FORWARD = 9954
+    CALL = 9955
 
 
 def _limits() -> Limits:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -24,8 +25,10 @@ from shmq.protocol.transport import Connection
 from .clients import ChannelInfo, ClientRegistry, worker_of
 from shmq.broker.shared.config import BrokerConfig
 from shmq.broker.shared.control_channel import Ctl, ctl
+from .admin_plane import AdminPlane
 from .locks import LockTable
-from shmq.broker.shared.topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
+from shmq.broker.shared.topics import (PERM_RW, TBW102, TopicTable, config_path, derive_from_default,
+                                      retry_topic)
 
 log = logging.getLogger("shmq.broker.control")
 
@@ -42,6 +45,7 @@ class ControlPlane:
         self.workers: dict[int, Connection] = {}
         self.ready: dict[int, asyncio.Event] = {}
         self.ports: dict[int, tuple[int, int]] = {}
+        self.admin = AdminPlane(self, os.path.dirname(config_path(cfg.store_root)))
 
     def handlers(self):
         return {
@@ -59,6 +63,7 @@ class ControlPlane:
             Ctl.LOCK: self.lock,
             Ctl.UNLOCK: self.unlock,
             Ctl.FORWARD_TO_GROUP: self.forward_to_group,
+            **self.admin.handlers(),
         }
 
     # ---- workers coming and going ----------------------------------------------------------

@@ -11,10 +11,10 @@ from __future__ import annotations
 from shmq.protocol.transport import Handler
 
 from .context import WorkerContext
-from .processors import admin, consumer, pull, send
+from .processors import admin, admin_clients, admin_stats, consumer, pull, send
 
 #: Later families win a code two of them name (none does today).
-FAMILIES = (send, pull, consumer, admin)
+FAMILIES = (send, pull, consumer, admin, admin_stats, admin_clients)
 
 
 def handlers(ctx: WorkerContext) -> dict[int, Handler]:

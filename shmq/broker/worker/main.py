@@ -22,7 +22,9 @@ import signal
 import sys
 import time
 
-from shmq.protocol import RemotingCommand, RemotingServer, RequestCode, decode_command, request
+from shmq.errors import RemotingClosed, RemotingTimeout
+from shmq.protocol import (RemotingCommand, RemotingServer, RequestCode, ResponseCode, decode_command,
+                           encode_command, request)
 from shmq.protocol import loop as loops
 from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, encode_json
 from shmq.protocol.transport import Connection
@@ -131,6 +133,7 @@ class Worker:
             Ctl.NOTIFY_IDS_CHANGED: self._notify_ids_changed,
             Ctl.CLOSE_CHANNEL: self._close_channels,
             Ctl.FORWARD: self._forward,
+            Ctl.CALL: self._call,
         }
 
     def _topics_changed(self, conn: Connection, cmd) -> None:
@@ -149,6 +152,23 @@ class Worker:
             c = self.channels.get(chan)
             if c is not None and not c.closed:
                 c.send_oneway(RemotingCommand(code=inner.code, ext_fields=dict(inner.ext_fields), body=inner.body))
+
+    async def _call(self, conn: Connection, cmd) -> RemotingCommand:
+        """Send a request on one client channel and answer with the client's response (as a
+        frame body): GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY, PUSH_REPLY_MESSAGE_TO_CLIENT."""
+        c = self.channels.get(cmd.ext_fields.get("chan", ""))
+        if c is None or c.closed:
+            return cmd.make_response(ResponseCode.CONSUMER_NOT_ONLINE, "channel closed")
+        inner = decode_command(cmd.body)
+        try:
+            resp = await c.send_request(RemotingCommand(code=inner.code, ext_fields=dict(inner.ext_fields),
+                                                        body=inner.body),
+                                        float(cmd.ext_fields.get("timeout", "10")))
+        except RemotingTimeout as e:
+            return cmd.make_response(ResponseCode.CONSUME_MSG_TIMEOUT, str(e))
+        except RemotingClosed as e:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return cmd.make_response(body=encode_command(resp)[4:])
 
     def _close_channels(self, conn: Connection, cmd) -> None:
         for chan in cmd.ext_fields.get("chans", "").split(","):
