@@ -48,22 +48,38 @@ class SubscriptionGroups:
         self.path = path
         self.table: dict[str, SubscriptionGroupConfig] = {}
         self.version = DataVersion(timestamp=int(time.time() * 1000), counter=0)
+        self._stamp: tuple | None = None
+        self.reload()
+
+    def reload(self) -> None:
+        """Read the file when it changed since last read (a slave's replication rewrites it)."""
         try:
-            with open(path, "rb") as f:
-                raw = json.loads(f.read() or b"{}")
-            for name, c in (raw.get("subscriptionGroupTable") or {}).items():
-                self.table[name] = msgspec.convert(c, SubscriptionGroupConfig)
+            st = os.stat(self.path)
         except FileNotFoundError:
-            pass
-        except (ValueError, msgspec.ValidationError) as e:  # a damaged file: keep serving, say so
-            log.error("%s unreadable (%s); starting with no subscription groups", path, e)
+            return
+        stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
+        if stamp == self._stamp:
+            return
+        self._stamp = stamp
+        try:
+            with open(self.path, "rb") as f:
+                raw = json.loads(f.read() or b"{}")
+            self.table = {name: msgspec.convert(c, SubscriptionGroupConfig)
+                          for name, c in (raw.get("subscriptionGroupTable") or {}).items()}
+            if raw.get("dataVersion"):
+                self.version = msgspec.convert(raw["dataVersion"], DataVersion)
+        except (OSError, ValueError, msgspec.ValidationError) as e:  # a damaged file: keep serving, say so
+            log.error("%s unreadable (%s); keeping the subscription groups read before", self.path, e)
 
     def encode(self) -> bytes:
+        self.reload()
         return encode_json({"dataVersion": self.version, "subscriptionGroupTable": self.table})
 
     def _save(self) -> None:
         self.version = DataVersion(timestamp=int(time.time() * 1000), counter=self.version.counter + 1)
-        files.write_atomic(self.path, self.encode())
+        files.write_atomic(self.path, encode_json({"dataVersion": self.version, "subscriptionGroupTable": self.table}))
+        st = os.stat(self.path)
+        self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def update(self, c: SubscriptionGroupConfig) -> None:
         self.table[c.groupName] = c
