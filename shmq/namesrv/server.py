@@ -39,6 +39,7 @@ class NameServer:
             idle_timeout=float(self.config.serverChannelMaxIdleTimeSeconds) or None,
             frame_timeout=self.config.partialFrameTimeoutMillis / 1000.0,
             on_close=self._connection_closed,
+            default_handler=_silent,
             name="namesrv",
         )
         self._scan_task: asyncio.Task[None] | None = None
@@ -143,3 +144,10 @@ def run(config: NamesrvConfig, *, on_ready: Callable[[NameServer], None] | None 
         return loops.run(serve())
     except KeyboardInterrupt:
         return 0
+
+
+def _silent(conn, cmd):
+    """A request code the NameServer does not know gets no answer: RocketMQ's
+    DefaultRequestProcessor returns null for it, so the caller waits for its own timeout."""
+    log.debug("request code %d from %s: not a NameServer request, not answered", cmd.code, conn.peer)
+    return None

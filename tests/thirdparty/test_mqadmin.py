@@ -174,6 +174,8 @@ def test_mqadmin_commands_against_shmq(namesrv, start_broker, admin, tmp_path):
     out = run("deleteTopic", "-c", "DefaultCluster", "-t", "TBW102")
     assert "conflict with system topic" in out, out
     assert "TBW102" in run("topicList").split()
+    out = run("updateTopic", "-c", "DefaultCluster", "-t", "SCHEDULE_TOPIC_XXXX", "-r", "2", "-w", "2")
+    assert "conflict with system topic" in out, out
 
     # ---- round trips
     out = run("checkMsgSendRT", "-t", TOPIC, "-a", "5", "-s", "64")
