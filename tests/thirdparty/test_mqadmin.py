@@ -71,115 +71,148 @@ def _diff_total(out: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def test_mqadmin_commands_against_shmq(namesrv, start_broker, admin, tmp_path):
-    br = start_broker(namesrv=namesrv, workers=2)
-    ns, bname = namesrv.addr, None
-    run = lambda *a, **kw: admin.run(a[0], "-n", ns, *a[1:], **kw)  # noqa: E731
+class Env:
+    """What the phases share: the broker, mqadmin, the shmq producer and what it sent."""
 
-    # ---- topics and routes
-    out = run("updateTopic", "-c", "DefaultCluster", "-t", TOPIC, "-r", "4", "-w", "4")
-    assert f"create topic to {br.addr} success." in out, out
-    assert TOPIC in run("topicList").split()
-    route = json.loads(re.sub(r"([{,])\s*(\d+):", r'\1"\2":', run("topicRoute", "-t", TOPIC)))
+    def __init__(self, namesrv, broker, admin, tmp_path):
+        self.ns, self.br, self.admin, self.tmp = namesrv.addr, broker, admin, tmp_path
+        self.bname = ""
+        self.producer = Producer(PGROUP, self.ns, local="never")
+        self.sent: list = []
+
+    def run(self, cmd: str, *args: str) -> str:
+        return self.admin.run(cmd, "-n", self.ns, *args)
+
+
+def _topics(e: Env) -> None:
+    out = e.run("updateTopic", "-c", "DefaultCluster", "-t", TOPIC, "-r", "4", "-w", "4")
+    assert f"create topic to {e.br.addr} success." in out, out
+    assert TOPIC in e.run("topicList").split()
+    route = json.loads(re.sub(r"([{,])\s*(\d+):", r'\1"\2":', e.run("topicRoute", "-t", TOPIC)))
     assert route["queueDatas"][0]["writeQueueNums"] == 4
-    bname = route["brokerDatas"][0]["brokerName"]
-    assert route["brokerDatas"][0]["brokerAddrs"]["0"] == br.addr
+    e.bname = route["brokerDatas"][0]["brokerName"]
+    assert route["brokerDatas"][0]["brokerAddrs"]["0"] == e.br.addr
 
-    # ---- a shmq producer sends 8 keyed messages; a Java push consumer takes them
-    producer = Producer(PGROUP, ns, local="never")
-    producer.start()
-    sent = [producer.send(Message(TOPIC, b"body-%d" % i, keys=f"key-{i}", tags="TagA")) for i in range(8)]
-    member = Member(java_member_argv(ns, TOPIC, GROUP, "adm-member", tmp_path / "java-logs"))
+
+def _with_consumer_online(e: Env) -> None:
+    """8 keyed messages from a shmq producer, taken by a Java push consumer; the views of a
+    live group; a reset while it is online makes it consume them again."""
+    e.producer.start()
+    e.sent = [e.producer.send(Message(TOPIC, b"body-%d" % i, keys=f"key-{i}", tags="TagA")) for i in range(8)]
+    member = Member(java_member_argv(e.ns, TOPIC, GROUP, "adm-member", e.tmp / "java-logs"))
     try:
         member.wait_received(8)
         assert sorted(member.received) == sorted(f"body-{i}" for i in range(8))
-        rows = [ln.split() for ln in run("topicStatus", "-t", TOPIC).splitlines()[1:] if ln.strip()]
-        assert sum(int(r[3]) for r in rows) == 8 and {r[0] for r in rows} == {bname}
-
-        out = run("consumerConnection", "-g", GROUP)
+        rows = [ln.split() for ln in e.run("topicStatus", "-t", TOPIC).splitlines()[1:] if ln.strip()]
+        assert sum(int(r[3]) for r in rows) == 8 and {r[0] for r in rows} == {e.bname}
+        out = e.run("consumerConnection", "-g", GROUP)
         assert member.client_id and member.client_id in out and "CLUSTERING" in out and TOPIC in out, out
-        out = run("producerConnection", "-g", PGROUP, "-t", TOPIC)
-        assert "PYTHON" in out or "JAVA" in out, out
+        out = e.run("producerConnection", "-g", PGROUP, "-t", TOPIC)
+        assert e.producer.instance.client_id in out, out
         # the consumer commits its offsets every 5 s (persistConsumerOffsetInterval); before
         # that the group has none and mqadmin says so (as against RocketMQ)
         deadline = time.monotonic() + 20
-        while _diff_total(out := run("consumerProgress", "-g", GROUP)) != 0 and time.monotonic() < deadline:
+        while _diff_total(out := e.run("consumerProgress", "-g", GROUP)) != 0 and time.monotonic() < deadline:
             time.sleep(1)
         assert _diff_total(out) == 0, out
         # -s true: the Client IP column comes from each member's GET_CONSUMER_RUNNING_INFO (307)
-        out = run("consumerProgress", "-g", GROUP, "-s", "true")
+        out = e.run("consumerProgress", "-g", GROUP, "-s", "true")
         ip = member.client_id.split("@")[0]
         assert len([ln for ln in out.splitlines() if ln.startswith(TOPIC) and ip in ln]) == 4, out
-
         # CONSUME_MESSAGE_DIRECTLY through the broker to the Java consumer
-        out = run("queryMsgById", "-i", sent[2].offset_msg_id, "-g", GROUP, "-d", member.client_id)
+        out = e.run("queryMsgById", "-i", e.sent[2].offset_msg_id, "-g", GROUP, "-d", member.client_id)
         assert "ConsumeMessageDirectlyResult" in out and "CR_SUCCESS" in out, out
+        member.wait_received(9)  # the consumer's own listener was handed that message
+        assert member.received[8] == "body-2"
+        # online reset: the broker tells the consumer, which goes back and consumes all 8 again
+        out = e.run("resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", str(int(time.time() * 1000) - 600_000))
+        assert "rollback consumer offset" in out, out
+        member.wait_received(17)
+        assert sorted(member.received[9:]) == sorted(f"body-{i}" for i in range(8))
     finally:
         member.stop()
 
-    # ---- lag: 5 more while nobody consumes
-    mark = int(time.time() * 1000) - 1
-    for i in range(8, 13):
-        producer.send(Message(TOPIC, b"body-%d" % i, keys=f"key-{i}"))
-    assert _diff_total(run("consumerProgress", "-g", GROUP)) == 5
-    # reset to before the first message: the consumer is offline, so mqadmin commits the offsets itself
-    out = run("resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", str(mark - 60_000))
-    assert _diff_total(run("consumerProgress", "-g", GROUP)) == 13, out
-    out = run("resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "now")
-    assert _diff_total(run("consumerProgress", "-g", GROUP)) == 0, out
 
-    # ---- messages by key, id, unique key, offset
-    out = run("queryMsgByKey", "-t", TOPIC, "-k", "key-3")
-    assert sent[3].msg_id in out or sent[3].offset_msg_id in out, out
-    out = run("queryMsgById", "-i", sent[3].offset_msg_id)
+def _lag_and_offline_reset(e: Env) -> None:
+    for i in range(8, 13):
+        e.producer.send(Message(TOPIC, b"body-%d" % i, keys=f"key-{i}"))
+    deadline = time.monotonic() + 10  # the stopped consumer's last commit has landed
+    while _diff_total(e.run("consumerProgress", "-g", GROUP)) != 5 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert _diff_total(e.run("consumerProgress", "-g", GROUP)) == 5
+    # nobody online: the broker answers 206 and mqadmin commits the offsets itself
+    e.run("resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", str(int(time.time() * 1000) - 600_000))
+    assert _diff_total(e.run("consumerProgress", "-g", GROUP)) == 13
+    e.run("resetOffsetByTime", "-g", GROUP, "-t", TOPIC, "-s", "now")
+    assert _diff_total(e.run("consumerProgress", "-g", GROUP)) == 0
+
+
+def _messages(e: Env) -> None:
+    out = e.run("queryMsgByKey", "-t", TOPIC, "-k", "key-3")
+    assert e.sent[3].msg_id in out or e.sent[3].offset_msg_id in out, out
+    out = e.run("queryMsgById", "-i", e.sent[3].offset_msg_id)
     assert re.search(rf"Topic:\s+{TOPIC}", out) and re.search(r"Keys:\s+\[?key-3\b", out), out
-    out = run("queryMsgByUniqueKey", "-i", sent[4].msg_id, "-t", TOPIC)
+    out = e.run("queryMsgByUniqueKey", "-i", e.sent[4].msg_id, "-t", TOPIC)
     assert re.search(r"Keys:\s+\[?key-4\b", out), out
-    q, off = sent[5].queue_id, sent[5].queue_offset
-    out = run("queryMsgByOffset", "-t", TOPIC, "-b", bname, "-i", str(q), "-o", str(off))
+    q, off = e.sent[5].queue_id, e.sent[5].queue_offset
+    out = e.run("queryMsgByOffset", "-t", TOPIC, "-b", e.bname, "-i", str(q), "-o", str(off))
     assert re.search(r"Keys:\s+\[?key-5\b", out), out
-    out = run("printMsg", "-t", TOPIC, "-d", "true")
+    out = e.run("printMsg", "-t", TOPIC, "-d", "true")
     assert out.count("MSGID:") == 13 and "body-12" in out, out
-    out = run("sendMessage", "-t", TOPIC, "-p", "hello-admin", "-k", "key-admin", "-c", "TagX")
+    out = e.run("sendMessage", "-t", TOPIC, "-p", "hello-admin", "-k", "key-admin", "-c", "TagX")
     assert "SEND_OK" in out, out
-    out = run("consumeMessage", "-t", TOPIC, "-g", "admin-pull")
+    out = e.run("consumeMessage", "-t", TOPIC, "-g", "admin-pull")
     assert out.count("MSGID:") == 14, out
 
-    # ---- broker views
-    out = run("getBrokerConfig", "-b", br.addr)
-    assert re.search(rf"brokerName\s+=\s+{bname}", out), out
-    out = run("brokerStatus", "-b", br.addr)
+
+def _broker_views(e: Env) -> None:
+    out = e.run("getBrokerConfig", "-b", e.br.addr)
+    assert re.search(rf"brokerName\s+=\s+{e.bname}", out), out
+    out = e.run("brokerStatus", "-b", e.br.addr)
     assert int(re.search(r"msgPutTotalTodayNow\s*:\s*(\d+)", out).group(1)) >= 14, out
-    out = run("clusterList")
-    assert "Exception" not in out and re.search(rf"DefaultCluster\s+{bname}\s+0\s+{re.escape(br.addr)}\s+V4_9_8", out), out
-    out = run("statsAll", "-t", TOPIC)
+    out = e.run("clusterList")
+    assert "Exception" not in out, out
+    assert re.search(rf"DefaultCluster\s+{e.bname}\s+0\s+{re.escape(e.br.addr)}\s+V4_9_8", out), out
+    out = e.run("statsAll", "-t", TOPIC)
     row = [ln.split() for ln in out.splitlines() if ln.startswith(TOPIC)]
     assert row and row[0][1] == GROUP and int(row[0][-2]) == 14, out  # #InMsg24Hour
 
-    # ---- subscription groups
-    out = run("updateSubGroup", "-c", "DefaultCluster", "-g", "subg", "-r", "3")
-    assert f"create subscription group to {br.addr} success." in out, out
-    out = run("getConsumerConfig", "-g", "subg")
+
+def _subscription_groups(e: Env) -> None:
+    out = e.run("updateSubGroup", "-c", "DefaultCluster", "-g", "subg", "-r", "3")
+    assert f"create subscription group to {e.br.addr} success." in out, out
+    out = e.run("getConsumerConfig", "-g", "subg")
     assert re.search(r"retryMaxTimes\s*=?\s*3", out), out
-    out = run("deleteSubGroup", "-c", "DefaultCluster", "-g", "subg")
+    out = e.run("deleteSubGroup", "-c", "DefaultCluster", "-g", "subg")
     assert "delete subscription group [subg]" in out and "success" in out, out
-    assert "retryMaxTimes" not in run("getConsumerConfig", "-g", "subg")
+    assert "retryMaxTimes" not in e.run("getConsumerConfig", "-g", "subg")
 
-    # ---- housekeeping and deletion
-    assert run("cleanExpiredCQ", "-c", "DefaultCluster").strip() == "success"
-    run("updateTopic", "-c", "DefaultCluster", "-t", "AdmGone", "-r", "1", "-w", "1")
-    out = run("deleteTopic", "-c", "DefaultCluster", "-t", "AdmGone")
+
+def _housekeeping_and_deletion(e: Env) -> None:
+    assert e.run("cleanExpiredCQ", "-c", "DefaultCluster").strip() == "success"
+    e.run("updateTopic", "-c", "DefaultCluster", "-t", "AdmGone", "-r", "1", "-w", "1")
+    out = e.run("deleteTopic", "-c", "DefaultCluster", "-t", "AdmGone")
     assert "delete topic [AdmGone] from cluster [DefaultCluster] success." in out, out
-    assert "AdmGone" not in run("topicList").split()
-    out = run("deleteTopic", "-c", "DefaultCluster", "-t", "TBW102")
+    assert "AdmGone" not in e.run("topicList").split()
+    out = e.run("deleteTopic", "-c", "DefaultCluster", "-t", "TBW102")
     assert "conflict with system topic" in out, out
-    assert "TBW102" in run("topicList").split()
-    out = run("updateTopic", "-c", "DefaultCluster", "-t", "SCHEDULE_TOPIC_XXXX", "-r", "2", "-w", "2")
+    assert "TBW102" in e.run("topicList").split()
+    out = e.run("updateTopic", "-c", "DefaultCluster", "-t", "SCHEDULE_TOPIC_XXXX", "-r", "2", "-w", "2")
     assert "conflict with system topic" in out, out
 
-    # ---- round trips
-    out = run("checkMsgSendRT", "-t", TOPIC, "-a", "5", "-s", "64")
-    assert len(re.findall(rf"{bname}\s+\d\s+true", out)) == 5 and "Avg RT" in out, out
-    out = admin.run("--stop-after=6000", "clusterRT", "-n", ns, "-a", "3", "-s", "64", "-i", "1")
-    assert re.search(rf"DefaultCluster\s+{bname}\s+[\d.]+\s+3\s+0", out), out
-    producer.shutdown()
+
+def _round_trips(e: Env) -> None:
+    out = e.run("checkMsgSendRT", "-t", TOPIC, "-a", "5", "-s", "64")
+    assert len(re.findall(rf"{e.bname}\s+\d\s+true", out)) == 5 and "Avg RT" in out, out
+    out = e.admin.run("--stop-after=6000", "clusterRT", "-n", e.ns, "-a", "3", "-s", "64", "-i", "1")
+    assert re.search(rf"DefaultCluster\s+{e.bname}\s+[\d.]+\s+3\s+0", out), out
+
+
+def test_mqadmin_commands_against_shmq(namesrv, start_broker, admin, tmp_path):
+    e = Env(namesrv, start_broker(namesrv=namesrv, workers=2), admin, tmp_path)
+    try:
+        for phase in (_topics, _with_consumer_online, _lag_and_offline_reset, _messages, _broker_views,
+                      _subscription_groups, _housekeeping_and_deletion, _round_trips):
+            phase(e)
+    finally:
+        e.producer.shutdown()
