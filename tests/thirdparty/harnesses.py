@@ -10,8 +10,8 @@
 
 Everything fetched or built lives in :data:`jvm.CACHE` (outside the repository). The
 builders raise :class:`jvm.Unavailable` (the test skips with its reason) only when a tool is
-missing or a registry refuses; :func:`warm_up` does all of it ahead of pytest
-(``scripts/test`` calls it) so no test waits for the first download.
+missing or a registry refuses; :func:`build_all` does all of it ahead of pytest (warmup.py,
+which ``scripts/test`` runs) so no test waits for the first download.
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -123,8 +122,8 @@ def go_binary() -> Path:
     return out
 
 
-def warm_up() -> int:
-    """Fetch and build everything ahead of the tests, saying what it does (scripts/test)."""
+def build_all() -> None:
+    """Build the harnesses ahead of the tests, saying what it does (warmup.py, from scripts/test)."""
     steps = [("rocketmq-client 4.9.8 + Harness.java", harness_cp, JAVA_DIR / "Harness.java"),
              ("rocketmq-tools 4.9.8 + Admin.java", admin_cp, JAVA_DIR / "Admin.java"),
              ("rocketmq-client-go v2 harness", go_binary, GO_DIR / "main.go")]
@@ -139,8 +138,3 @@ def warm_up() -> int:
             print(f"third-party warm-up: {what} unavailable, its tests will skip: {str(e).splitlines()[0]}", flush=True)
             continue
         print(f"third-party warm-up: {what} ready ({time.monotonic() - t0:.0f} s)", flush=True)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(warm_up())

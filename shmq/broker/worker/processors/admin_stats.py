@@ -115,6 +115,7 @@ class Processor:
             "shmqWorkerId": str(self.w.wid),
             "shmqWorkerPid": str(os.getpid()),
             "shmqPullHolds": str(len(self.w.holds) if self.w.holds else 0),
+            "shmqHaListenPort": str(self.cfg.ha_port if not self.cfg.is_slave else 0),
         }
         for pool, cap in (("send", 10000), ("pull", 100000), ("query", 20000)):
             table[f"{pool}ThreadPoolQueueSize"] = "0"
