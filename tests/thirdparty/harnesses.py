@@ -47,8 +47,11 @@ def admin_cp() -> str:
 
 
 def _client_props(log_dir: Path) -> dict[str, str]:
-    # the client's own log files go to the test's temp dir, not ~/logs
-    return {"rocketmq.client.logRoot": str(log_dir), "rocketmq.client.logLevel": "WARN"}
+    # the client's own log files go to the test's temp dir, not ~/logs; so do a broadcasting
+    # consumer's offsets (LocalFileOffsetStore, else ~/.rocketmq_offsets/<clientId>/<group>,
+    # which the next run, with the same names, would start from)
+    return {"rocketmq.client.logRoot": str(log_dir), "rocketmq.client.logLevel": "WARN",
+            "rocketmq.client.localOffsetStoreDir": str(log_dir / "offsets")}
 
 
 def java_scenarios(namesrv: str, prefix: str, scenarios: list[str], log_dir: Path,
