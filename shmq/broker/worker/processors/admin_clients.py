@@ -19,7 +19,8 @@ from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, decode_com
 from shmq.protocol.admin_bodies import SubscriptionGroupConfig
 from shmq.protocol.bodies import decode_json, encode_json
 from shmq.protocol.headers import decode_send_header
-from shmq.protocol.message import decode_properties, encode_properties
+from shmq.message.msgid import decode_offset_msg_id
+from shmq.message.properties import decode_properties, encode_properties
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
@@ -107,14 +108,13 @@ class Processor:
 
     async def consume_directly(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """The message (by its offset msgId) goes to the consumer as the body; brokerName is added."""
-        from shmq.store.record import decode_offset_msg_id
         cmd.ext_fields["brokerName"] = self.cfg.brokerName
         body = b""
         try:
-            _, _, offset = decode_offset_msg_id(cmd.ext_fields.get("msgId", ""))
+            offset = decode_offset_msg_id(cmd.ext_fields.get("msgId", "")).offset
             rec = self.w.store.read_at(offset)
             body = bytes(rec) if rec is not None else b""
-        except Exception:  # RocketMQ sends the request without a body when the id is not an offset id
+        except ValueError:  # RocketMQ sends the request without a body when the id is not an offset id
             pass
         return await self._call_consumer(cmd, RequestCode.CONSUME_MESSAGE_DIRECTLY, body)
 
