@@ -133,11 +133,6 @@ class Processor:
         props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
         store = self.w.store
         self.w.stats["put"] += 1
-        if store.sync_wait:
-            res = store.put(h.topic, qid, cmd.body, props.encode(), flag=h.flag, sysflag=h.sysFlag,
-                            born_timestamp=h.bornTimestamp, born_host=born_host(conn),
-                            reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
-            return self._answer(cmd, res, res.msg_id)
         qw = self._writer(h.topic, qid)
         m = qw._meta
         m.flag = h.flag
@@ -145,10 +140,14 @@ class Processor:
         m.born_ts = h.bornTimestamp
         m.born_ip, m.born_port = _born_ints(conn)
         m.reconsume_times = h.reconsumeTimes or 0
-        qoff = qw.put(cmd.body, props.encode())
-        return cmd.make_response(ResponseCode.SUCCESS, None, {
-            "msgId": f"{self._prefix()}{qw._out.phys_offset:016X}", "queueId": str(qid), "queueOffset": str(qoff),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        # SYNC_FLUSH / SYNC_MASTER: append now, answer once confirmed (the Confirmer)
+        end = qw.put_nowait(cmd.body, props.encode()) if store.sync_wait else None
+        qoff = qw._out.queue_offset if end is not None else qw.put(cmd.body, props.encode())
+        ext = {"msgId": f"{self._prefix()}{qw._out.phys_offset:016X}", "queueId": str(qid), "queueOffset": str(qoff),
+               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if end is not None:
+            return self._answer_after_flush(cmd, end, ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _put_pipeline(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
         req = PutRequest(
@@ -232,14 +231,14 @@ class Processor:
                "queueOffset": str(res.queue_offset if qoff is None else qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, res, ext)
+            return self._answer_after_flush(cmd, res.end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
-    async def _answer_after_flush(self, cmd, res, ext):
+    async def _answer_after_flush(self, cmd, end: int, ext):
         if self._confirmer is None:
             self._confirmer = Confirmer(self.w.store)
         try:
-            await self._confirmer.wait(res.end)
+            await self._confirmer.wait(end)
         except FlushDiskTimeout:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
