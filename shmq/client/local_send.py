@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 from typing import NamedTuple
 
-from shmq.errors import FlushDiskTimeout, ShmqError, StaleSegment
+from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegment
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
@@ -96,10 +96,15 @@ def _tags_head(tags) -> bytes | None:
     return (_TAGS_KEY + tags + PROPERTY_SEP).encode()
 
 
-def _result(t: _LocalTopic, mq, out, ids, ok: bool = True) -> SendResult:
+#: SYNC_MASTER's answers when no slave confirmed (ReplicationError.code), as on TCP
+_REPLICATION_STATUS = {11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+
+
+def _result(t: _LocalTopic, mq, out, ids, ok: bool = True, status=None) -> SendResult:
     """The SendResult of an append whose ids are in ``ids`` and whose offsets are in ``out``
     (formatted when read: see SendResult)."""
-    return SendResult(_SEND_OK if ok else SendStatus.FLUSH_DISK_TIMEOUT, _unpack(ids, len(ids)), out.phys_offset,
+    status = status or (_SEND_OK if ok else SendStatus.FLUSH_DISK_TIMEOUT)
+    return SendResult(status, _unpack(ids, len(ids)), out.phys_offset,
                       mq, out.queue_offset, None, None, t.store_host)
 
 
@@ -194,6 +199,8 @@ class LocalSender:
                 return None
             except FlushDiskTimeout:
                 return _result(t, mq, out, id_out, ok=False)
+            except ReplicationError as e:
+                return _result(t, mq, out, id_out, status=_REPLICATION_STATUS[e.code])
         return _result(t, mq, out, id_out)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
@@ -246,4 +253,6 @@ class LocalSender:
             return None
         except FlushDiskTimeout:
             return _result(t, mq, out, ids, ok=False)
+        except ReplicationError as e:
+            return _result(t, mq, out, ids, status=_REPLICATION_STATUS[e.code])
         return _result(t, mq, out, ids)

@@ -33,6 +33,7 @@ from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
 from .. import retry
+from ..confirm import Confirmer
 from ..context import WorkerContext, born_host
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -55,6 +56,7 @@ class Processor:
         self.cfg = worker.cfg
         self._id_prefix: str | None = None
         self._writers: dict[tuple[str, int], object] = {}
+        self._confirmer: Confirmer | None = None  # SYNC_FLUSH / SYNC_MASTER waits, made on first use
 
     def handlers(self):
         return {
@@ -130,7 +132,7 @@ class Processor:
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, fw.wait_flushed, end, ext)
+            return self._answer_after_flush(cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _put_pipeline(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
@@ -165,7 +167,7 @@ class Processor:
         ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(out.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if store.sync_wait:
-            return self._answer_after_flush(cmd, fw.wait_flushed, end, ext)
+            return self._answer_after_flush(cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _register_tx_producer(self, conn, group: str) -> None:
@@ -200,14 +202,15 @@ class Processor:
         ext = {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, self.w.store.wait_flushed, res, ext)
+            return self._answer_after_flush(cmd, res.end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
-    async def _answer_after_flush(self, cmd, wait, upto, ext):
-        """The answer once ``wait(upto)`` confirms the flush (in a thread: it blocks)."""
-        loop = asyncio.get_running_loop()
+    async def _answer_after_flush(self, cmd, end: int, ext):
+        """The answer once the store confirms everything below ``end`` (flushed, replicated)."""
+        if self._confirmer is None:
+            self._confirmer = Confirmer(self.w.store)
         try:
-            await loop.run_in_executor(None, wait, upto)
+            await self._confirmer.wait(end)
         except FlushDiskTimeout:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
