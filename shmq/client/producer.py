@@ -16,8 +16,8 @@ import threading
 import time
 import zlib
 
-from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, ReplicationError,
-                         RemotingError, ShmqError, StaleSegment)
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, RemotingError,
+                         ReplicationError, ShmqError, StaleSegment)
 from shmq.message.batch import encode_batch
 from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
 from shmq.message.properties import encode_properties

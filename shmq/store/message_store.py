@@ -15,16 +15,15 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import secrets
 
-from shmq.errors import FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked
+from shmq.errors import FlushDiskTimeout, StaleSegment, StoreClosed, StoreLocked
 from shmq.message.layout import HOST
 from shmq.message.msgid import offset_msg_id
 from shmq.message.names import UNIQ_KEY
 from shmq.message.properties import encode_properties
 from shmq.native import ffi, lib
 
-from . import files, validate
+from . import files, ownership, validate
 from .appender import Appender, QueueRegistry, raise_for_status
 from .checkpoint import Checkpoint, path_of
 from .commitlog import CommitLog
@@ -121,9 +120,9 @@ class MessageStore(Reader):
 
     @classmethod
     def _open_locked(cls, cfg, lock_fd, tag_code, start_services):
-        nonce = _read_or_make_nonce(cfg)
-        _fence_previous(cfg, nonce)
-        generation = _bump_generation(cfg)
+        nonce = ownership.read_or_make_nonce(cfg)
+        ownership.fence_previous(cfg, nonce)
+        generation = ownership.bump_generation(cfg)
         abort_path = os.path.join(cfg.root, "abort")
         crashed = os.path.exists(abort_path)
         files.write_atomic(abort_path, b"")
@@ -410,70 +409,6 @@ class MessageStore(Reader):
 
 
 # ====================================================================== helpers ==
-def _read_or_make_nonce(cfg: StoreConfig) -> int:
-    path = os.path.join(cfg.root, "nonce")
-    try:
-        with open(path) as f:
-            return int(f.read().strip(), 16)
-    except (FileNotFoundError, ValueError):
-        nonce = secrets.randbits(63)
-        files.write_atomic(path, f"{nonce:016x}\n".encode(), cfg.file_mode, cfg.group)
-        return nonce
-
-
-def _bump_generation(cfg: StoreConfig) -> int:
-    path = os.path.join(cfg.root, "generation")
-    try:
-        with open(path) as f:
-            gen = int(f.read().strip()) + 1
-    except (FileNotFoundError, ValueError):
-        gen = 1
-    files.write_atomic(path, f"{gen}\n".encode(), cfg.file_mode, cfg.group)
-    return gen
-
-
-def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
-    """Stop every process still attached to the previous owner's control block: take its
-    lock (repairing a dead holder's append on the way) and mark it FENCED. A live holder
-    that never lets go means a stopped writer could resume and write: refuse to start."""
-    try:
-        old = ControlBlock.attach(cfg.root, nonce)
-    except StaleSegment:
-        _unlink_quietly(cfg)
-        return
-    except StoreError as e:
-        log.warning("discarding the previous control block of %s: %s", cfg.root, e)
-        _unlink_quietly(cfg)
-        return
-    try:
-        w = ffi.new("shmq_writer *")
-        w.ctl = old.ctl
-        w.token = lib.shmq_self_token()
-        w.lock_timeout_ms = max(cfg.lock_timeout_ms, 1000)
-        rc = lib.shmq_lock(w)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            holder = old.ctl.lock.word >> 32
-            raise StoreLocked(f"process {holder} holds the store's append lock and does not release it "
-                              f"(stopped?); not starting beside it")
-        lib.shmq_fence(old.ctl)  # also wakes every sleeper on it, so they notice
-        lib.shmq_unlock(w)
-    finally:
-        old.close()
-    _unlink_quietly(cfg)
-
-
-#: Public for segment_gc: the fencing a broker start does, then the segment's unlink.
-fence_previous = _fence_previous
-
-
-def _unlink_quietly(cfg: StoreConfig) -> None:
-    import posix_ipc
-
-    from .control import segment_name
-    try:
-        posix_ipc.unlink_shared_memory(segment_name(cfg.root))
-    except posix_ipc.ExistentialError:
-        pass
 
 
 def _sync_range(commitlog: CommitLog, start: int, end: int) -> None:

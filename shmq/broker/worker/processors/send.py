@@ -206,7 +206,9 @@ class Processor:
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     async def _answer_after_flush(self, cmd, end: int, ext):
-        """The answer once the store confirms everything below ``end`` (flushed, replicated)."""
+        """The answer once everything below ``end`` is confirmed (on disk under SYNC_FLUSH, on a
+        slave under SYNC_MASTER): the worker's one Confirmer thread releases every pending send
+        at once (group commit)."""
         if self._confirmer is None:
             self._confirmer = Confirmer(self.w.store)
         try:
