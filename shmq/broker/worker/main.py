@@ -61,6 +61,7 @@ class Worker:
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
+        self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
 
     # ================================================================ life ==
     async def run(self) -> int:
@@ -75,6 +76,9 @@ class Worker:
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
         acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
+        if acl is not None:
+            self.acl_watch = acl.watcher()
+            self.acl_watch.start()
         handlers = dispatch.handlers(self, acl)
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
@@ -91,6 +95,8 @@ class Worker:
         return 0
 
     async def shutdown(self) -> None:
+        if self.acl_watch is not None:
+            await self.acl_watch.stop()
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()
