@@ -176,6 +176,9 @@ class NamesrvProcessor:
 
     # ---- routes and lists ------------------------------------------------------------------------
     def get_route_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if "topic" not in cmd.ext_fields:  # RocketMQ's NameServer: the route of topic "null"
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"No topic route info in name server for the topic: null{_FAQ_SUFFIX}")
         h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
         standard = cmd.version >= Version.V4_9_4 or bool(h.acceptStandardJsonOnly)
         key = (h.topic, standard)
