@@ -10,39 +10,21 @@ import logging
 import time
 from collections.abc import Callable
 
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, Version, javaprops
-from shmq.protocol.bodies import (
-    DataVersion,
-    KVTable,
-    RegisterBrokerBody,
-    TopicConfigSerializeWrapper,
-    TopicList,
-    decode_json,
-    decode_register_body,
-    encode_cluster_info,
-    encode_json,
-    encode_topic_route,
-)
-from shmq.protocol.headers import (
-    AddWritePermOfBrokerRequestHeader,
-    DeleteKVConfigRequestHeader,
-    DeleteTopicFromNamesrvRequestHeader,
-    GetKVConfigRequestHeader,
-    GetKVListByNamespaceRequestHeader,
-    GetRouteInfoRequestHeader,
-    GetTopicsByClusterRequestHeader,
-    PutKVConfigRequestHeader,
-    QueryDataVersionRequestHeader,
-    RegisterBrokerRequestHeader,
-    UnRegisterBrokerRequestHeader,
-    WipeWritePermOfBrokerRequestHeader,
-)
-from shmq.protocol.message import masked_crc32
-from shmq.protocol.transport import Connection
-
+from shmq.message.layout import masked_crc32
 from shmq.namesrv.config import NamesrvConfig
 from shmq.namesrv.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from shmq.namesrv.routes import FLAG_UNIT, FLAG_UNIT_SUB, RouteTable
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, Version, javaprops
+from shmq.protocol.bodies import (DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper, TopicList,
+                                  decode_json, decode_register_body, encode_cluster_info, encode_json,
+                                  encode_topic_route)
+from shmq.protocol.headers import (AddWritePermOfBrokerRequestHeader, DeleteKVConfigRequestHeader,
+                                   DeleteTopicFromNamesrvRequestHeader, GetKVConfigRequestHeader,
+                                   GetKVListByNamespaceRequestHeader, GetRouteInfoRequestHeader,
+                                   GetTopicsByClusterRequestHeader, PutKVConfigRequestHeader,
+                                   QueryDataVersionRequestHeader, RegisterBrokerRequestHeader,
+                                   UnRegisterBrokerRequestHeader, WipeWritePermOfBrokerRequestHeader)
+from shmq.protocol.transport import Connection
 
 log = logging.getLogger("shmq.namesrv")
 

@@ -18,11 +18,8 @@ import msgspec
 from shmq.errors import RemotingTimeout
 from shmq.protocol import RemotingCommand, RequestCode, request
 from shmq.protocol.bodies import decode_json
-try:  # the one record codec (msgcore moves it to shmq.message)
-    from shmq.message.record import iter_records
-    from shmq.message.batch import encode_batch
-except ImportError:
-    from shmq.store.record import encode_batch, iter_records
+from shmq.message.batch import encode_batch
+from shmq.message.record import iter_records
 
 #: request codes whose body is a run of message records, not JSON
 MESSAGE_BODIES = {RequestCode.PULL_MESSAGE, RequestCode.QUERY_MESSAGE, RequestCode.VIEW_MESSAGE_BY_ID}
