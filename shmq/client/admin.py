@@ -11,6 +11,7 @@ from shmq.message.msgid import decode_offset_msg_id
 from shmq.message.names import (DLQ_PREFIX, ORIGIN_MESSAGE_ID, RETRY_TOPIC, SYSTEM_PROPERTIES, TBW102, UNIQ_KEY,
                                 dlq_topic)
 from shmq.protocol import RequestCode, ResponseCode, SyncRemotingClient, request
+from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import (ClusterInfo, KVTable, TopicList, TopicRouteData, decode_json,
                                   decode_reset_offset_body, decode_topic_route)
 from shmq.protocol.headers import CreateTopicRequestHeader
@@ -34,9 +35,12 @@ class QueueProgress:
 
 
 class Admin:
-    def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0):
+    def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0, *,
+                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         self.timeout = timeout
+        creds = credentials(access_key, secret_key, security_token)  # ACL: sign every request
+        self._rpc_hook = creds.sign if creds is not None else None
         self._conns: dict[str, SyncRemotingClient] = {}
 
     def close(self) -> None:
@@ -54,7 +58,7 @@ class Admin:
     def _invoke(self, addr: str, cmd):
         c = self._conns.get(addr)
         if c is None:
-            c = self._conns[addr] = SyncRemotingClient(addr, timeout=self.timeout)
+            c = self._conns[addr] = SyncRemotingClient(addr, timeout=self.timeout, rpc_hook=self._rpc_hook)
         try:
             return c.invoke(cmd)
         except ShmqError:
