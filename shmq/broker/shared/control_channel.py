@@ -37,6 +37,8 @@ CONNECTIONS            w -> s       ext group, kind: a group's connections (supe
 GROUPS_OF_TOPIC        w -> s       ext topic: {"groupList": [...]} of the groups subscribing to it
 CALL_CLIENT            w -> s       ext clientId, [group], timeout; body a frame: the client's answer
 SUBGROUP               w -> s       ext op (update|delete|all), [group]; body config; answer the table
+POP_RESERVE/ACK/CHANGE w -> s       POP state (supervisor/pop_service.py documents the fields)
+MODE_GET / MODE_SET    w -> s       SET_MESSAGE_REQUEST_MODE's table (pop_service.py)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
@@ -80,6 +82,11 @@ class Ctl(enum.IntEnum):
     GROUPS_OF_TOPIC = 9916
     CALL_CLIENT = 9917
     SUBGROUP = 9918
+    POP_RESERVE = 9920      # POP: see supervisor/pop_service.py
+    POP_ACK = 9921
+    POP_CHANGE = 9922
+    MODE_GET = 9923
+    MODE_SET = 9924
     TOPICS_CHANGED = 9951
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953
