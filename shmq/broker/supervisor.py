@@ -40,6 +40,7 @@ from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
 from . import control_channel as cc
+from .metrics import exporter as metrics
 from .config import BrokerConfig
 from .control_plane import ControlPlane
 from .register import Registrar
@@ -106,6 +107,7 @@ class Supervisor:
         self.pipeline: PutPipeline | None = None
         self.schedule: ScheduleService | None = None
         self.tx_check: TransactionCheckService | None = None
+        self.metrics: metrics.BrokerMetrics | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
@@ -132,7 +134,11 @@ class Supervisor:
                                   if t.topicName not in self.topics])
             self.registrar = Registrar(cfg, self.topics)
             self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
-            self._ctl_server = await cc.serve(cfg.control_path, self.plane.handlers(),
+            handlers = self.plane.handlers()
+            if metrics.enabled(cfg):
+                self.metrics = metrics.BrokerMetrics(cfg, self.store, self.topics, self.plane.clients)
+                handlers[cc.Ctl.METRICS] = self.metrics.feeds.on_push
+            self._ctl_server = await cc.serve(cfg.control_path, handlers,
                                               self.plane.on_connect, self.plane.on_close)
             # Delayed messages come due in the supervisor, which owns the store (DESIGN §1).
             loop = asyncio.get_running_loop()
@@ -154,6 +160,8 @@ class Supervisor:
         except BaseException:
             await self._abort_start()
             raise
+        if self.metrics is not None:
+            self.metrics.start()
         await self.registrar.start()
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self._every(cfg.clientScanInterval, self.plane.scan_clients)),
@@ -177,6 +185,8 @@ class Supervisor:
 
     async def _abort_start(self) -> None:
         self._stopping = True
+        if self.metrics is not None:
+            self.metrics.stop()
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
@@ -282,6 +292,9 @@ class Supervisor:
             self.tx_check = None
         if self.registrar is not None:
             await self.registrar.close()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
+            self.metrics = None
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
@@ -305,7 +318,8 @@ class Supervisor:
 
     def describe(self) -> dict:
         return {"address": self.address, "vipPort": self.cfg.vip_port, "workers": len(self.workers),
-                "store": self.cfg.store_root, "pids": self.worker_pids()}
+                "store": self.cfg.store_root, "pids": self.worker_pids(),
+                "metricsPort": self.metrics.port if self.metrics is not None else None}
 
     def describe_json(self) -> str:
         return json.dumps(self.describe())

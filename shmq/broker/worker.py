@@ -57,6 +57,7 @@ class Worker:
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
+        self._metrics_task: asyncio.Task | None = None
 
     # ================================================================ life ==
     async def run(self) -> int:
@@ -70,6 +71,14 @@ class Worker:
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
         handlers = self._handlers()
+        if self.cfg.metricsExporterType.upper() == "PROM":
+            # Counted here, pushed to the supervisor's exporter (broker/metrics/__init__.py).
+            from .metrics.worker_stats import WorkerStats, push_forever
+            ws = WorkerStats()
+            handlers = ws.rpc.wrap(handlers)
+            self._metrics_task = loop.create_task(push_forever(
+                ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)), lambda: self.stats["put"],
+                self.cfg.metricsPushIntervalMillis / 1000.0))
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
@@ -86,6 +95,8 @@ class Worker:
         return 0
 
     async def shutdown(self) -> None:
+        if self._metrics_task is not None:
+            self._metrics_task.cancel()
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()

@@ -47,6 +47,11 @@ class NamesrvConfig:
     maxFrameSize: int = 16 * 1024 * 1024
     #: A connection whose started frame stays incomplete this long is closed (shmq's own key).
     partialFrameTimeoutMillis: int = 30_000
+    #: RocketMQ 5's metrics keys: PROM serves Prometheus metrics (shmq/namesrv/metrics.py).
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = "127.0.0.1"
+    #: 0 picks a free port.
+    metricsPromExporterPort: int = 5557
 
     def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
         """Apply ``props`` (strings); returns the unknown keys (each logged as a warning)."""

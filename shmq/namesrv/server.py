@@ -31,8 +31,14 @@ class NameServer:
         self.clock = clock
         self.processor = NamesrvProcessor(self.config, clock=clock)
         self.table = self.processor.table
+        handlers = self.processor.handlers()
+        self.metrics = None
+        if str(self.config.metricsExporterType).upper() == "PROM":
+            from shmq.namesrv.metrics import NamesrvMetrics
+            self.metrics = NamesrvMetrics(self.config, self.table)
+            handlers = self.metrics.rpc.wrap(handlers)
         self.server = RemotingServer(
-            self.processor.handlers(),
+            handlers,
             self.config.bindAddress,
             self.config.listenPort,
             max_frame_size=self.config.maxFrameSize,
@@ -54,6 +60,8 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.metrics is not None:
+            self.metrics.start(self.address)
         self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
         log.info(
             "NameServer on %s: brokers expire after %d ms of silence, scanned every %d ms",
@@ -74,6 +82,8 @@ class NameServer:
             except asyncio.CancelledError:
                 pass
             self._scan_task = None
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         await self.server.close()
 
     async def __aenter__(self) -> "NameServer":

@@ -30,6 +30,8 @@ class FlushService:
         self._last_cq = time.monotonic()
         self._thread = threading.Thread(target=self._run, name="shmq-flush", daemon=True)
         self._pins: dict[int, object] = {}
+        #: called with the seconds each CommitLog flush took (the broker's metrics set it)
+        self.on_flush = None
 
     def start(self) -> None:
         self._thread.start()
@@ -63,6 +65,7 @@ class FlushService:
         if target <= done or ctl.pos.io_error:
             return done
         fsize = self.store.commitlog.file_size
+        t0 = time.perf_counter()
         pos = done
         while pos < target:
             idx, off = divmod(pos, fsize)
@@ -79,6 +82,9 @@ class FlushService:
                 return done
             pos += n
         lib.shmq_set_flushed(ctl, target, 0)
+        hook = self.on_flush
+        if hook is not None:
+            hook(time.perf_counter() - t0)
         return target
 
     def flush_queues_and_checkpoint(self) -> None:
