@@ -1,7 +1,7 @@
 """``shmq-broker -c broker.conf``: run a broker (supervisor + workers) in the foreground.
 
 Prints ``shmq-broker listening on HOST:PORT (vip PORT-2, N workers, store DIR)`` once every
-worker serves. Argument parsing only; the broker is :class:`shmq.broker.supervisor.Supervisor`.
+worker serves. Argument parsing only; the broker is :class:`shmq.broker.supervisor.main.Supervisor`.
 """
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import logging
 import signal
 import sys
 
-from shmq.broker.config import BrokerConfig
-from shmq.broker.supervisor import Supervisor
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.supervisor.main import Supervisor
 from shmq.errors import StoreLocked
 from shmq.protocol import loop as loops
 

@@ -13,8 +13,8 @@ import os
 import signal
 import sys
 
-from shmq.broker.config import BrokerConfig
-from shmq.broker.supervisor import Supervisor
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.supervisor.main import Supervisor
 from shmq.errors import StoreLocked
 from shmq.namesrv import NamesrvConfig, NameServer
 from shmq.protocol import loop as loops

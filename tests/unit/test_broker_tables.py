@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from shmq.broker.clients import ChannelInfo, ClientRegistry
-from shmq.broker.config import BrokerConfig, parse_delay_levels
-from shmq.broker.locks import LockTable
-from shmq.broker.topics import TopicTable, default_topics, derive_from_default
+from shmq.broker.supervisor.clients import ChannelInfo, ClientRegistry
+from shmq.broker.shared.config import BrokerConfig, parse_delay_levels
+from shmq.broker.supervisor.locks import LockTable
+from shmq.broker.shared.topics import TopicTable, default_topics, derive_from_default
 from shmq.protocol.bodies import ConsumerData, MessageQueue, SubscriptionData, TopicConfig
 
 

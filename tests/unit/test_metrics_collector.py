@@ -8,10 +8,10 @@ import urllib.request
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from shmq.broker.clients import ClientRegistry
-from shmq.broker.config import BrokerConfig
-from shmq.broker.metrics.exporter import BrokerMetrics
-from shmq.broker.topics import TopicTable
+from shmq.broker.supervisor.clients import ClientRegistry
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.supervisor.metrics.exporter import BrokerMetrics
+from shmq.broker.shared.topics import TopicTable
 from shmq.protocol.bodies import TopicConfig
 
 TOPICS, QUEUES, GROUPS = 1000, 2, 10  # 10,000 (topic, group) pairs, 20,000 committed queue offsets

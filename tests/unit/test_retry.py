@@ -5,8 +5,8 @@ import time
 
 import pytest
 
-from shmq.broker.retry import send_back
-from shmq.broker.schedule import ScheduleService
+from shmq.broker.worker.retry import send_back
+from shmq.broker.supervisor.schedule import ScheduleService
 from shmq.errors import ShmqError
 from shmq.store import MessageStore
 from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
@@ -114,7 +114,7 @@ def test_no_record_at_offset(pipe, offset):
 
 
 def test_processor_answer(pipe):
-    from shmq.broker.retry import answer_send_back, max_reconsume_times_of
+    from shmq.broker.worker.retry import answer_send_back, max_reconsume_times_of
     assert max_reconsume_times_of(121, 3) == 3 and max_reconsume_times_of(120, 3) == 16
     assert max_reconsume_times_of(400, None, 5) == 5
     r = pipe.put(PutRequest("T", b"x", queue_id=0, reconsume_times=3))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from shmq.broker.schedule import FILE, ScheduleService, dumps_delay_offsets, load_delay_offsets
+from shmq.broker.supervisor.schedule import FILE, ScheduleService, dumps_delay_offsets, load_delay_offsets
 from shmq.store import MessageStore
 from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
 from shmq.store.put import PutPipeline, PutRequest

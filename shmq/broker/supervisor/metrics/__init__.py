@@ -1,4 +1,4 @@
-"""Prometheus metrics of a broker (``metricsExporterType=PROM``), named as RocketMQ 5 names them.
+"""Prometheus metrics of a broker (supervisor side) (``metricsExporterType=PROM``), named as RocketMQ 5 names them.
 
 How counts reach the exporter, and why this way:
 
@@ -14,7 +14,7 @@ How counts reach the exporter, and why this way:
   cost proportional to the messages appended, off every hot path, and only when metrics are on.
 * What only a worker sees (messages and bytes pulled, the last pulled offset per queue, rpc
   latency per request code) is counted in plain Python counters by the worker
-  (:mod:`.worker_stats`) and pushed, cumulative, to the supervisor over the control channel
+  (``shmq.broker.worker.metrics``) and pushed, cumulative, to the supervisor over the control channel
   every ``metricsPushIntervalMillis``; a push replaces that worker's previous one (idempotent),
   and the counts of a worker that died stay in the totals, so counters never go back.
 * Series exist only for topics in the topic table and groups with a committed offset on one:

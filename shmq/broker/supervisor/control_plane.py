@@ -22,10 +22,10 @@ from shmq.protocol.codes import Perm
 from shmq.protocol.transport import Connection
 
 from .clients import ChannelInfo, ClientRegistry, worker_of
-from .config import BrokerConfig
-from .control_channel import Ctl, ctl
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.control_channel import Ctl, ctl
 from .locks import LockTable
-from .topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
+from shmq.broker.shared.topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
 
 log = logging.getLogger("shmq.broker.control")
 

@@ -30,11 +30,11 @@ from shmq.protocol.message import decode_properties, encode_properties
 from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
-from .. import control_channel as cc
+from shmq.broker.shared import control_channel as cc
 from .. import retry
-from ..control_channel import Ctl
-from ..topics import RETRY_PREFIX
-from ..worker import Worker, born_host
+from shmq.broker.shared.control_channel import Ctl
+from shmq.broker.shared.topics import RETRY_PREFIX
+from ..context import WorkerContext, born_host
 
 _PERM_WRITE = int(Perm.WRITE)  # a plain int: an IntFlag '&' costs about a microsecond per request
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
@@ -52,7 +52,7 @@ def _topic_name_error(topic: str) -> str | None:
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
         self.cluster_prop = f"CLUSTER\x01{self.cfg.brokerClusterName}"

@@ -21,13 +21,13 @@ from shmq.protocol.headers import (GetConsumerListByGroupRequestHeader, GetEarli
 from shmq.errors import FilterExpressionError
 from shmq.store import sql_filter
 
-from .. import control_channel as cc
-from ..control_channel import Ctl
-from ..worker import Worker
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import Ctl
+from ..context import WorkerContext
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
 
     def handlers(self):

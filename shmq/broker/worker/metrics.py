@@ -1,4 +1,4 @@
-"""Worker side of the broker metrics: counts kept in plain dicts (no locks, no Prometheus
+"""Worker side of the broker metrics (the supervisor side is ``shmq.broker.supervisor.metrics``): counts kept in plain dicts (no locks, no Prometheus
 objects: one worker is one event loop) and pushed, cumulative, to the supervisor.
 
 Pulled messages are counted from the PULL_MESSAGE answers (the records in the body), not in

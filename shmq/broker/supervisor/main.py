@@ -9,7 +9,7 @@ Start-up order (each step's invariant is what the next relies on):
 2. Open the store as its owner (flock, fence, recover, flush/index/cleanup threads). Only
    then may workers attach.
 3. Load topics.json, add the default topics, serve the control channel on a unix socket.
-4. Spawn the workers (``python -m shmq.broker.worker``); each says HELLO, attaches, listens
+4. Spawn the workers (``python -m shmq.broker.worker.main``); each says HELLO, attaches, listens
    on both ports, says READY. The broker is "up" when all are ready.
 5. Register with the NameServers; start housekeeping (client expiry scan, offset persist).
 
@@ -39,14 +39,14 @@ from shmq.store.put import PutPipeline
 from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
-from . import control_channel as cc
-from .metrics import exporter as metrics
-from .config import BrokerConfig
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.config import BrokerConfig
 from .control_plane import ControlPlane
+from .metrics import exporter as metrics
 from .register import Registrar
 from .schedule import ScheduleService
 from .transaction_service import TransactionCheckService
-from .topics import TopicTable, config_path, default_topics
+from shmq.broker.shared.topics import TopicTable, config_path, default_topics
 
 log = logging.getLogger("shmq.broker")
 
@@ -205,7 +205,7 @@ class Supervisor:
         env = dict(os.environ)
         env["SHMQ_BROKER_CONFIG"] = self.cfg.to_json()
         env["SHMQ_WORKER_ID"] = str(w.wid)
-        w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker"], env=env,
+        w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker.main"], env=env,
                                    stdin=subprocess.DEVNULL, start_new_session=True)
         # Own session: a terminal's Ctrl-C reaches the supervisor only, which then stops
         # the workers in order (and does not mistake their exit for a crash).

@@ -30,7 +30,7 @@ from shmq.errors import FilterExpressionError
 from shmq.store import GetStatus, sql_filter
 from shmq.store.javahash import java_string_hash_cached
 
-from ..worker import Worker
+from ..context import WorkerContext
 
 _PERM_READ = int(Perm.READ)  # a plain int: an IntFlag '&' costs about a microsecond per request
 FLAG_COMMIT_OFFSET = 1
@@ -65,7 +65,7 @@ def tag_codes_of(sub_string: str | None) -> set[int] | None:
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
 

@@ -33,7 +33,7 @@ SUBSCRIPTION           w -> s       ext group, topic; body SubscriptionData or c
 LOCK / UNLOCK          w -> s       body LockBatchRequestBody; LOCK answers LockBatchResponseBody
 FORWARD_TO_GROUP       w -> s       ext group, kind (consumer|producer), one (true: one live channel);
                                     body a remoting frame; answer ext count (channels it went to)
-METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/metrics)
+METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/worker/metrics.py)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)

@@ -20,9 +20,9 @@ from shmq.protocol.headers import (CreateTopicRequestHeader, QueryMessageRequest
                                    ViewMessageRequestHeader)
 from shmq.store import validate
 
-from .. import control_channel as cc
-from ..control_channel import SHMQ_GET_ATTACH_INFO, Ctl
-from ..worker import Worker
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import SHMQ_GET_ATTACH_INFO, Ctl
+from ..context import WorkerContext
 from .send import _topic_name_error
 
 #: Requests that change broker or ACL configuration: refused, whatever the caller.
@@ -36,7 +36,7 @@ REFUSED = (
 
 
 class Processor:
-    def __init__(self, worker: Worker):
+    def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
 

@@ -1,6 +1,6 @@
 """A broker worker process: serves RocketMQ remoting on listenPort and listenPort - 2.
 
-Started by the supervisor (``python -m shmq.broker.worker``; the resolved config arrives as
+Started by the supervisor (``python -m shmq.broker.worker.main``; the resolved config arrives as
 JSON in ``SHMQ_BROKER_CONFIG``). It attaches to the store the supervisor owns, binds both
 ports with SO_REUSEPORT beside its sibling workers (the kernel spreads connections among
 them), and talks to the supervisor over the control channel for everything that must be
@@ -19,7 +19,6 @@ import asyncio
 import logging
 import os
 import signal
-import socket
 import sys
 import time
 
@@ -29,11 +28,12 @@ from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, enc
 from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
 
-from . import control_channel as cc
-from .config import BrokerConfig
-from .control_channel import Ctl
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.control_channel import Ctl
+from . import dispatch
 from .pull_hold import PullHolds
-from .topics import TopicTable
+from shmq.broker.shared.topics import TopicTable
 
 log = logging.getLogger("shmq.broker.worker")
 
@@ -42,6 +42,8 @@ _SUB_TTL = 5.0
 
 
 class Worker:
+    """The worker process; implements :class:`.context.WorkerContext` for the processors."""
+
     def __init__(self, cfg: BrokerConfig, wid: int):
         self.cfg = cfg
         self.wid = wid
@@ -70,10 +72,10 @@ class Worker:
         self.store = MessageStore.attach(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
-        handlers = self._handlers()
+        handlers = dispatch.handlers(self)
         if self.cfg.metricsExporterType.upper() == "PROM":
-            # Counted here, pushed to the supervisor's exporter (broker/metrics/__init__.py).
-            from .metrics.worker_stats import WorkerStats, push_forever
+            # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
+            from .metrics import WorkerStats, push_forever
             ws = WorkerStats()
             handlers = ws.rpc.wrap(handlers)
             self._metrics_task = loop.create_task(push_forever(
@@ -223,28 +225,6 @@ class Worker:
         sub = decode_json(resp.body, SubscriptionData)
         self._subs[(group, topic)] = (sub, time.monotonic() + _SUB_TTL)
         return sub
-
-    # ================================================================ handlers ==
-    def _handlers(self):
-        from .processors import admin, consumer, pull, send
-        handlers = {}
-        for mod in (send, pull, consumer, admin):
-            handlers.update(mod.Processor(self).handlers())
-        return handlers
-
-
-def born_host(conn: Connection) -> tuple[str, int]:
-    """The peer as (IPv4, port) for a record's BORNHOST (IPv6 peers become 0.0.0.0: the
-    store writes IPv4 hosts only, which is also all ali-ons can decode)."""
-    bh = conn.context.get("born")
-    if bh is None:
-        host, _, port = conn.peer.rpartition(":")
-        try:
-            socket.inet_aton(host)
-        except OSError:
-            host = "0.0.0.0"
-        bh = conn.context["born"] = (host, int(port) if port.isdigit() else 0)
-    return bh
 
 
 def main() -> int:

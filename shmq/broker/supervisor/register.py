@@ -16,8 +16,8 @@ from shmq.protocol.bodies import RegisterBrokerBody, encode_register_body
 from shmq.protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from shmq.protocol.message import masked_crc32
 
-from .config import BrokerConfig
-from .topics import TopicTable
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.topics import TopicTable
 
 log = logging.getLogger("shmq.broker.register")
 

@@ -1,0 +1,24 @@
+"""Request dispatch of a worker: the one table from request code to handler.
+
+Each processor module (``processors/*``) has a ``Processor(ctx)`` whose ``handlers()`` maps
+the request codes of its family to handlers; this module asks every family in a fixed order
+and hands the merged table to the worker's RemotingServer. A code answered by no family gets
+the server's REQUEST_CODE_NOT_SUPPORTED. Anything every request must pass through (checks
+before the handler runs) belongs here, in one place for every family.
+"""
+from __future__ import annotations
+
+from shmq.protocol.transport import Handler
+
+from .context import WorkerContext
+from .processors import admin, consumer, pull, send
+
+#: Later families win a code two of them name (none does today).
+FAMILIES = (send, pull, consumer, admin)
+
+
+def handlers(ctx: WorkerContext) -> dict[int, Handler]:
+    table: dict[int, Handler] = {}
+    for family in FAMILIES:
+        table.update(family.Processor(ctx).handlers())
+    return table
