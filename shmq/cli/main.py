@@ -20,8 +20,9 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(modname)
         sp = mod.add_parser(sub)
         sp.set_defaults(_run=mod.run)
-    from shmq.cli import admin
+    from shmq.cli import admin, mqadmin_parsers
     admin.add_parsers(sub)
+    mqadmin_parsers.add_parsers(sub)
     return p
 
 
