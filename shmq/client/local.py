@@ -14,7 +14,7 @@ import threading
 import time
 
 from shmq.errors import ShmqError, StaleSegment
-from shmq.protocol import RemotingCommand
+from shmq.protocol import RemotingCommand, attach
 from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO
 from shmq.store import MessageStore
 from shmq.store.put import PutPipeline
@@ -105,6 +105,13 @@ class LocalLinks:
             if addr is None:
                 raise ShmqError(f"no address for broker {broker_name}")
             resp = await self.instance.invoke(addr, RemotingCommand(code=SHMQ_GET_ATTACH_INFO), 3.0)
+            challenge = resp.ext_fields.get("challenge") if resp.code == 0 else None
+            if challenge is not None:
+                # Prove we can read the store's key (no access: OSError, and we stay on TCP).
+                key = attach.read_key(resp.ext_fields.get("keyFile", ""))
+                resp = await self.instance.invoke(addr, RemotingCommand(
+                    code=SHMQ_GET_ATTACH_INFO,
+                    ext_fields={"challenge": challenge, "proof": attach.proof(key, challenge)}), 3.0)
             if resp.code != 0 or "storeRoot" not in resp.ext_fields:
                 raise ShmqError(f"broker {broker_name} gave no attach info (code {resp.code}: {resp.remark})")
             info = resp.ext_fields
@@ -113,7 +120,7 @@ class LocalLinks:
             link = LocalLink(broker_name, info, cluster)
             log.info("attached to the store of %s at %s (generation %d)", broker_name, link.root, link.generation)
             return link
-        except (ShmqError, OSError) as e:
+        except (ShmqError, OSError, ValueError) as e:
             if self.mode == "always":
                 raise ShmqError(f"local='always' but the store of {broker_name} cannot be attached: {e}") from e
             log.info("broker %s stays on TCP: %s", broker_name, e)

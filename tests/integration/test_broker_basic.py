@@ -2,6 +2,8 @@
 concurrency on one connection, topics, client registry, queries."""
 from __future__ import annotations
 
+from shmq.protocol import attach
+
 import json
 import time
 
@@ -244,7 +246,9 @@ def test_heartbeat_consumer_list_locks_and_runtime(broker):
     # runtime info and attach info
     info = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
     assert info["brokerVersion"] == "409" and int(info["commitLogMaxOffset"]) > 0
-    a = c.invoke(request(9900))
+    ch = c.invoke(request(9900)).ext_fields  # a challenge first (test_security_attach.py)
+    proof = attach.proof(attach.read_key(ch["keyFile"]), ch["challenge"])
+    a = c.invoke(request(9900, challenge=ch["challenge"], proof=proof))
     assert a.code == 0 and a.ext_fields["storeRoot"] == broker.store and int(a.ext_fields["generation"]) >= 1
 
 

@@ -246,19 +246,21 @@ def test_reuse_port_two_servers_one_port():
 def test_stream_of_frames_split_across_reads_is_not_a_stalled_partial_frame():
     async def main():
         app = App()
-        async with app.server(frame_timeout=0.3) as srv:
+        # Generous margins (4x between writes) so a loaded machine does not stretch a pause
+        # past the timeout: the point is that the clock restarts with every frame.
+        async with app.server(frame_timeout=1.0) as srv:
             def client() -> bytes:
                 host, port = srv.address.split(":")
                 stream = b"".join(encode_command(request(ECHO, i=i)) for i in range(12))
                 size = len(stream) // 12
                 cuts = [int(size * (k + 0.5)) for k in range(12)] + [len(stream)]  # always mid-frame
                 with socket.create_connection((host, int(port)), timeout=5) as s:
-                    # 13 writes over ~1.3 s, 4x the frame timeout, each ending inside a frame.
+                    # 13 writes over ~3.3 s, 3x the frame timeout, each ending inside a frame.
                     prev = 0
                     for cut in cuts:
                         s.sendall(stream[prev:cut])
                         prev = cut
-                        time.sleep(0.1)
+                        time.sleep(0.25)
                     s.shutdown(socket.SHUT_WR)
                     data = b""
                     while chunk := s.recv(65536):

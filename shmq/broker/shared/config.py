@@ -11,6 +11,7 @@ a worker sees exactly what the supervisor resolved (ports picked, paths made abs
 """
 from __future__ import annotations
 
+import ipaddress
 import json
 import logging
 import os
@@ -39,7 +40,7 @@ IGNORED_KEYS = frozenset({
     "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "osPageCacheBusyTimeOutMills",
     "waitTimeMillsInSendQueue", "storePathCommitLog",
     "storePathConsumeQueue", "storePathIndex", "storeCheckpoint", "abortFile",
-    "longPollingEnable", "transferMsgByHeap", "slaveReadEnable", "aclEnable", "traceTopicEnable",
+    "longPollingEnable", "transferMsgByHeap", "slaveReadEnable", "traceTopicEnable",
     "msgTraceTopicName", "enableDLegerCommitLog", "isEnableBatchPush", "compressedRegister",
     "forceRegister", "clusterTopicEnable", "brokerTopicEnable", "autoCreateSubscriptionGroup",
     "duplicationEnable", "fetchNamesrvAddrByAddressServer", "offsetCheckInSlave",
@@ -119,6 +120,26 @@ class BrokerConfig:
     maxFrameSize: int = 16 * 1024 * 1024
     #: Close a connection silent this long (RocketMQ: serverChannelMaxIdleTimeSeconds 120).
     serverChannelMaxIdleTimeSeconds: int = 120
+    #: Connection hygiene (shmq's keys; RocketMQ has no equivalents, Netty's defaults are
+    #: unbounded): a started frame must complete within this time (slowloris) ...
+    partialFrameTimeoutMillis: int = 30_000
+    #: ... at most this many connections per worker, and per remote IP (0 = no per-IP bound;
+    #: local clients all come from 127.0.0.1, so the per-IP default is generous) ...
+    serverMaxConnections: int = 10_000
+    serverMaxConnectionsPerPeer: int = 1000
+    #: ... and per connection at most this many requests / request bytes being served
+    #: before reading from it pauses.
+    serverMaxInflightRequests: int = 1024
+    serverMaxInflightBytes: int = 64 * 1024 * 1024
+    # ---- security (RocketMQ keys aclEnable; shmq's aclFile and the override) ----
+    #: Check every request against plain_acl.yml (RocketMQ 4.x PlainAccessValidator rules).
+    aclEnable: bool = False
+    #: The ACL file; empty: $ROCKETMQ_HOME/conf/plain_acl.yml, as RocketMQ reads it.
+    aclFile: str = ""
+    #: A listen address other than loopback needs aclEnable=true, or this set to true.
+    allowUnauthenticatedListen: bool = False
+    #: Group (name or gid) given rw on store files and shared memory (0660); empty: 0600.
+    storeGroup: str = ""
     #: A worker that dies is restarted after this delay (doubling while it keeps dying).
     workerRestartDelayMillis: int = 200
     #: At SIGTERM, workers wait this long for in-flight requests before closing connections.
@@ -148,6 +169,11 @@ class BrokerConfig:
             raise ValueError("workers must be >= 0")
         if self.listenPort != 0 and not (2 < self.listenPort < 65536):
             raise ValueError(f"listenPort {self.listenPort} out of range (the VIP port is listenPort - 2)")
+        if not is_loopback(self.listenAddress) and not self.aclEnable and not self.allowUnauthenticatedListen:
+            raise ValueError(
+                f"listenAddress={self.listenAddress} is reachable from other hosts, and every request would be "
+                f"served unauthenticated: set aclEnable=true (with a plain_acl.yml), or "
+                f"allowUnauthenticatedListen=true to accept that")
 
     @classmethod
     def from_file(cls, path: str) -> "BrokerConfig":
@@ -215,8 +241,34 @@ class BrokerConfig:
             max_hash_slot_num=self.maxHashSlotNum,
             max_index_num=self.maxIndexNum,
             store_host=(self.brokerIP1, self.listenPort),
+            group=self.storeGroup or None,
             broker_role=ROLES[self.brokerRole],
         )
+
+
+def server_limits(cfg: BrokerConfig) -> dict:
+    """The connection-hygiene keywords of :class:`~shmq.protocol.server.RemotingServer`."""
+    return {
+        "max_frame_size": cfg.maxFrameSize,
+        "idle_timeout": float(cfg.serverChannelMaxIdleTimeSeconds) or None,
+        "frame_timeout": cfg.partialFrameTimeoutMillis / 1000.0,
+        "max_connections": cfg.serverMaxConnections,
+        "max_connections_per_peer": cfg.serverMaxConnectionsPerPeer or None,
+        "max_inflight": cfg.serverMaxInflightRequests,
+        "max_inflight_bytes": cfg.serverMaxInflightBytes,
+    }
+
+
+def is_loopback(host: str) -> bool:
+    """``host`` (an address or ``localhost``) reaches only this machine."""
+    if host == "localhost":
+        return True
+    try:
+        addr = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return False  # a name: it may resolve to anything
+    mapped = getattr(addr, "ipv4_mapped", None)
+    return (mapped or addr).is_loopback
 
 
 _UNITS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}

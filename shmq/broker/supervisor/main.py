@@ -39,6 +39,7 @@ from shmq.store.put import PutPipeline
 from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
+from shmq.broker.shared import attach
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.config import BrokerConfig
 from .control_plane import ControlPlane
@@ -128,6 +129,8 @@ class Supervisor:
         levels = DelayLevels.parse(cfg.messageDelayLevel)
         self.store = MessageStore.open(cfg.store_config(), tag_code=levels.tag_code)
         try:
+            scfg = self.store.cfg
+            attach.write_key(cfg.store_root, scfg.file_mode, scfg.group)  # before any worker reads it
             self.topics.load()
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)

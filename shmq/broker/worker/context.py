@@ -17,6 +17,7 @@ import socket
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from shmq.broker.shared.attach import AttachGuard
     from shmq.broker.shared.config import BrokerConfig
     from shmq.broker.shared.topics import TopicTable
     from shmq.protocol import RemotingCommand
@@ -40,6 +41,8 @@ class WorkerContext(Protocol):
     holds: PullHolds | None
     #: The control channel to the supervisor (one-way notifications such as heartbeats).
     ctl: Connection | None
+    #: Decides who gets the local attach info (request 9900).
+    attach_guard: AttachGuard
 
     async def ctl_call(self, cmd: RemotingCommand, ok: tuple[int, ...] = (0,)) -> RemotingCommand:
         """A request to the supervisor; raises unless the answer's code is in ``ok``."""

@@ -29,7 +29,8 @@ from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
 
 from shmq.broker.shared import control_channel as cc
-from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.attach import AttachGuard
+from shmq.broker.shared.config import BrokerConfig, server_limits
 from shmq.broker.shared.control_channel import Ctl
 from . import dispatch
 from .pull_hold import PullHolds
@@ -70,6 +71,7 @@ class Worker:
         resp = await cc.call(self.ctl, cc.ctl(Ctl.HELLO, worker=self.wid, pid=os.getpid()))
         self.topics.replace(resp.body)
         self.store = MessageStore.attach(self.cfg.store_root)
+        self.attach_guard = AttachGuard(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
         handlers = dispatch.handlers(self)
@@ -84,8 +86,7 @@ class Worker:
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
-                max_frame_size=self.cfg.maxFrameSize,
-                idle_timeout=float(self.cfg.serverChannelMaxIdleTimeSeconds) or None,
+                **server_limits(self.cfg),
                 on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}")
             await srv.start()
             self.servers.append(srv)

@@ -170,7 +170,13 @@ class Processor:
 
     def attach_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """DESIGN §4: what a local client needs to map the store (its root, the generation
-        of the running owner, the flush mode it must honour)."""
+        of the running owner, the flush mode it must honour), given only to a caller on this
+        host that proves it can read the store's key (:mod:`shmq.protocol.attach`)."""
+        ok, answer = self.w.attach_guard.check(conn.context, conn.peer, cmd.ext_fields)
+        if not ok:
+            return cmd.make_response(ResponseCode.NO_PERMISSION, answer)
+        if answer:
+            return cmd.make_response(ext_fields=answer)
         store = self.w.store
         ext = {
             "storeRoot": self.cfg.store_root,
