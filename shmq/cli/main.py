@@ -10,6 +10,7 @@ import sys
 #: subcommand -> module implementing ``add_parser(subparsers)`` and ``run(args)``.
 COMMANDS: dict[str, str] = {
     "up": "shmq.cli.up",
+    "dashboard": "shmq.cli.dashboard",
 }
 
 
