@@ -101,6 +101,22 @@ class DiskFull(StoreError):
     code = 14
 
 
+class SlaveStore(StoreError):
+    """The store belongs to a SLAVE: only replication writes into it (RocketMQ answers a put
+    on a slave SERVICE_NOT_AVAILABLE). Nothing was stored."""
+    code = 14
+
+
+class ReplicationError(StoreError):
+    """SYNC_MASTER: the message is stored on the master but no slave confirmed it: ``code``
+    says why, FLUSH_SLAVE_TIMEOUT (12, not within syncFlushTimeout) or SLAVE_NOT_AVAILABLE
+    (11, no slave connected, or it lags more than haSlaveFallbehindMax)."""
+
+    def __init__(self, message: str, *, code: int, result=None):
+        super().__init__(message, code=code)
+        self.result = result
+
+
 # ---- remoting ----------------------------------------------------------------------------
 class RemotingError(ShmqError):
     """Transport-level failure: connection, timeout, malformed frame."""

@@ -12,6 +12,7 @@ import signal
 import sys
 
 from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.acl import AclError
 from shmq.broker.supervisor.main import Supervisor
 from shmq.errors import StoreLocked
 from shmq.protocol import loop as loops
@@ -65,7 +66,7 @@ async def run_broker(sup: Supervisor, announce) -> int:
     except StoreLocked as e:
         print(f"shmq-broker: {e}", file=sys.stderr)
         return 1
-    except OSError as e:
+    except (OSError, AclError) as e:
         print(f"shmq-broker: cannot start: {e}", file=sys.stderr)
         return 1
     announce(sup)

@@ -90,7 +90,7 @@ def send_message(args, out: Out) -> int:
     return 0
 
 
-def queues(a, topic: str, broker: str | None, queue: int | None):
+def _selected(a, topic: str, broker: str | None, queue: int | None):
     return [(b, addr, q) for b, addr, q in a.queues(topic)
             if (broker is None or b == broker) and (queue is None or q == queue)]
 
@@ -101,7 +101,7 @@ def consume_message(args, out: Out) -> int:
     begin, end = ts(args.begin), ts(args.end)
     got = []
     with admin(args) as a:
-        for b, addr, q in _queues(a, args.topic, args.broker, args.queue):
+        for b, addr, q in _selected(a, args.topic, args.broker, args.queue):
             start = args.offset if args.offset is not None else a.offset_by_time(addr, args.topic, q, begin or 0)
             for m in a.read_range(args.topic, addr, q, start):
                 if end is not None and m.store_timestamp > end:
@@ -121,7 +121,7 @@ def print_msg(args, out: Out) -> int:
     begin, end = ts(args.begin, 0), ts(args.end)
     got = []
     with admin(args) as a:
-        queues = _queues(a, args.topic, None, None)
+        queues = _selected(a, args.topic, None, None)
         with Progress(f"printMsg {args.topic}", len(queues)) as p:
             for i, (b, addr, q) in enumerate(queues):
                 start = a.offset_by_time(addr, args.topic, q, begin)

@@ -14,6 +14,7 @@ import time
 
 from shmq.errors import ShmqError, StaleSegment
 from shmq.protocol import RequestCode, ResponseCode, request
+from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
 from shmq.store import GetStatus
 from shmq.store.javahash import java_string_hash
@@ -91,13 +92,15 @@ class ConsumerCore:
                  pull_batch_size: int = 32, pull_threshold_for_queue: int = 1000,
                  rebalance_interval: float = 20.0, persist_interval: float = 5.0,
                  suspend_timeout_ms: int = 15000, offset_store_dir: str | None = None,
-                 spin_s: float = 0.00005, idle_wait_s: float = 0.5):
+                 spin_s: float = 0.00005, idle_wait_s: float = 0.5,
+                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         if model not in ("CLUSTERING", "BROADCASTING"):
             raise ValueError("model must be CLUSTERING or BROADCASTING")
         if consume_from not in CONSUME_FROM:
             raise ValueError(f"consume_from must be one of {', '.join(CONSUME_FROM)}")
         self.group = group
         self.namesrv = namesrv
+        self.credentials = credentials(access_key, secret_key, security_token)
         self.model = model
         self.local_mode = local
         self.consume_from = consume_from
@@ -159,7 +162,7 @@ class ConsumerCore:
             raise ShmqError("subscribe to at least one topic before start()")
         if self.model == "CLUSTERING" and self.consume_type == "CONSUME_PASSIVELY":
             self.subscribe(f"%RETRY%{self.group}", "*")  # push consumers get their retries back
-        self.instance = ClientInstance.acquire(self.namesrv, consumer_group=self.group)
+        self.instance = ClientInstance.acquire(self.namesrv, consumer_group=self.group, credentials=self.credentials)
         self.instance.register_consumer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
         self.offsets = (RemoteOffsetStore(self.instance, self.group) if self.model == "CLUSTERING"

@@ -20,6 +20,7 @@ from typing import Any
 from shmq.errors import (RemotingConnectError, RemotingError, ShmqError,
                          TopicNotExist)
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
+from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import (HeartbeatData, ProducerData, TopicRouteData,
                                   decode_topic_route, encode_json)
 
@@ -53,7 +54,8 @@ class ClientInstance:
         is a second client, with its own client id, as Java's instanceName makes it)."""
         with cls._registry_lock:
             for n in itertools.count():
-                key = f"{os.getpid()}|{namesrv}|{n}"
+                creds = settings.get("credentials")
+                key = f"{os.getpid()}|{namesrv}|{creds.access_key if creds else ''}|{n}"
                 inst = cls._registry.get(key)
                 if inst is None or inst._closed:
                     inst = cls._registry[key] = cls(namesrv, **settings)
@@ -62,11 +64,15 @@ class ClientInstance:
                 inst._refs += 1
                 return inst
 
-    def __init__(self, namesrv: str, *, route_poll_s: float = ROUTE_POLL_S, heartbeat_s: float = HEARTBEAT_S):
+    def __init__(self, namesrv: str, *, route_poll_s: float = ROUTE_POLL_S, heartbeat_s: float = HEARTBEAT_S,
+                 credentials: Credentials | None = None):
         addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         if not addrs:
             raise ValueError("at least one NameServer address is needed (host:port)")
         self.namesrv_addrs = addrs
+        #: ACL credentials: every request this client sends is signed (AclClientRPCHook).
+        self.credentials = credentials
+        self.rpc_hook = credentials.sign if credentials is not None else None
         self.client_ip = client_ip()
         self.client_id = f"{self.client_ip}@{os.getpid()}#{next(_ids)}"
         self.route_poll_s = route_poll_s
@@ -123,7 +129,8 @@ class ClientInstance:
                 RequestCode.GET_CONSUMER_RUNNING_INFO: self._on_running_info,
                 RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             }
-            c = self._clients[addr] = RemotingClient(addr, handlers=handlers, name=f"to {addr}")
+            c = self._clients[addr] = RemotingClient(addr, handlers=handlers, name=f"to {addr}",
+                                                              rpc_hook=self.rpc_hook)
         return c
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:

@@ -19,6 +19,7 @@ import zlib
 from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
                          RemotingError, ShmqError, StaleSegment)
 from shmq.protocol import RequestCode, SyncRemotingClient, request
+from shmq.protocol.acl_sign import credentials
 from shmq.protocol.message import encode_properties
 from shmq.store import validate
 from shmq.store.put import PutRequest
@@ -45,7 +46,8 @@ class Producer:
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
                  retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
                  max_message_size: int = 4 * 1024 * 1024, send_latency_fault_enable: bool = False,
-                 default_topic_queue_nums: int = 4, create_topic_key: str = "TBW102"):
+                 default_topic_queue_nums: int = 4, create_topic_key: str = "TBW102",
+                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         if not group:
             raise ValueError("a producer group is required")
         self.group = group
@@ -59,6 +61,7 @@ class Producer:
         self.latency_fault = send_latency_fault_enable
         self.default_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
+        self.credentials = credentials(access_key, secret_key, security_token)
         self.instance: ClientInstance | None = None
         self.links: LocalLinks | None = None
         self._rr = itertools.count()
@@ -72,7 +75,7 @@ class Producer:
     def start(self) -> "Producer":
         if self.instance is not None:
             return self
-        self.instance = ClientInstance.acquire(self.namesrv, producer_group=self.group)
+        self.instance = ClientInstance.acquire(self.namesrv, producer_group=self.group, credentials=self.credentials)
         self.instance.register_producer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
         self._learning = self.instance.call_soon(self.instance.learn_brokers(self.create_topic_key))
@@ -216,7 +219,7 @@ class Producer:
             conns = self._tls.conns = {}
         c = conns.get(addr)
         if c is None:
-            c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout)
+            c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout, rpc_hook=self.instance.rpc_hook)
             with self._conns_lock:
                 self._all_conns.append(c)
         try:

@@ -694,6 +694,9 @@ static int place(shmq_writer *w, int64_t total, int64_t *pos_out, int64_t *rec_o
     uint32_t state = LOAD_ACQ(&c->owner.state);
     if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
         return state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
+    /* A slave's log is written by replication only (RocketMQ: "broke role is slave, so
+     * putMessage is forbidden"); checked under the lock, so a local producer cannot race it. */
+    if (LOAD_ACQ(&c->owner.role) == SHMQ_ROLE_SLAVE) return SHMQ_ESLAVE;
     int64_t fsize = (int64_t)c->header.file_size;
     int64_t pos = c->pos.commit_pos, idx = pos / fsize, off = pos % fsize, rec = pos;
     if (off + total + SHMQ_BLANK_MIN > fsize) rec = (idx + 1) * fsize;
@@ -1196,6 +1199,44 @@ void shmq_publish_recovered(shmq_ctl *c, int64_t commit_pos) {
     STORE_SC(&c->pos.flush_request_pos, commit_pos);
 }
 
+/* Replication (store/ha). A slave publishes the end of the last complete record it received
+ * (the bytes and ConsumeQueue entries below it are written): readers see it as they see an
+ * append. Only the slave's replica writer calls this; nothing appends on a slave. */
+void shmq_publish_replica(shmq_ctl *c, int64_t commit_pos) {
+    STORE_REL(&c->pos.commit_pos, commit_pos);
+    notify_data(c);
+}
+
+/* Master: the HA service raises repl_pos to what a slave acknowledged (never past what it
+ * was sent) and keeps repl_slaves; every change wakes the putters waiting for a slave. */
+void shmq_set_replicated(shmq_ctl *c, int64_t pos, int32_t slaves) {
+    shmq_positions *p = &c->pos;
+    int64_t cur = LOAD_RLX(&p->repl_pos);
+    while (cur < pos && !CAS(&p->repl_pos, &cur, pos)) {}
+    if (slaves >= 0) STORE_SC(&p->repl_slaves, (uint32_t)slaves);
+    ADD_SC(&p->repl_seq, 1);
+    if (LOAD_SC(&p->repl_waiters)) futex_wake(&p->repl_seq, INT_MAX);
+}
+
+/* SYNC_MASTER putter: wait until a slave has everything below `target` (group commit: one
+ * acknowledgement releases every putter below it). SHMQ_OK, SHMQ_ETIMEDOUT, SHMQ_ESTALE when
+ * fenced, or SHMQ_ESLAVE when no slave is connected any more (SLAVE_NOT_AVAILABLE). */
+int shmq_wait_replicated(shmq_ctl *c, int64_t target, int64_t timeout_ns) {
+    shmq_positions *p = &c->pos;
+    int64_t deadline = mono_ns() + timeout_ns;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&p->repl_seq);
+        if (LOAD_SC(&p->repl_pos) >= target) return SHMQ_OK;
+        if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return SHMQ_ESTALE;
+        if (LOAD_SC(&p->repl_slaves) == 0) return SHMQ_ESLAVE;
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return SHMQ_ETIMEDOUT;
+        ADD_SC(&p->repl_waiters, 1);
+        if (LOAD_SC(&p->repl_pos) < target) futex_wait(&p->repl_seq, seq, left);
+        SUB_SC(&p->repl_waiters, 1);
+    }
+}
+
 /* Marks the segment FENCED (appends answer ESTALE from now on) and wakes every sleeper so
  * that waiting readers and SYNC_FLUSH putters notice at once. */
 void shmq_fence(shmq_ctl *c) {
@@ -1204,6 +1245,8 @@ void shmq_fence(shmq_ctl *c) {
     futex_wake(&c->pos.data_seq, INT_MAX);
     ADD_SC(&c->pos.flushed_seq, 1);
     futex_wake(&c->pos.flushed_seq, INT_MAX);
+    ADD_SC(&c->pos.repl_seq, 1);
+    futex_wake(&c->pos.repl_seq, INT_MAX);
 }
 
 int shmq_msync(uint8_t *addr, uint64_t len) {

@@ -59,7 +59,7 @@
 
 /* CDEF-BEGIN */
 #define SHMQ_CTL_MAGIC 0x314C5443514D4853
-#define SHMQ_LAYOUT_VERSION 1
+#define SHMQ_LAYOUT_VERSION 2
 
 #define SHMQ_MESSAGE_MAGIC 0xDAA320A7
 #define SHMQ_BLANK_MAGIC 0xCBD43194
@@ -89,6 +89,11 @@
 #define SHMQ_R_PREPARED 76
 #define SHMQ_R_BODYLEN 84
 
+/* owner.role */
+#define SHMQ_ROLE_ASYNC_MASTER 0
+#define SHMQ_ROLE_SYNC_MASTER 1
+#define SHMQ_ROLE_SLAVE 2
+
 /* owner.state */
 #define SHMQ_STATE_INIT 0
 #define SHMQ_STATE_READY 1
@@ -109,6 +114,8 @@
 #define SHMQ_EIO -10
 /* shmq_uniq: the clock left the month window of the ids (shmq_uniq_ids) */
 #define SHMQ_EMONTH -11
+/* the store's role is SLAVE: only replication writes into it (shmq_put* refuse) */
+#define SHMQ_ESLAVE -12
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1
 #define SHMQ_IDX_BLANK 2
@@ -161,7 +168,7 @@ typedef struct shmq_owner {
     uint32_t _pad0;
     uint32_t index_hash_slots;    /* IndexFile geometry, so attached readers can open them */
     uint32_t index_num;
-    uint64_t _pad1;
+    int64_t ha_fallbehind_max;    /* haSlaveFallbehindMax: SYNC_MASTER refuses to wait past it */
 } shmq_owner;
 
 /* The append lock. word = 0 when free, else (pid << 32) | (starttime & 0xFFFFFFFF) of the
@@ -218,8 +225,13 @@ typedef struct shmq_positions {
     uint32_t io_error;            /* errno of a failed flush; the store is read-only after */
     uint32_t _pad1;
     uint64_t _pad2[2];
-    /* --- cache line: spare --- */
-    uint64_t _pad3[8];
+    /* --- cache line: replication (SYNC_MASTER) --- */
+    int64_t repl_pos;             /* highest offset a slave acknowledged (and was sent) */
+    uint32_t repl_seq;            /* futex: +1 whenever repl_pos moves or slaves change */
+    uint32_t repl_waiters;
+    uint32_t repl_slaves;         /* slaves connected to the master's HA service now */
+    uint32_t _pad3;
+    uint64_t _pad4[5];
 } shmq_positions;
 
 /* One (topic, queue id). Slots are only ever added (state 0 -> 1, published last with a

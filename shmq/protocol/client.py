@@ -52,8 +52,11 @@ class RemotingClient:
         frame_timeout: float = 30.0,
         on_close: Callable[[Connection], Any] | None = None,
         name: str = "client",
+        rpc_hook: Callable[[RemotingCommand], Any] | None = None,
     ):
         self.addr = addr
+        #: Called with every request before it is sent (ACL signing: Credentials.sign).
+        self.rpc_hook = rpc_hook
         self.host, self.port = parse_addr(addr)
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.connect_timeout = connect_timeout
@@ -112,10 +115,14 @@ class RemotingClient:
         """Send a request and return the response (whatever its code)."""
         deadline = time.monotonic() + timeout
         conn = await self.connect()
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         return await conn.send_request(cmd, max(0.001, deadline - time.monotonic()))
 
     async def invoke_oneway(self, cmd: RemotingCommand) -> None:
         conn = await self.connect()
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         conn.send_oneway(cmd)
 
     async def close(self) -> None:
@@ -142,9 +149,11 @@ class RemotingClient:
 class SyncRemotingClient:
     """Blocking client: one request at a time. For tests and CLI tools, not for servers."""
 
-    def __init__(self, addr: str, *, timeout: float = 3.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE):
+    def __init__(self, addr: str, *, timeout: float = 3.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
+                 rpc_hook: Callable[[RemotingCommand], Any] | None = None):
         self.addr = addr
         self.timeout = timeout
+        self.rpc_hook = rpc_hook
         host, port = parse_addr(addr)
         try:
             self.sock = socket.create_connection((host, port), timeout=timeout)
@@ -188,6 +197,8 @@ class SyncRemotingClient:
         """Send a request and wait for its response; requests from the server are skipped."""
         cmd.opaque = self._next_opaque()
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         self.send(cmd)
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
@@ -198,6 +209,8 @@ class SyncRemotingClient:
     def invoke_oneway(self, cmd: RemotingCommand) -> None:
         cmd.opaque = self._next_opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        if self.rpc_hook is not None:
+            self.rpc_hook(cmd)
         self.send(cmd)
 
     def close(self) -> None:

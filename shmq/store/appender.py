@@ -12,8 +12,8 @@ import os
 import threading
 import weakref
 
-from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, StaleSegment, StoreError,
-                         StoreReadOnly, TableFull)
+from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, SlaveStore, StaleSegment,
+                         StoreError, StoreReadOnly, TableFull)
 from shmq.native import ffi, lib
 
 from .commitlog import CommitLog
@@ -55,6 +55,11 @@ def raise_for_status(rc: int, what: str = "append", size: int = 0, limit: int = 
         raise TableFull(f"{what}: the shared table is full")
     if rc == lib.SHMQ_EIO:
         raise StoreReadOnly("flush failed with an I/O error; the store is read-only")
+    if rc == lib.SHMQ_ESLAVE:
+        # RocketMQ's answer to a put on a slave (SERVICE_NOT_AVAILABLE and this remark)
+        raise SlaveStore("service not available now. It may be caused by one of the following reasons: "
+                         "the broker's disk is full, messages are put to the slave, message store has been "
+                         "shut down, etc. (the broker role is slave)")
     raise StoreError(f"{what} failed with status {rc}")
 
 

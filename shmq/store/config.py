@@ -37,7 +37,8 @@ class StoreConfig:
     file_mode: int = 0o600                         # 0o660 with a group
     group: str | None = None                       # group that may map the store (local clients)
     store_host: tuple[str, int] = ("127.0.0.1", 10911)
-    broker_role: int = ROLE_ASYNC_MASTER
+    broker_role: int = ROLE_ASYNC_MASTER           # brokerRole
+    ha_slave_fallbehind_max: int = 256 << 20       # haSlaveFallbehindMax (bytes)
     extra: dict = field(default_factory=dict)
 
     def __post_init__(self):

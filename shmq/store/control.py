@@ -103,6 +103,7 @@ class ControlBlock:
         o.store_port = cfg.store_host[1]
         o.flush_mode = cfg.flush_disk_type
         o.role = cfg.broker_role
+        o.ha_fallbehind_max = cfg.ha_slave_fallbehind_max
         o.sync_flush_timeout_ms = cfg.sync_flush_timeout_ms
         o.index_hash_slots = cfg.max_hash_slot_num
         o.index_num = cfg.max_index_num

@@ -27,7 +27,8 @@ from . import files, validate
 from .appender import Appender, QueueRegistry, raise_for_status
 from .checkpoint import Checkpoint, path_of
 from .commitlog import CommitLog
-from .config import ASYNC_FLUSH, StoreConfig
+from .config import ASYNC_FLUSH, ROLE_SYNC_MASTER, StoreConfig
+from .ha.sync import wait_replicated
 from .control import ControlBlock
 from .offsets_file import load_offsets, save_offsets
 from .reader import Reader
@@ -88,6 +89,10 @@ class MessageStore(Reader):
         self._store_ip = struct.pack(">I", o.store_ip)
         self._store_port = o.store_port
         self.sync_flush = o.flush_mode != ASYNC_FLUSH
+        self.sync_master = o.role == ROLE_SYNC_MASTER
+        #: a put is confirmed only after a wait: for the disk (SYNC_FLUSH), for a slave
+        #: (SYNC_MASTER), or both; ``_wait_flushed`` waits for whichever applies
+        self.sync_wait = self.sync_flush or self.sync_master
         self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
         self._meta = ffi.new("shmq_meta *")
         self._out = ffi.new("shmq_result *")
@@ -122,6 +127,7 @@ class MessageStore(Reader):
         cb = ControlBlock.create(cfg, nonce, generation)
         store = cls(cfg, cb, owner=True)
         store._lock_fd = lock_fd
+        store.tag_code = tag_code  # a slave's replica writer dispatches with it too
         store.checkpoint = Checkpoint.load(path_of(cfg.root))
         report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
         store.recovery = report
@@ -199,7 +205,7 @@ class MessageStore(Reader):
                        tag_code, deliver_delay_ms)
             a.put(slot, m, body, props, out)
             res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
-        if self.sync_flush and wait_flush:
+        if self.sync_wait and wait_flush:
             self._wait_flushed(res)
         return res
 
@@ -220,7 +226,7 @@ class MessageStore(Reader):
             _fill_meta(m, 0, sysflag, born_timestamp, born_host, 0, 0, None, None)
             a.put_batch(slot, m, batch_body, extra, out)
             res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
-        if self.sync_flush and wait_flush:
+        if self.sync_wait and wait_flush:
             self._wait_flushed(res)
         return res
 
@@ -231,11 +237,15 @@ class MessageStore(Reader):
         return QueueWriter(self, topic, queue_id, born_host)
 
     def _wait_flushed(self, res: PutResult) -> None:
-        rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
-        if rc:
-            raise_for_status(rc)
+        """The wait before a put is confirmed (RocketMQ's handleDiskFlush, then handleHA)."""
+        if self.sync_flush:
+            rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
+            if rc == lib.SHMQ_ETIMEDOUT:
+                raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
+            if rc:
+                raise_for_status(rc)
+        if self.sync_master:
+            wait_replicated(self.cb.ctl, res.end, self._sync_timeout_ns, res)
 
     # ================================================================== offsets ==
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -410,7 +420,7 @@ class QueueWriter:
         self._out = ffi.new("shmq_result *")
         self._put = lib.shmq_put
         self._put_batch = lib.shmq_put_batch
-        self._sync = store.sync_flush
+        self._sync = store.sync_wait
         self._ctl = store.cb.ctl
         self._timeout = store._sync_timeout_ns
 
@@ -456,11 +466,15 @@ class QueueWriter:
         return out.queue_offset, out.count
 
     def _wait(self, end: int) -> None:
-        rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            raise FlushDiskTimeout("not flushed within the sync flush timeout")
-        if rc:
-            raise_for_status(rc)
+        if self.store.sync_flush:
+            rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
+            if rc == lib.SHMQ_ETIMEDOUT:
+                raise FlushDiskTimeout("not flushed within the sync flush timeout")
+            if rc:
+                raise_for_status(rc)
+        if self.store.sync_master:
+            wait_replicated(self._ctl, end, self._timeout)
+
 
 
 # ====================================================================== helpers ==

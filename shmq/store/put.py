@@ -36,7 +36,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from shmq.errors import FlushDiskTimeout, InvalidMessage, ShmqError
+from shmq.errors import FlushDiskTimeout, InvalidMessage, ReplicationError, ShmqError
 from shmq.native import ffi, lib
 
 from . import validate
@@ -291,7 +291,7 @@ class PutPipeline:
             res = self.store.put_batch(topic, qid, req.body, encode_properties(props), sysflag=req.sysflag,
                                        born_timestamp=req.born_timestamp, born_host=req.born_host,
                                        wait_flush=wait_flush)
-        except FlushDiskTimeout as e:
+        except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, qid)
             raise
         return PipelineResult(res, topic, qid, qid)
@@ -376,7 +376,7 @@ class PutPipeline:
                                  born_timestamp=born_timestamp, born_host=born_host,
                                  reconsume_times=reconsume_times, prepared_offset=prepared_offset,
                                  deliver_delay_ms=deliver_delay_ms, wait_flush=wait_flush)
-        except FlushDiskTimeout as e:
+        except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, request_qid, level, half)
             raise
         return PipelineResult(res, topic, qid, request_qid, level, half)

@@ -56,6 +56,24 @@ def _topic_qid_props(mm, off: int):
     return topic, qid, qoff, sysflag, store_ts, props
 
 
+def dispatch_record(queues, mm, off: int, pos: int, size: int, tag_code):
+    """Give the verified record at ``pos`` (``off`` in its mapped file ``mm``) its
+    ConsumeQueue entry unless it has it already. Recovery and a slave's replica writer
+    (store/ha) both build queues from CommitLog bytes through this one function. Returns
+    ((topic, queue id), queue offset, entries written) or None for a record with no entry
+    (prepared / rolled-back transaction)."""
+    topic, qid, qoff, sysflag, store_ts, props = _topic_qid_props(mm, off)
+    if sysflag & 0xC in TX_MASK_NO_CQ:
+        return None
+    cq = queues.get(topic, qid)
+    have = cq.entry(qoff)
+    written = 0
+    if have is None or have[0] != pos or have[1] != size:
+        cq.write_entry(qoff, pos, size, tag_code(topic, props, store_ts))
+        written = 1
+    return (topic, qid), qoff, written
+
+
 def default_tag_code(topic: str, props: bytes, store_ts: int) -> int:
     return lib.shmq_tag_code_of_props(props, len(props))
 
@@ -99,15 +117,11 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
         if rc < 0:
             report.stopped_because = f"no valid record at {pos} (check {rc})"
             break
-        topic, qid, qoff, sysflag, store_ts, props = _topic_qid_props(mm, off)
         report.records_scanned += 1
-        if sysflag & 0xC not in TX_MASK_NO_CQ:
-            cq = queues.get(topic, qid)
-            have = cq.entry(qoff)
-            if have is None or have[0] != pos or have[1] != rc:
-                cq.write_entry(qoff, pos, rc, tag_code(topic, props, store_ts))
-                report.cq_entries_written += 1
-            key = (topic, qid)
+        done = dispatch_record(queues, mm, off, pos, rc, tag_code)
+        if done is not None:
+            key, qoff, written = done
+            report.cq_entries_written += written
             if next_of.get(key, 0) < qoff + 1:
                 next_of[key] = qoff + 1
         pos += rc
@@ -172,4 +186,4 @@ def _first_live(cq, n: int, min_phys: int) -> int:
     return cq.first_at_or_after(min_phys, cq.first_file_offset(), n)
 
 
-__all__ = ["recover", "RecoveryReport", "ENTRY", "ENTRY_SIZE"]
+__all__ = ["recover", "dispatch_record", "RecoveryReport", "ENTRY", "ENTRY_SIZE"]

@@ -10,6 +10,8 @@
 //   node ons_client.js consume --namesrv H:P --topic T --group G [--count N] [--expr '*'] [--timeout MS]
 //                              [--from first|last] [--heartbeat MS]
 //       {"event":"message","msgId":...,"topic":...,"tags":...,"keys":[...],"body":"...","queueId":...,"queueOffset":...}
+// produce and consume take [--access-key AK --secret-key SK]: ali-ons then signs every request
+// (RocketMQ ACL: HmacSHA1 over the sorted header values and the body).
 // Every mode ends with {"event":"done",...} and exit code 0, or {"event":"error",...} and exit code 1.
 'use strict';
 
@@ -33,6 +35,10 @@ function parseArgs(argv) {
     }
   }
   return args;
+}
+
+function credentials(args) {
+  return args['access-key'] ? { accessKey: args['access-key'], secretKey: args['secret-key'] } : {};
 }
 
 function emit(obj) {
@@ -94,7 +100,7 @@ async function produce(args) {
   const { ons } = load();
   const producer = new ons.Producer({
     nameSrv: args.namesrv, httpclient, logger, producerGroup: args.group || 'ons_test_pg',
-    instanceName: `p${process.pid}`,
+    instanceName: `p${process.pid}`, ...credentials(args),
   });
   await producer.ready();
   const count = Number(args.count || 1);
@@ -117,7 +123,7 @@ async function consume(args) {
   const count = Number(args.count || 1);
   const consumer = new ons.Consumer({
     nameSrv: args.namesrv, httpclient, logger, consumerGroup: args.group || 'ons_test_cg',
-    instanceName: `c${process.pid}`,
+    instanceName: `c${process.pid}`, ...credentials(args),
     consumeFromWhere: args.from === 'last' ? 'CONSUME_FROM_LAST_OFFSET' : 'CONSUME_FROM_FIRST_OFFSET',
     rebalanceInterval: 1000,
     heartbeatBrokerInterval: Number(args.heartbeat || 30000),

@@ -30,7 +30,7 @@ DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 
 
 #: RocketMQ keys with no effect in shmq; accepted without a warning.
 IGNORED_KEYS = frozenset({
-    "rocketmqHome", "namesrvAddrs", "brokerIP2", "haListenPort", "haMasterAddress",
+    "rocketmqHome", "namesrvAddrs", "brokerIP2",
     "sendMessageThreadPoolNums", "pullMessageThreadPoolNums", "queryMessageThreadPoolNums",
     "adminBrokerThreadPoolNums", "clientManageThreadPoolNums", "consumerManageThreadPoolNums",
     "heartbeatThreadPoolNums", "endTransactionThreadPoolNums", "serverWorkerThreads",
@@ -40,7 +40,7 @@ IGNORED_KEYS = frozenset({
     "sendThreadPoolQueueCapacity", "pullThreadPoolQueueCapacity", "osPageCacheBusyTimeOutMills",
     "waitTimeMillsInSendQueue", "storePathCommitLog",
     "storePathConsumeQueue", "storePathIndex", "storeCheckpoint", "abortFile",
-    "longPollingEnable", "transferMsgByHeap", "slaveReadEnable", "traceTopicEnable",
+    "longPollingEnable", "transferMsgByHeap", "traceTopicEnable",
     "msgTraceTopicName", "enableDLegerCommitLog", "isEnableBatchPush", "compressedRegister",
     "forceRegister", "clusterTopicEnable", "brokerTopicEnable", "autoCreateSubscriptionGroup",
     "duplicationEnable", "fetchNamesrvAddrByAddressServer", "offsetCheckInSlave",
@@ -76,6 +76,21 @@ class BrokerConfig:
     messageIndexEnable: bool = True
     maxHashSlotNum: int = 5_000_000
     maxIndexNum: int = 20_000_000
+    # ---- replication (RocketMQ keys and defaults; store/ha) ----
+    #: The master's HA port; 0 = listenPort + 1 (RocketMQ always uses listenPort + 1).
+    haListenPort: int = 0
+    #: A slave's master HA address host:port; empty = learned from the NameServers' answer.
+    haMasterAddress: str = ""
+    haSendHeartbeatInterval: int = 5000
+    haHousekeepingInterval: int = 20_000
+    #: SYNC_MASTER answers SLAVE_NOT_AVAILABLE when the best slave lags this many bytes.
+    haSlaveFallbehindMax: int = 256 * 1024 * 1024
+    #: Consumers may be told to read from a slave (pull's suggestWhichBrokerId).
+    slaveReadEnable: bool = False
+    #: Percent of memory the master's unread backlog may reach before it suggests a slave.
+    accessMessageInMemoryMaxRatio: int = 40
+    #: How often a slave copies topics, offsets and delay progress from its master (10 s).
+    slaveSynchronizeInterval: int = 10_000
     # ---- topics and messages (RocketMQ keys) ----
     messageDelayLevel: str = DEFAULT_DELAY_LEVELS
     autoCreateTopicEnable: bool = True
@@ -159,8 +174,10 @@ class BrokerConfig:
             raise ValueError(f"flushDiskType must be one of {sorted(FLUSH_MODES)}, got {self.flushDiskType!r}")
         if self.brokerRole not in ROLES:
             raise ValueError(f"brokerRole must be one of {sorted(ROLES)}, got {self.brokerRole!r}")
-        if self.brokerRole == "SLAVE":
-            raise ValueError("brokerRole=SLAVE is not supported by shmq yet (no replication)")
+        if self.brokerRole == "SLAVE" and self.brokerId <= 0:
+            raise ValueError("a SLAVE's brokerId must be > 0 (0 is the master's)")
+        if self.brokerRole != "SLAVE":
+            self.brokerId = 0  # RocketMQ: a master's brokerId is always MASTER_ID
         DelayLevels.parse(self.messageDelayLevel)  # a bad level refuses to start, naming it
         if str(self.metricsExporterType).upper() not in ("DISABLE", "PROM"):
             raise ValueError(f"metricsExporterType must be DISABLE or PROM (shmq has no OTLP exporter), "
@@ -200,6 +217,14 @@ class BrokerConfig:
     @property
     def broker_addr(self) -> str:
         return f"{self.brokerIP1}:{self.listenPort}"
+
+    @property
+    def is_slave(self) -> bool:
+        return self.brokerRole == "SLAVE"
+
+    @property
+    def ha_port(self) -> int:
+        return self.haListenPort or self.listenPort + 1
 
     @property
     def namesrv_list(self) -> list[str]:
@@ -243,6 +268,7 @@ class BrokerConfig:
             store_host=(self.brokerIP1, self.listenPort),
             group=self.storeGroup or None,
             broker_role=ROLES[self.brokerRole],
+            ha_slave_fallbehind_max=self.haSlaveFallbehindMax,
         )
 
 

@@ -91,6 +91,9 @@ class TopicTable:
     # ---- writing (supervisor only) -----------------------------------------------------------
     def _changed(self) -> None:
         self.version = DataVersion(timestamp=int(time.time() * 1000), counter=self.version.counter + 1)
+        self.persist()
+
+    def persist(self) -> None:
         if self.path is not None:
             files.write_atomic(self.path, self.encode(), 0o644)
 

@@ -107,6 +107,13 @@ class ControlPlane:
                 conn.send_oneway(ctl(Ctl.TOPICS_CHANGED, body))
         self.on_topics_changed()
 
+    def adopt_topics(self, wrapper) -> None:
+        """A slave takes its master's whole topic table (SlaveSynchronize.syncTopicConfig)."""
+        self.topics.table = dict(wrapper.topicConfigTable)
+        self.topics.version = wrapper.dataVersion
+        self.topics.persist()
+        self._topics_changed()
+
     def ensure_topic(self, tc: TopicConfig) -> TopicConfig:
         """Create ``tc`` unless a topic of that name exists; returns the config in force."""
         cur = self.topics.get(tc.topicName)

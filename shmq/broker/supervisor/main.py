@@ -40,11 +40,13 @@ from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
 
 from shmq.broker.shared import attach
+from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.config import BrokerConfig
 from .control_plane import ControlPlane
 from .metrics import exporter as metrics
 from .register import Registrar
+from .replication import Replication
 from .schedule import ScheduleService
 from .transaction_service import TransactionCheckService
 from shmq.broker.shared.topics import TopicTable, config_path, default_topics
@@ -109,6 +111,7 @@ class Supervisor:
         self.schedule: ScheduleService | None = None
         self.tx_check: TransactionCheckService | None = None
         self.metrics: metrics.BrokerMetrics | None = None
+        self.replication: Replication | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
@@ -124,6 +127,9 @@ class Supervisor:
     # ================================================================ start ==
     async def start(self, ready_timeout: float = 30.0) -> None:
         cfg = self.cfg
+        if cfg.aclEnable:  # a missing or broken ACL file refuses the start, before any port or file
+            cfg.aclFile = acl_file_path(cfg.aclFile)
+            log.info("ACL on: %d accounts in %s", len(PlainAcl(cfg.aclFile).table.accounts), cfg.aclFile)
         port, self._reserved = reserve_ports(cfg.listenAddress, cfg.listenPort)
         cfg.listenPort = port
         levels = DelayLevels.parse(cfg.messageDelayLevel)
@@ -135,8 +141,10 @@ class Supervisor:
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)
                                   if t.topicName not in self.topics])
-            self.registrar = Registrar(cfg, self.topics)
+            self.registrar = Registrar(cfg, self.topics, on_result=self._on_register_result)
             self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
+            self.replication = Replication(cfg, self.store, self.topics, self.plane.adopt_topics)
+            self.replication.start()
             handlers = self.plane.handlers()
             if metrics.enabled(cfg):
                 self.metrics = metrics.BrokerMetrics(cfg, self.store, self.topics, self.plane.clients)
@@ -147,16 +155,8 @@ class Supervisor:
             loop = asyncio.get_running_loop()
             self.pipeline = cfg.put_pipeline(self.store, lambda t, n: loop.call_soon_threadsafe(
                 self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
-            self.schedule = ScheduleService(self.store, self.pipeline, levels)
-            self.schedule.start()
-            # Half messages are checked back with one live producer of their group, on its
-            # own connection, whichever worker holds it.
-            self.tx_check = TransactionCheckService(
-                self.store, self.pipeline,
-                lambda group, cmd: self.plane.forward_threadsafe(loop, group, encode_command(cmd)[4:]) > 0,
-                interval_ms=cfg.transactionCheckInterval, timeout_ms=cfg.transactionTimeOut,
-                max_checks=cfg.transactionCheckMax)
-            self.tx_check.start()
+            if not cfg.is_slave:  # a slave re-puts nothing: its master delivers and checks
+                self._start_master_services(loop, levels)
             for w in self.workers:
                 self._spawn(w)
             await self._wait_ready(ready_timeout)
@@ -172,6 +172,22 @@ class Supervisor:
                        loop.create_task(self._monitor())]
         log.info("broker %s (%s) up on %s with %d worker(s), store %s", cfg.brokerName, cfg.brokerClusterName,
                  self.address, len(self.workers), cfg.store_root)
+
+    def _start_master_services(self, loop, levels) -> None:
+        self.schedule = ScheduleService(self.store, self.pipeline, levels)
+        self.schedule.start()
+        # Half messages are checked back with one live producer of their group, on its
+        # own connection, whichever worker holds it.
+        self.tx_check = TransactionCheckService(
+            self.store, self.pipeline,
+            lambda group, cmd: self.plane.forward_threadsafe(loop, group, encode_command(cmd)[4:]) > 0,
+            interval_ms=self.cfg.transactionCheckInterval, timeout_ms=self.cfg.transactionTimeOut,
+            max_checks=self.cfg.transactionCheckMax)
+        self.tx_check.start()
+
+    def _on_register_result(self, ha_server_addr, master_addr) -> None:
+        if self.replication is not None:
+            self.replication.on_register_result(ha_server_addr, master_addr)
 
     async def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
@@ -197,6 +213,8 @@ class Supervisor:
             self.tx_check.stop()
         if self.schedule is not None:
             self.schedule.stop()
+        if self.replication is not None:
+            await self.replication.close()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -310,6 +328,9 @@ class Supervisor:
             await asyncio.to_thread(self.tx_check.stop)
         if self.schedule is not None:
             await asyncio.to_thread(self.schedule.stop)  # before the store closes: it flushes and persists its progress
+        if self.replication is not None:
+            await self.replication.close()
+            self.replication = None
         with self._persist_lock:
             if self.store is not None:
                 self.store.close()  # flush, checkpoint, persist offsets, remove abort
@@ -321,7 +342,8 @@ class Supervisor:
 
     def describe(self) -> dict:
         return {"address": self.address, "vipPort": self.cfg.vip_port, "workers": len(self.workers),
-                "store": self.cfg.store_root, "pids": self.worker_pids(),
+                "store": self.cfg.store_root, "pids": self.worker_pids(), "brokerId": self.cfg.brokerId,
+                "ha": self.replication.describe() if self.replication else None,
                 "metricsPort": self.metrics.port if self.metrics is not None else None}
 
     def describe_json(self) -> str:

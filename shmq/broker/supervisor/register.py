@@ -23,8 +23,10 @@ log = logging.getLogger("shmq.broker.register")
 
 
 class Registrar:
-    def __init__(self, cfg: BrokerConfig, topics: TopicTable, timeout: float = 6.0):
+    def __init__(self, cfg: BrokerConfig, topics: TopicTable, timeout: float = 6.0, on_result=None):
         self.cfg = cfg
+        #: (haServerAddr, masterAddr) of each NameServer's answer: how a slave finds its master
+        self.on_result = on_result
         self.topics = topics
         self.timeout = timeout
         self.clients = {addr: RemotingClient(addr, name="register") for addr in cfg.namesrv_list}
@@ -61,7 +63,7 @@ class Registrar:
         c = self.cfg
         return RegisterBrokerRequestHeader(
             brokerName=c.brokerName, brokerAddr=c.broker_addr, clusterName=c.brokerClusterName,
-            haServerAddr=f"{c.brokerIP1}:{c.listenPort + 1}", brokerId=c.brokerId, compressed=False,
+            haServerAddr=f"{c.brokerIP1}:{c.ha_port}", brokerId=c.brokerId, compressed=False,
             bodyCrc32=0)
 
     async def register_all(self) -> None:
@@ -83,6 +85,9 @@ class Registrar:
             resp = await client.invoke(request(RequestCode.REGISTER_BROKER, h, body), self.timeout)
             if resp.code != 0:
                 log.warning("NameServer %s refused the registration: %s %s", addr, resp.code, resp.remark)
+            elif self.on_result is not None:
+                ext = resp.ext_fields or {}
+                self.on_result(ext.get("haServerAddr") or None, ext.get("masterAddr") or None)
         except Exception as e:  # noqa: BLE001 - a NameServer being down is routine
             log.warning("cannot register with NameServer %s: %s", addr, e)
 

@@ -10,15 +10,23 @@ from __future__ import annotations
 
 from shmq.protocol.transport import Handler
 
+from shmq.broker.shared.acl import PlainAcl
+
+from . import acl_check
 from .context import WorkerContext
-from .processors import admin, consumer, pull, send
+from .processors import admin, consumer, pull, send, slave_sync
 
 #: Later families win a code two of them name (none does today).
-FAMILIES = (send, pull, consumer, admin)
+FAMILIES = (send, pull, consumer, admin, slave_sync)
 
 
-def handlers(ctx: WorkerContext) -> dict[int, Handler]:
+def handlers(ctx: WorkerContext, acl: PlainAcl | None = None) -> dict[int, Handler]:
+    """Every family's handlers; with ``acl`` each one behind the ACL check (acl_check.py), so
+    no request code is served unchecked (unknown codes are answered "not supported" before
+    any check, as in RocketMQ)."""
     table: dict[int, Handler] = {}
     for family in FAMILIES:
         table.update(family.Processor(ctx).handlers())
+    if acl is not None:
+        table = {code: acl_check.guard(acl, h) for code, h in table.items()}
     return table

@@ -29,6 +29,7 @@ from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
 
 from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.acl import PlainAcl
 from shmq.broker.shared.attach import AttachGuard
 from shmq.broker.shared.config import BrokerConfig, server_limits
 from shmq.broker.shared.control_channel import Ctl
@@ -74,7 +75,8 @@ class Worker:
         self.attach_guard = AttachGuard(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
-        handlers = dispatch.handlers(self)
+        acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
+        handlers = dispatch.handlers(self, acl)
         if self.cfg.metricsExporterType.upper() == "PROM":
             # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
             from .metrics import WorkerStats, push_forever

@@ -22,6 +22,9 @@ heartbeat (24 when there is none, 25 when it is older than the request's subVers
 """
 from __future__ import annotations
 
+import os
+import struct
+
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.codes import Perm
@@ -163,9 +166,24 @@ class Processor:
         body = b""
         if code == ResponseCode.SUCCESS:
             msgs = res.messages
+            if self.cfg.slaveReadEnable and self._consuming_slowly(msgs[-1]):
+                ext["suggestWhichBrokerId"] = "1"  # subscriptionGroup whichBrokerWhenConsumeSlowly
             body = bytes(msgs[0]) if len(msgs) == 1 else b"".join(msgs)
             self.w.stats["get"] += len(msgs)
         return cmd.make_response(code, st.value, ext, body)
+
+    def _consuming_slowly(self, last) -> bool:
+        """RocketMQ's suggestPullingFromSlave: the bytes between the last record pulled and
+        the log's end exceed accessMessageInMemoryMaxRatio percent of physical memory (they
+        are likely no longer in the page cache: a slave serves them better). Only with
+        slaveReadEnable; otherwise every answer suggests the master (0), as on 4.9.x."""
+        (phys,) = _PHYS.unpack_from(last, 28)  # the record's PHYSICALOFFSET
+        backlog = self.w.store.commit_pos - phys
+        return backlog > _PHYS_MEMORY * self.cfg.accessMessageInMemoryMaxRatio // 100
+
+
+_PHYS = struct.Struct(">q")
+_PHYS_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
 def _sub_version(sub: SubscriptionData) -> int:

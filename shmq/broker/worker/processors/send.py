@@ -20,7 +20,7 @@ import re
 import socket
 import struct
 
-from shmq.errors import FlushDiskTimeout, InvalidTopic
+from shmq.errors import FlushDiskTimeout, InvalidTopic, ReplicationError
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
 from shmq.protocol.codes import Perm
@@ -131,7 +131,7 @@ class Processor:
         props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
         store = self.w.store
         self.w.stats["put"] += 1
-        if store.sync_flush:
+        if store.sync_wait:
             res = store.put(h.topic, qid, cmd.body, props.encode(), flag=h.flag, sysflag=h.sysFlag,
                             born_timestamp=h.bornTimestamp, born_host=born_host(conn),
                             reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
@@ -178,7 +178,7 @@ class Processor:
             if len(self._batch_props) < 1024:  # producers repeat the same few batch-level texts
                 self._batch_props[h.properties or ""] = extra
         store = self.w.store
-        if store.sync_flush:
+        if store.sync_wait:
             res = store.put_batch(h.topic, qid, cmd.body, extra, sysflag=h.sysFlag,
                                   born_timestamp=h.bornTimestamp, born_host=born_host(conn), wait_flush=False)
         else:
@@ -229,7 +229,7 @@ class Processor:
         ext = {"msgId": msg_id, "queueId": str(res.queue_id if qid is None else qid),
                "queueOffset": str(res.queue_offset if qoff is None else qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if self.w.store.sync_flush:
+        if self.w.store.sync_wait:
             return self._answer_after_flush(cmd, res, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
@@ -241,6 +241,10 @@ class Processor:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
             return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout", ext)
+        except ReplicationError as e:
+            # SYNC_MASTER: stored here, not confirmed by a slave: SLAVE_NOT_AVAILABLE (11) or
+            # FLUSH_SLAVE_TIMEOUT (12), with the ids, as RocketMQ answers (a status, not an error)
+            return cmd.make_response(e.code, str(e), ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     # ------------------------------------------------------------------ others ----

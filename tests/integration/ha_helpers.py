@@ -1,0 +1,147 @@
+"""Master/slave fixtures for the replication tests: a pair of shmq-broker processes with the
+same brokerName under one NameServer, a TCP proxy to cut the HA link, and wire helpers."""
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+import pytest
+
+from shmq.protocol import RequestCode, SyncRemotingClient, request
+from shmq.protocol.bodies import KVTable, decode_json
+
+from .broker_helpers import pull
+
+HA_SETTINGS = {"haSendHeartbeatInterval": 500, "slaveSynchronizeInterval": 500,
+               "registerNameServerPeriod": 1000}
+
+
+def wait_until(cond, timeout: float = 20.0, what: str = "condition", step: float = 0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = cond()
+        if v:
+            return v
+        time.sleep(step)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def commit_pos(addr: str) -> int:
+    """The broker's CommitLog end (GET_BROKER_RUNTIME_INFO's commitLogMaxOffset)."""
+    with SyncRemotingClient(addr, timeout=5) as c:
+        t = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
+    return int(t["commitLogMaxOffset"])
+
+
+def pull_all(addr: str, topic: str, queues: int, group: str = "cg") -> list[bytes]:
+    """Every message body of ``topic`` on the broker at ``addr``, queue by queue."""
+    from shmq.store.record import decode_record
+    out: list[bytes] = []
+    with SyncRemotingClient(addr, timeout=5) as c:
+        for q in range(queues):
+            off = 0
+            while True:
+                r = pull(c, topic, q, off, group=group, max_nums=32)
+                if r.code != 0:
+                    break
+                body = r.body
+                pos = 0
+                while pos < len(body):
+                    size = int.from_bytes(body[pos:pos + 4], "big")
+                    out.append(bytes(decode_record(memoryview(body)[pos:pos + size]).body))
+                    pos += size
+                off = int(r.ext_fields["nextBeginOffset"])
+    return out
+
+
+@pytest.fixture
+def start_pair(start_broker, namesrv):
+    """start_pair(role, name=..., slave_settings=..., **master_settings) -> (master, slave)."""
+    counter = iter(range(100))
+
+    def start(role: str = "ASYNC_MASTER", *, name: str | None = None, settings: dict | None = None,
+              slave_settings: dict | None = None, master_store=None, slave_store=None):
+        name = name or f"pair-{next(counter)}"
+        base = {**HA_SETTINGS, "brokerName": name, **(settings or {})}
+        m = start_broker(namesrv, settings={**base, "brokerRole": role}, store=master_store)
+        s = start_broker(namesrv, settings={**base, "brokerRole": "SLAVE", "brokerId": 1,
+                                            **(slave_settings or {})}, store=slave_store)
+        return m, s
+
+    return start
+
+
+class Proxy:
+    """A TCP proxy on loopback between a slave and its master's HA port; ``cut()`` drops
+    every connection and refuses new ones until ``restore()``."""
+
+    def __init__(self, target_port: int):
+        self.target = ("127.0.0.1", target_port)
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self._cut = threading.Event()
+        self._stop = threading.Event()
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                a, _ = self.server.accept()
+            except (socket.timeout, TimeoutError):
+                continue
+            except OSError:
+                return
+            if self._cut.is_set():
+                a.close()
+                continue
+            try:
+                b = socket.create_connection(self.target, timeout=3)
+            except OSError:
+                a.close()
+                continue
+            with self._lock:
+                self._socks += [a, b]
+            for src, dst in ((a, b), (b, a)):
+                threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
+
+    def _pipe(self, src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data or self._cut.is_set():
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        self._cut.set()
+        with self._lock:
+            socks, self._socks = self._socks, []
+        for s in socks:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def restore(self) -> None:
+        self._cut.clear()
+
+    def close(self) -> None:
+        self._stop.set()
+        self.cut()
+        self.server.close()
