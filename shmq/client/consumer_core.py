@@ -176,25 +176,23 @@ class ConsumerCore:
                 log.warning("no route for %s yet: %s", t, e)
         inst.heartbeat_now()
         inst.call(self.rebalance(), 30)
-        self._bg = [inst.call_soon(self._every(self.rebalance_interval, self.rebalance)),
-                    inst.call_soon(self._every(self.persist_interval, self.persist_offsets))]
+        self._bg = [inst.every(self.rebalance_interval, self.rebalance, f"rebalance-{self.group}"),
+                    inst.every(self.persist_interval, self.persist_offsets, f"offsets-{self.group}")]
         return self
 
-    async def _every(self, interval: float, fn) -> None:
-        while self._running:
-            await asyncio.sleep(interval)
-            try:
-                await fn()
-            except Exception as e:
-                log.debug("%s failed: %s", fn.__name__, e)
+    async def _stop_bg(self) -> None:
+        for svc in self._bg:
+            await svc.stop()
 
     def shutdown(self) -> None:
         if not self._running:
             return
         self._running = False
         inst = self.instance
-        for t in self._bg:
-            t.cancel()
+        try:
+            inst.call(self._stop_bg(), 5)
+        except Exception as e:
+            log.debug("shutdown: stopping the periodic jobs: %s", e)
         for pq in list(self.pqs.values()):
             pq.dropped = True
         for th in list(self._local_threads.values()):

@@ -23,6 +23,7 @@ from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, Response
 from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import (HeartbeatData, ProducerData, TopicRouteData,
                                   decode_topic_route, encode_json)
+from shmq.service import AsyncService
 
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
@@ -89,8 +90,8 @@ class ClientInstance:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
-        self._tasks = [self.call_soon(self._periodic(self.route_poll_s, self.refresh_routes)),
-                       self.call_soon(self._periodic(self.heartbeat_s, self.heartbeat_all))]
+        self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
+                          self.every(self.heartbeat_s, self.heartbeat_all, "heartbeat")]
 
     # ---- the loop thread -------------------------------------------------------------------
     def _run_loop(self) -> None:
@@ -111,13 +112,14 @@ class ClientInstance:
     def call_soon(self, coro: Coroutine):
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    async def _periodic(self, interval: float, fn) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            try:
-                await fn()
-            except Exception as e:  # keep the timer alive; the next round retries
-                log.debug("periodic %s failed: %s", getattr(fn, "__name__", fn), e)
+    def every(self, interval: float, job, what: str) -> AsyncService:
+        """Start ``job`` every ``interval`` s on the loop (routes, heartbeats, and the
+        consumers' rebalance, offset persistence and lock renewal). A failed round is
+        routine (a broker or NameServer away): logged at DEBUG, the next round retries.
+        Stop it on the loop: ``await svc.stop()``."""
+        svc = AsyncService(f"shmq-client-{what}", interval, job, log=log, error_level=logging.DEBUG)
+        svc.start(self.loop)
+        return svc
 
     # ---- connections ----------------------------------------------------------------------
     def _client(self, addr: str) -> RemotingClient:
@@ -314,18 +316,25 @@ class ClientInstance:
                 if v is self:
                     del self._registry[k]
         async def close_all():
-            # every task of ours ends before the connections close, so nothing is left
-            # pending or half-open when the loop stops
-            for c in list(self._clients.values()):
-                try:
-                    await c.close()
-                except Exception as e:
-                    log.debug("closing %s: %s", c.addr, e)
+            # every task of ours ends and every connection closes before the loop stops, so
+            # nothing is left pending or half-open; a task still running (a rebalance a
+            # broker's notification started) may open a new connection while the first ones
+            # close, hence the rounds
+            for svc in self._services:
+                await svc.stop()
             me = asyncio.current_task()
-            tasks = [t for t in asyncio.all_tasks() if t is not me]
-            for t in tasks:
-                t.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for _ in range(3):
+                for c in list(self._clients.values()):
+                    try:
+                        await c.close()
+                    except Exception as e:
+                        log.debug("closing %s: %s", c.addr, e)
+                tasks = [t for t in asyncio.all_tasks() if t is not me]
+                if not tasks:
+                    break
+                for t in tasks:
+                    t.cancel()
+                await asyncio.gather(*tasks, return_exceptions=True)
         try:
             self.call(close_all(), 10)
         except Exception as e:

@@ -60,7 +60,7 @@ class PushConsumer(ConsumerCore):
                                                            thread_name_prefix=f"shmq-consume-{self.group}")
         super().start()
         if self.orderly and self.model == "CLUSTERING":
-            self._bg.append(self.instance.call_soon(self._every(LOCK_RENEW_S, self._renew_locks)))
+            self._bg.append(self.instance.every(LOCK_RENEW_S, self._renew_locks, f"locks-{self.group}"))
         return self
 
     def _stop_consuming(self) -> None:

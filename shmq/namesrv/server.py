@@ -16,6 +16,7 @@ from collections.abc import Callable
 
 from shmq.protocol import RemotingServer
 from shmq.protocol.transport import Connection
+from shmq.service import AsyncService
 
 from shmq.namesrv.config import NamesrvConfig
 from shmq.namesrv.processors import NamesrvProcessor
@@ -47,7 +48,9 @@ class NameServer:
             on_close=self._connection_closed,
             name="namesrv",
         )
-        self._scan_task: asyncio.Task[None] | None = None
+        self._scan = AsyncService("shmq-namesrv-scan", self.config.scanNotActiveBrokerInterval / 1000.0,
+                                  self.scan_not_active_brokers, log=log)
+        self._started = False
         self._stopped = asyncio.Event()
 
     @property
@@ -62,26 +65,21 @@ class NameServer:
         await self.server.start()
         if self.metrics is not None:
             self.metrics.start(self.address)
-        self._scan_task = asyncio.get_running_loop().create_task(self._scan_loop())
+        self._started = True
+        self._scan.start()
         log.info(
             "NameServer on %s: brokers expire after %d ms of silence, scanned every %d ms",
             self.address, self.config.brokerChannelExpiredTime, self.config.scanNotActiveBrokerInterval,
         )
 
     async def serve_forever(self) -> None:
-        if self._scan_task is None:
+        if not self._started:
             await self.start()
         await self._stopped.wait()
 
     async def close(self) -> None:
         self._stopped.set()
-        if self._scan_task is not None:
-            self._scan_task.cancel()
-            try:
-                await self._scan_task
-            except asyncio.CancelledError:
-                pass
-            self._scan_task = None
+        await self._scan.stop()
         if self.metrics is not None:
             await asyncio.to_thread(self.metrics.stop)
         await self.server.close()
@@ -95,7 +93,7 @@ class NameServer:
 
     # ---- liveness ----------------------------------------------------------------------------
     def scan_not_active_brokers(self) -> int:
-        """Drop brokers silent too long; returns how many. Called by the scan loop."""
+        """Drop brokers silent too long; returns how many. Run every scanNotActiveBrokerInterval."""
         expire_ms = self.config.brokerChannelExpiredTime
         now = self.clock()
         dropped = 0
@@ -109,15 +107,6 @@ class NameServer:
                 conn.close()
             dropped += 1
         return dropped
-
-    async def _scan_loop(self) -> None:
-        period = self.config.scanNotActiveBrokerInterval / 1000.0
-        while True:
-            await asyncio.sleep(period)
-            try:
-                self.scan_not_active_brokers()
-            except Exception:  # pragma: no cover - the scan must survive anything
-                log.exception("broker scan failed")
 
     def _connection_closed(self, conn: Connection) -> None:
         addr = self.table.broker_of_connection(conn)

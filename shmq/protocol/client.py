@@ -25,7 +25,8 @@ from shmq.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from shmq.protocol.command import RemotingCommand, decode_command, encode_command
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
-from shmq.protocol.transport import Connection, Handler, Limits, sweep
+from shmq.protocol.transport import Connection, Handler, Limits, sweeper
+from shmq.service import AsyncService
 
 __all__ = ["RemotingClient", "SyncRemotingClient", "parse_addr"]
 
@@ -65,8 +66,7 @@ class RemotingClient:
         self.name = name
         self._conn: Connection | None = None
         self._lock: asyncio.Lock | None = None
-        self._stop: asyncio.Event | None = None
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper: AsyncService | None = None
         self._closed = False
 
     @property
@@ -105,10 +105,9 @@ class RemotingClient:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             self._conn = conn
             if self._sweeper is None:
-                self._stop = asyncio.Event()
-                self._sweeper = loop.create_task(
-                    sweep(lambda: [c for c in (self._conn,) if c is not None], 1.0, self._stop)
-                )
+                self._sweeper = sweeper(lambda: [c for c in (self._conn,) if c is not None], 1.0,
+                                        self.name or "client")
+                self._sweeper.start()
             return conn
 
     async def invoke(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
@@ -134,9 +133,8 @@ class RemotingClient:
                 await asyncio.wait_for(conn.wait_closed(), 2.0)
             except asyncio.TimeoutError:
                 conn.abort()
-        if self._sweeper is not None and self._stop is not None:
-            self._stop.set()
-            await self._sweeper
+        if self._sweeper is not None:
+            await self._sweeper.stop()
             self._sweeper = None
 
     async def __aenter__(self) -> "RemotingClient":

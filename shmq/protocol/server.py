@@ -36,7 +36,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
-from shmq.protocol.transport import Connection, Handler, Limits, sweep
+from shmq.protocol.transport import Connection, Handler, Limits, sweeper
+from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.remoting")
 
@@ -96,7 +97,7 @@ class RemotingServer:
         self.connections: set[Connection] = set()
         self._server: asyncio.AbstractServer | None = None
         self._stop = asyncio.Event()
-        self._sweeper: asyncio.Task[None] | None = None
+        self._sweeper: AsyncService | None = None
 
     def register(self, code: int, handler: Handler) -> None:
         """Add or replace the handler of one request code (also while running)."""
@@ -121,7 +122,8 @@ class RemotingServer:
             except OSError:  # pragma: no cover - not TCP
                 pass
         period = max(0.05, min(1.0, self.limits.frame_timeout / 4, (self.limits.idle_timeout or 4.0) / 4))
-        self._sweeper = loop.create_task(sweep(lambda: list(self.connections), period, self._stop))
+        self._sweeper = sweeper(lambda: list(self.connections), period, self.name)
+        self._sweeper.start()
         log.info("%s server listening on %s", self.name, self.address)
 
     async def serve_forever(self) -> None:
@@ -146,7 +148,7 @@ class RemotingServer:
             await self._server.wait_closed()
             self._server = None
         if self._sweeper is not None:
-            await self._sweeper
+            await self._sweeper.stop()
             self._sweeper = None
 
     async def __aenter__(self) -> "RemotingServer":

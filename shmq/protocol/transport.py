@@ -42,6 +42,7 @@ from shmq.errors import (
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from shmq.protocol.command import RemotingCommand, decode_command, encode_command, encode_command_parts
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.remoting")
 
@@ -347,18 +348,15 @@ def _fmt_addr(addr: Any) -> str:
     return str(addr)
 
 
-async def sweep(connections: Callable[[], list[Connection]], period: float, stop: asyncio.Event) -> None:
-    """Close connections whose partial frame or idleness timed out, every ``period`` seconds."""
-    loop = asyncio.get_running_loop()
-    while not stop.is_set():
-        try:
-            await asyncio.wait_for(stop.wait(), period)
-            return
-        except asyncio.TimeoutError:
-            pass
-        now = loop.time()
+def sweeper(connections: Callable[[], list[Connection]], period: float, name: str) -> AsyncService:
+    """A service (not started) that closes connections whose partial frame or idleness timed
+    out, every ``period`` seconds."""
+    def sweep_once() -> None:
+        now = asyncio.get_running_loop().time()
         for conn in connections():
             why = conn.check_timeouts(now)
             if why is not None:
                 log.info("%s: closing: %s", conn, why)
                 conn.abort() if conn.partial_since is not None else conn.close()
+
+    return AsyncService(f"{name}-sweep", period, sweep_once, log=log)

@@ -10,15 +10,15 @@ import os
 import shutil
 import time
 
-from .periodic import PeriodicService
+from shmq.service import ThreadService
 
 log = logging.getLogger("shmq.store.cleanup")
 MAX_FILES_PER_ROUND = 10
 
 
-class CleanupService(PeriodicService):
+class CleanupService(ThreadService):
     def __init__(self, store):
-        super().__init__(store.cfg.clean_interval_s, "shmq-cleanup", log)
+        super().__init__("shmq-cleanup", store.cfg.clean_interval_s, log=log)
         self.store = store
         self.cfg = store.cfg
 

@@ -4,8 +4,9 @@ offset below which every record is in index files on disk) goes into the checkpo
 from __future__ import annotations
 
 import logging
-import threading
 import time
+
+from shmq.service import ThreadService
 
 from .index_service import IndexService
 
@@ -16,10 +17,17 @@ _SLICE = 4 << 20  # bytes of records per C run
 #: 1 ms it was most of the broker's CPU at 10,000 msgs/s; one C run indexes 5 ms of
 #: appends (thousands of records) in well under a millisecond.
 BUSY_POLL_S = 0.005
+#: Idle (no append for BUSY_FOR_S): sleep on the store's "new data" futex, this long at most.
+IDLE_WAIT_S = 0.1
+BUSY_FOR_S = 0.02
+FLUSH_EVERY_S = 1.0
+RETRY_AFTER_FAILURE_S = 0.1
 
 
-class IndexDispatcher:
+class IndexDispatcher(ThreadService):
     def __init__(self, store):
+        super().__init__("shmq-index", BUSY_POLL_S, log=log, first_delay_s=0,
+                         error_delay_s=RETRY_AFTER_FAILURE_S)
         self.store = store
         cfg = store.cfg
         self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num)
@@ -32,17 +40,18 @@ class IndexDispatcher:
             start = min(start, rebuild)
         self.pos = max(start, store.cb.ctl.pos.min_pos)
         self.flushed_upto = self.pos
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-index", daemon=True)
+        self._last_flush = time.monotonic()
+        self._last_busy = 0.0
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-        self._flush()
-        self.index.close()
+    def stop(self, timeout: float | None = None) -> bool:
+        """Stop, then flush and close the index (once: a second stop only returns True)."""
+        was_running = self.running
+        if not super().stop(timeout):
+            return False
+        if was_running:
+            self._flush()
+            self.index.close()
+        return True
 
     def _flush(self) -> None:
         upto = self.pos
@@ -56,35 +65,31 @@ class IndexDispatcher:
             time.sleep(0.002)
         return self.pos >= pos
 
-    def _run(self) -> None:
-        last_flush = time.monotonic()
-        last_busy = 0.0
-        while not self._stop.is_set():
-            # While appends keep coming, poll every BUSY_POLL_S instead of sleeping on the
-            # store's futex: a registered waiter makes every append pay a wake-up syscall
-            # (and this process a context switch). Idle for 20 ms: sleep on the futex.
-            if time.monotonic() - last_busy < 0.02:
-                time.sleep(BUSY_POLL_S)
-                commit = self.store.commit_pos
-            else:
-                commit = self.store.wait(self.pos, 0.1)
-            if commit > self.pos:
-                last_busy = time.monotonic()
-            try:
-                self._dispatch_to(commit)
-            except Exception:
-                log.exception("index dispatch failed at %d", self.pos)
-                time.sleep(0.1)
-            if time.monotonic() - last_flush >= 1.0:
-                self._flush()
-                last_flush = time.monotonic()
+    def run_once(self) -> None:
+        commit = self.store.commit_pos
+        if commit > self.pos:
+            self._last_busy = time.monotonic()
+            self._dispatch_to(commit)
+        if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
+            self._flush()
+            self._last_flush = time.monotonic()
+
+    def sleep(self, seconds: float) -> None:
+        # While appends keep coming, poll every BUSY_POLL_S instead of sleeping on the
+        # store's futex: a registered waiter makes every append pay a wake-up syscall
+        # (and this process a context switch). Idle for BUSY_FOR_S: sleep on the futex
+        # (stop then takes up to IDLE_WAIT_S, as a futex wait is not interrupted).
+        if seconds > BUSY_POLL_S or time.monotonic() - self._last_busy < BUSY_FOR_S:
+            super().sleep(seconds)
+        else:
+            self.store.wait(self.pos, IDLE_WAIT_S)
 
     def _dispatch_to(self, commit: int) -> None:
         """Index everything below ``commit``: one C run per commit-log file, in slices so a
         stop is seen within a few milliseconds."""
         cl = self.store.commitlog
         fsize = cl.file_size
-        while self.pos < commit and not self._stop.is_set():
+        while self.pos < commit and not self.stopping:
             idx, off = divmod(self.pos, fsize)
             base = idx * fsize
             limit = min(commit - base, fsize)

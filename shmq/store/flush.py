@@ -9,53 +9,54 @@ that "succeeds" would be a lie (PostgreSQL's fsync lesson).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
 from shmq.native import ffi, lib
+from shmq.service import ThreadService
 
 from .checkpoint import Checkpoint, path_of
 
 log = logging.getLogger("shmq.store.flush")
 
+#: Under SYNC_FLUSH the flusher wakes at least this often even if no waiter announced itself.
+SYNC_MAX_WAIT_S = 0.010
+#: After an unexpected failure (a bug, not an msync error: that poisons the store instead).
+RETRY_AFTER_FAILURE_S = 0.05
 
-class FlushService:
+
+class FlushService(ThreadService):
+    """Sleeps in the C flusher wait (woken early by a SYNC_FLUSH putter: group commit), not
+    on the service's Event; stop and wake post an impossible flush request, which ends that
+    wait at once."""
+
     def __init__(self, store):
+        cfg = store.cfg
+        interval = cfg.flush_interval_commitlog_ms / 1000.0
+        if cfg.flush_disk_type:
+            interval = min(interval, SYNC_MAX_WAIT_S)
+        super().__init__("shmq-flush", interval, log=log, error_delay_s=RETRY_AFTER_FAILURE_S)
         self.store = store
         self.cb = store.cb
-        self.cfg = store.cfg
+        self.cfg = cfg
         self.checkpoint = store.checkpoint
-        self._stop = threading.Event()
         self._cq_flushed: dict[int, int] = {}  # slot -> next offset at the last CQ flush
         self._last_cq = time.monotonic()
-        self._thread = threading.Thread(target=self._run, name="shmq-flush", daemon=True)
         self._pins: dict[int, object] = {}
         #: called with the seconds each CommitLog flush took (the broker's metrics set it)
         self.on_flush = None
 
-    def start(self) -> None:
-        self._thread.start()
+    def sleep(self, seconds: float) -> None:
+        lib.shmq_flusher_wait(self.cb.ctl, int(seconds * 1e9))
 
-    def stop(self) -> None:
-        self._stop.set()
+    def interrupt(self) -> None:
         # A request past any position wakes the flusher at once (timeout 0: we do not wait).
         lib.shmq_wait_flushed(self.cb.ctl, 2**62, 0)
-        self._thread.join()
 
-    def _run(self) -> None:
-        interval_ns = self.cfg.flush_interval_commitlog_ms * 1_000_000
-        if self.cfg.flush_disk_type:
-            interval_ns = min(interval_ns, 10_000_000)
-        while not self._stop.is_set():
-            lib.shmq_flusher_wait(self.cb.ctl, interval_ns)
-            try:
-                self.flush_commitlog()
-                self.store.prealloc_tick()
-                if time.monotonic() - self._last_cq >= self.cfg.flush_interval_consume_queue_ms / 1000:
-                    self.flush_queues_and_checkpoint()
-            except Exception:  # never let the flusher die silently
-                log.exception("flush failed")
-                time.sleep(0.05)
+    def run_once(self) -> None:
+        self.flush_commitlog()
+        self.store.prealloc_tick()
+        if time.monotonic() - self._last_cq >= self.cfg.flush_interval_consume_queue_ms / 1000:
+            self.flush_queues_and_checkpoint()
 
     # ---- the work (also called directly at shutdown and by Store.flush) -------------------
     def flush_commitlog(self) -> int:

@@ -11,7 +11,8 @@ Start-up order (each step's invariant is what the next relies on):
 3. Load topics.json, add the default topics, serve the control channel on a unix socket.
 4. Spawn the workers (``python -m shmq.broker.worker.main``); each says HELLO, attaches, listens
    on both ports, says READY. The broker is "up" when all are ready.
-5. Register with the NameServers; start housekeeping (client expiry scan, offset persist).
+5. Register with the NameServers; start housekeeping (client expiry scan, offset persist,
+   worker monitor), each an AsyncService (shmq.service).
 
 A worker that exits while the broker runs is restarted (after ``workerRestartDelayMillis``,
 doubling while it keeps dying young); its client channels are dropped at once when its
@@ -38,6 +39,7 @@ from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
 from shmq.protocol import encode_command
 from shmq.protocol.bodies import TopicConfig
+from shmq.service import AsyncService
 
 from shmq.broker.shared import attach
 from shmq.broker.shared.acl import PlainAcl, acl_file_path
@@ -52,6 +54,9 @@ from .transaction_service import TransactionCheckService
 from shmq.broker.shared.topics import TopicTable, config_path, default_topics
 
 log = logging.getLogger("shmq.broker")
+
+#: How often the supervisor looks for workers that exited (and schedules their restart).
+WORKER_CHECK_S = 0.1
 
 
 def _reserve(host: str, port: int) -> socket.socket:
@@ -115,7 +120,7 @@ class Supervisor:
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
-        self._tasks: list[asyncio.Task] = []
+        self._housekeeping: list[AsyncService] = []
         self._stopping = False
         self._persist_lock = threading.Lock()
         self.stopped = asyncio.Event()
@@ -166,10 +171,13 @@ class Supervisor:
         if self.metrics is not None:
             self.metrics.start()
         await self.registrar.start()
-        loop = asyncio.get_running_loop()
-        self._tasks = [loop.create_task(self._every(cfg.clientScanInterval, self.plane.scan_clients)),
-                       loop.create_task(self._every(cfg.flushConsumerOffsetInterval, self._persist_offsets)),
-                       loop.create_task(self._monitor())]
+        self._housekeeping = [
+            AsyncService("shmq-client-scan", cfg.clientScanInterval / 1000.0, self.plane.scan_clients, log=log),
+            AsyncService("shmq-offset-persist", cfg.flushConsumerOffsetInterval / 1000.0, self._persist_offsets,
+                         log=log),
+            AsyncService("shmq-worker-monitor", WORKER_CHECK_S, self._check_workers, log=log)]
+        for svc in self._housekeeping:
+            svc.start()
         log.info("broker %s (%s) up on %s with %d worker(s), store %s", cfg.brokerName, cfg.brokerClusterName,
                  self.address, len(self.workers), cfg.store_root)
 
@@ -233,21 +241,19 @@ class Supervisor:
         w.started = time.monotonic()
         log.info("worker %d started (pid %d)", w.wid, w.popen.pid)
 
-    async def _monitor(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(0.1)
-            for w in self.workers:
-                if self._stopping or w.popen is None or w.popen.poll() is None:
-                    continue
-                rc = w.popen.returncode
-                lived = time.monotonic() - w.started
-                w.backoff = (self.cfg.workerRestartDelayMillis / 1000.0 if lived > 10 or not w.backoff
-                             else min(w.backoff * 2, 10.0))
-                log.warning("worker %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
-                            w.wid, w.popen.pid, rc, lived, w.backoff)
-                w.popen = None
-                w.restarts += 1
-                asyncio.get_running_loop().call_later(w.backoff, self._respawn, w)
+    def _check_workers(self) -> None:
+        for w in self.workers:
+            if self._stopping or w.popen is None or w.popen.poll() is None:
+                continue
+            rc = w.popen.returncode
+            lived = time.monotonic() - w.started
+            w.backoff = (self.cfg.workerRestartDelayMillis / 1000.0 if lived > 10 or not w.backoff
+                         else min(w.backoff * 2, 10.0))
+            log.warning("worker %d (pid %d) exited with %s after %.1fs; restarting in %.1fs",
+                        w.wid, w.popen.pid, rc, lived, w.backoff)
+            w.popen = None
+            w.restarts += 1
+            asyncio.get_running_loop().call_later(w.backoff, self._respawn, w)
 
     def _respawn(self, w: WorkerProc) -> None:
         if not self._stopping and w.popen is None:
@@ -272,16 +278,6 @@ class Supervisor:
         return [w.popen.pid for w in self.workers if w.popen is not None and w.popen.poll() is None]
 
     # ================================================================ housekeeping ==
-    async def _every(self, period_ms: int, fn) -> None:
-        while not self._stopping:
-            await asyncio.sleep(period_ms / 1000.0)
-            try:
-                r = fn()
-                if asyncio.iscoroutine(r):
-                    await r
-            except Exception:  # the loop must survive anything
-                log.exception("periodic task %s failed", getattr(fn, "__name__", fn))
-
     async def _persist_offsets(self) -> None:
         # A thread: the write fsyncs, and the control channel must not wait for the disk.
         await asyncio.to_thread(self._persist_offsets_now)
@@ -301,13 +297,8 @@ class Supervisor:
         if self._stopping and self.store is None:
             return
         self._stopping = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            try:
-                await t
-            except (asyncio.CancelledError, Exception):
-                pass
+        for svc in self._housekeeping:
+            await svc.stop()
         if self.tx_check is not None:
             await asyncio.to_thread(self.tx_check.stop)  # no check-back to a worker going away
             self.tx_check = None

@@ -15,6 +15,7 @@ from shmq.protocol import RemotingClient, RequestCode, request
 from shmq.protocol.bodies import RegisterBrokerBody, encode_register_body
 from shmq.protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
 from shmq.protocol.message import masked_crc32
+from shmq.service import AsyncService
 
 from shmq.broker.shared.config import BrokerConfig
 from shmq.broker.shared.topics import TopicTable
@@ -30,14 +31,15 @@ class Registrar:
         self.topics = topics
         self.timeout = timeout
         self.clients = {addr: RemotingClient(addr, name="register") for addr in cfg.namesrv_list}
-        self._wake = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopped = False
+        # Every registerNameServerPeriod, or at once after trigger(); a NameServer that is down
+        # is logged by _register_one and retried next round.
+        self.service = AsyncService("shmq-register", cfg.registerNameServerPeriod / 1000.0,
+                                    self.register_all, log=log)
         self.rounds = 0
 
     def trigger(self) -> None:
         """Register again soon (a topic changed)."""
-        self._wake.set()
+        self.service.wake()
 
     async def start(self) -> None:
         """Register once, then every period. The first round is awaited (as RocketMQ's
@@ -45,19 +47,8 @@ class Registrar:
         or a client starting right after finds no route and waits a whole poll interval for
         one. A NameServer that is down costs at most ``timeout`` here and is retried."""
         if self.clients:
-            self._wake.clear()
             await self.register_all()
-            self._task = asyncio.get_running_loop().create_task(self._loop())
-
-    async def _loop(self) -> None:
-        period = self.cfg.registerNameServerPeriod / 1000.0
-        while not self._stopped:
-            try:
-                await asyncio.wait_for(self._wake.wait(), period)
-            except asyncio.TimeoutError:
-                pass
-            self._wake.clear()
-            await self.register_all()
+            self.service.start()
 
     def _header(self) -> RegisterBrokerRequestHeader:
         c = self.cfg
@@ -93,13 +84,7 @@ class Registrar:
 
     async def close(self) -> None:
         """Stop the loop and unregister from every NameServer."""
-        self._stopped = True
-        if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self.service.stop()
         c = self.cfg
         h = UnRegisterBrokerRequestHeader(brokerName=c.brokerName, brokerAddr=c.broker_addr,
                                           clusterName=c.brokerClusterName, brokerId=c.brokerId)

@@ -18,6 +18,7 @@ import os
 
 from shmq.protocol import RemotingClient, RequestCode, request
 from shmq.protocol.bodies import TopicConfigSerializeWrapper, decode_json
+from shmq.service import AsyncService
 from shmq.store import files
 from shmq.store.ha import HAClient, HAService
 from shmq.store.offsets_file import loads_int_keys
@@ -39,7 +40,11 @@ class Replication:
         self.service: HAService | None = None
         self.client: HAClient | None = None
         self.master_addr: str | None = None   # the master's broker (remoting) address
-        self._sync_task: asyncio.Task | None = None
+        # A slave copies the master's tables every slaveSynchronizeInterval (the first time
+        # after at most 3 s); a master down is logged per table and retried next round.
+        period = cfg.slaveSynchronizeInterval / 1000.0
+        self._sync = AsyncService("shmq-slave-sync", period, self._sync_round, log=log,
+                                  first_delay_s=min(3.0, period))
         self._master_client: RemotingClient | None = None
         self.sync_rounds = 0
 
@@ -51,7 +56,7 @@ class Replication:
                                    heartbeat_ms=cfg.haSendHeartbeatInterval,
                                    housekeeping_s=cfg.haHousekeepingInterval / 1000.0)
             self.client.start()
-            self._sync_task = asyncio.get_running_loop().create_task(self._sync_loop())
+            self._sync.start()
             return
         try:
             self.service = HAService(self.store, cfg.listenAddress, cfg.ha_port,
@@ -65,12 +70,7 @@ class Replication:
         self.service.start()
 
     async def close(self) -> None:
-        if self._sync_task is not None:
-            self._sync_task.cancel()
-            try:
-                await self._sync_task
-            except (asyncio.CancelledError, Exception):
-                pass
+        await self._sync.stop()
         if self._master_client is not None:
             await self._master_client.close()
         if self.client is not None:
@@ -93,12 +93,9 @@ class Replication:
                 asyncio.get_running_loop().create_task(self._master_client.close())
                 self._master_client = None
 
-    async def _sync_loop(self) -> None:
-        await asyncio.sleep(min(3.0, self.cfg.slaveSynchronizeInterval / 1000.0))
-        while True:
-            if self.master_addr:
-                await self.sync_all()
-            await asyncio.sleep(self.cfg.slaveSynchronizeInterval / 1000.0)
+    async def _sync_round(self) -> None:
+        if self.master_addr:
+            await self.sync_all()
 
     async def sync_all(self) -> None:
         if self._master_client is None:

@@ -27,11 +27,11 @@ from __future__ import annotations
 import collections
 import logging
 import os
-import threading
 import time
 
 from shmq.errors import InvalidMessage
 from shmq.native import lib
+from shmq.service import ThreadService
 from shmq.store import files
 from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
 from shmq.store.offsets_file import loads_int_keys
@@ -67,9 +67,10 @@ def load_delay_offsets(config_dir: str) -> dict[int, int]:
         return {}
 
 
-class ScheduleService:
-    """``start()``, ``stop()``, ``wake()``. ``put`` is a PutPipeline (its ``put_inner`` is used)
-    or a function with put_inner's signature returning something with ``.end``.
+class ScheduleService(ThreadService):
+    """A :class:`shmq.service.ThreadService` (``start()``, ``stop()``, ``wake()``). ``put`` is
+    a PutPipeline (its ``put_inner`` is used) or a function with put_inner's signature
+    returning something with ``.end``.
 
     ``keep_real_properties``: RocketMQ 4.9.8's re-put keeps REAL_TOPIC and REAL_QID in the
     delivered message (consumers see them); False strips them too."""
@@ -77,6 +78,9 @@ class ScheduleService:
     def __init__(self, store, put, delay_levels: DelayLevels, config_dir: str | None = None,
                  poll_interval: float = 0.1, *, persist_interval: float = 1.0,
                  keep_real_properties: bool = True):
+        # A failed round is retried after RETRY_AFTER_FAILURE_S, or sooner if polling is faster.
+        super().__init__("shmq-schedule", poll_interval, log=log, first_delay_s=0,
+                         error_delay_s=min(poll_interval, RETRY_AFTER_FAILURE_S))
         self.store = store
         self._put = put.put_inner if hasattr(put, "put_inner") else put
         self.levels = delay_levels
@@ -90,80 +94,62 @@ class ScheduleService:
         self._last_end: dict[int, int] = {}
         self._durable: dict[int, int] = {}         # what delayOffset.json holds / will hold
         self._written: dict[int, int] | None = None
-        self._wake = threading.Event()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
+        self._last_persist = 0.0
         self.delivered = 0                         # re-puts done (stats, tests)
         self.skipped = 0                           # entries that could not be delivered
 
     # ---- life --------------------------------------------------------------------------
     def start(self) -> None:
-        if self._thread is not None:
+        if self.running:
             return
         self.offsets = load_delay_offsets(self.config_dir)
         self._durable = dict(self.offsets)
         self._written = dict(self.offsets)
-        self._stopping = False
-        self._thread = threading.Thread(target=self._run, name="shmq-schedule", daemon=True)
-        self._thread.start()
+        self._last_persist = time.monotonic()
+        super().start()
 
-    def stop(self, timeout: float = 5.0) -> None:
+    def stop(self, timeout: float = 5.0) -> bool:
         """Stop delivering, make the re-puts durable and persist the progress. Call it before
         the store is closed."""
-        t = self._thread
-        if t is None:
-            return
-        self._stopping = True
-        self._wake.set()
-        t.join(timeout)
-        if t.is_alive():
+        if not self.running:
+            return True
+        if not super().stop(timeout):
             log.error("schedule thread did not stop within %.1fs; progress not persisted", timeout)
-            return
-        self._thread = None
+            return False
         if getattr(self.store, "_closed", False):
             # the control block is unmapped: touching it would crash; keep what is known durable
             log.error("schedule service stopped after its store was closed; persisting the last durable progress")
             self._write(self._durable)
-            return
+            return True
         try:
             if self.store.commit_pos > self.store.flushed_pos:
                 self.store.flush()
         except Exception as e:  # noqa: BLE001 - the unflushed part is simply delivered again
             log.warning("flush before persisting delay progress failed: %s", e)
         self.persist()
+        return True
 
-    def wake(self) -> None:
-        """Look at the queues now (e.g. after a delayed message was put)."""
-        self._wake.set()
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None
-
-    # ---- the loop ------------------------------------------------------------------------
-    def _run(self) -> None:
-        last_persist = time.monotonic()
-        while not self._stopping:
-            self._wake.clear()
-            try:
-                wait = self.run_once()
-            except Exception:  # noqa: BLE001 - never let delivery die; try again later
-                log.exception("delayed message delivery failed")
-                wait = RETRY_AFTER_FAILURE_S
-            if time.monotonic() - last_persist >= self.persist_interval:
-                last_persist = time.monotonic()
+    # ---- the rounds ------------------------------------------------------------------------
+    def round(self) -> float:
+        """Deliver what is due, persist the progress when due (also after a failed pass),
+        then wait until the earliest entry seen comes due or ``poll_interval``."""
+        try:
+            wait = self.run_once()
+        finally:
+            if time.monotonic() - self._last_persist >= self.persist_interval:
+                self._last_persist = time.monotonic()
                 try:
                     self.persist()
                 except OSError:
                     log.exception("cannot write %s", FILE)
-            self._wake.wait(min(self.poll_interval, wait) if wait is not None else self.poll_interval)
+        return self.poll_interval if wait is None else min(self.poll_interval, wait)
 
     def run_once(self) -> float | None:
         """One pass over every level: deliver what is due. Returns the seconds until the
         earliest entry seen that is not yet due (None when none is waiting)."""
         earliest: float | None = None
         for level, delay in self.levels:
-            if self._stopping:
+            if self.stopping:
                 break
             w = self._deliver_level(level, delay)
             if w is not None and (earliest is None or w < earliest):
@@ -187,7 +173,7 @@ class ScheduleService:
             self._advanced(level, off, 0)
         cq = store.queues.get(SCHEDULE_TOPIC, qid)
         wait = None
-        while off < mx and not self._stopping:
+        while off < mx and not self.stopping:
             e = cq.entry(off)
             if e is None:
                 if off < store.min_offset(SCHEDULE_TOPIC, qid):

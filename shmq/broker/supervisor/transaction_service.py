@@ -13,19 +13,19 @@ from __future__ import annotations
 import logging
 
 from shmq.protocol import RequestCode, request
+from shmq.service import ThreadService
 from shmq.store.record import encode_properties, encode_record
-from shmq.store.periodic import PeriodicService
 from shmq.store.transaction import HalfScanner
 
 log = logging.getLogger("shmq.broker.transaction")
 
 
-class TransactionCheckService(PeriodicService):
+class TransactionCheckService(ThreadService):
     def __init__(self, store, pipeline, ask, *, interval_ms: int = 60_000, timeout_ms: int = 6000,
                  max_checks: int = 15):
         """``ask(producer_group, cmd) -> bool`` sends a oneway command to one live channel of the
         group (False when the group has none)."""
-        super().__init__(interval_ms / 1000.0, "shmq-tx-check", log)
+        super().__init__("shmq-tx-check", interval_ms / 1000.0, log=log)
         self.store = store
         self.pipeline = pipeline
         self.ask = ask
