@@ -13,7 +13,12 @@ from .output import Out, Progress, guarded
 
 def admin(args):
     from shmq.client.admin import Admin
-    return Admin(args.namesrv)
+    return Admin(args.namesrv, access_key=getattr(args, "access_key", None), secret_key=getattr(args, "secret_key", None))
+
+
+def acl_kwargs(args) -> dict:
+    """The ACL account for a Producer the command makes."""
+    return {"access_key": getattr(args, "access_key", None), "secret_key": getattr(args, "secret_key", None)}
 
 
 def ts(text: str | None, default: int | None = None) -> int | None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from shmq.errors import ShmqError
 
-from .mqadmin import admin, ts, when
+from .mqadmin import acl_kwargs, admin, ts, when
 from .output import Out, Progress
 
 
@@ -77,7 +77,7 @@ def query_by_offset(args, out: Out) -> int:
 def send_message(args, out: Out) -> int:
     from shmq.client.message import Message, MessageQueue
     from shmq.client.producer import Producer
-    with Producer("TOOLS_SEND_MESSAGE", args.namesrv, local="never") as p:
+    with Producer("TOOLS_SEND_MESSAGE", args.namesrv, local="never", **acl_kwargs(args)) as p:
         msg = Message(args.topic, args.body.encode(), args.tags, args.keys.split(",") if args.keys else None)
         if args.broker is not None and args.queue is not None:
             r = p.send_to_queue(msg, MessageQueue(args.topic, args.broker, args.queue))

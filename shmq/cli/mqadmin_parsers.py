@@ -85,4 +85,6 @@ def add_parsers(sub) -> None:
             p.add_argument(*flags, **kw)
         p.add_argument("-n", "--namesrv", default="127.0.0.1:9876", help="NameServer address(es), ';'-separated")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+        p.add_argument("--access-key", default=None, help="ACL account (brokers with aclEnable=true)")
+        p.add_argument("--secret-key", default=None, help="ACL secret of --access-key")
         p.set_defaults(_run=_runner(fn))

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from shmq.errors import BrokerError, ShmqError
 from shmq.protocol import RequestCode, ResponseCode, SyncRemotingClient, request
+from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import (ClusterInfo, KVTable, TopicList, TopicRouteData, decode_json,
                                   decode_reset_offset_body, decode_topic_route)
 from shmq.protocol.headers import CreateTopicRequestHeader
@@ -35,9 +36,12 @@ class QueueProgress:
 
 
 class Admin(AdminStats):
-    def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0):
+    def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0, *,
+                 access_key: str | None = None, secret_key: str | None = None):
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         self.timeout = timeout
+        #: ACL account (RocketMQ 4.x plain ACL): every request is signed when given
+        self.credentials = credentials(access_key, secret_key)
         self._conns: dict[str, SyncRemotingClient] = {}
 
     def close(self) -> None:
@@ -55,7 +59,8 @@ class Admin(AdminStats):
     def _invoke(self, addr: str, cmd):
         c = self._conns.get(addr)
         if c is None:
-            c = self._conns[addr] = SyncRemotingClient(addr, timeout=self.timeout)
+            c = self._conns[addr] = SyncRemotingClient(
+                addr, timeout=self.timeout, rpc_hook=self.credentials.sign if self.credentials else None)
         try:
             return c.invoke(cmd)
         except ShmqError:

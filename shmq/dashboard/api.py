@@ -29,9 +29,11 @@ def message_json(m) -> dict:
 
 
 class DashboardApi:
-    def __init__(self, namesrv: str, timeout: float = 5.0):
+    def __init__(self, namesrv: str, timeout: float = 5.0, access_key: str | None = None,
+                 secret_key: str | None = None):
         self.namesrv = namesrv
-        self.admin = Admin(namesrv, timeout)
+        self.acl = {"access_key": access_key, "secret_key": secret_key}
+        self.admin = Admin(namesrv, timeout, **self.acl)
         self.lock = threading.RLock()
         self._groups: set[str] = set()  # groups seen (looked up or found through their topics)
 
@@ -169,7 +171,7 @@ class DashboardApi:
 
     def dlq_resend(self, group: str, msg_id: str | None) -> dict:
         from shmq.client.producer import Producer
-        with self.lock, Producer("TOOLS_DLQ_RESEND", self.namesrv, local="never") as p:
+        with self.lock, Producer("TOOLS_DLQ_RESEND", self.namesrv, local="never", **self.acl) as p:
             n = self.admin.dlq_resend(group, p, msg_id or None)
         return {"group": group, "resent": n}
 

@@ -8,6 +8,8 @@ import threading
 import time
 from collections import deque
 
+from shmq.service import ThreadService
+
 log = logging.getLogger("shmq.dashboard")
 
 #: Points kept per series (10 minutes at the default 2 s).
@@ -16,32 +18,21 @@ KEEP = 300
 MAX_SERIES = 40
 
 
-class Sampler:
+class Sampler(ThreadService):
+    """A round samples; a NameServer or broker away makes a failed round (logged at debug),
+    and the next one tries again."""
+
     def __init__(self, api, interval: float = 2.0):
+        super().__init__("shmq-dashboard-sampler", interval, log=log, first_delay_s=0, error_level=logging.DEBUG)
         self.api = api
-        self.interval = interval
         self.times: deque[float] = deque(maxlen=KEEP)
         self.rates: dict[str, deque] = {}
         self.lags: dict[str, deque] = {}
         self._last: dict[str, tuple[float, int]] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-dashboard-sampler", daemon=True)
 
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.sample()
-            except Exception:  # a NameServer or broker away: try again next time
-                log.debug("sample failed", exc_info=True)
-            self._stop.wait(self.interval)
+    def run_once(self) -> None:
+        self.sample()
 
     def sample(self) -> None:
         topics = [t["topic"] for t in self.api.topics() if not t["system"]][:MAX_SERIES]

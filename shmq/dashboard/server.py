@@ -143,9 +143,10 @@ class Handler(BaseHTTPRequestHandler):
 class DashboardServer(ThreadingHTTPServer):
     daemon_threads = True
 
-    def __init__(self, namesrv: str, host: str = "127.0.0.1", port: int = 8080, interval: float = 2.0):
+    def __init__(self, namesrv: str, host: str = "127.0.0.1", port: int = 8080, interval: float = 2.0,
+                 access_key: str | None = None, secret_key: str | None = None):
         super().__init__((host, port), Handler)
-        self.api = DashboardApi(namesrv)
+        self.api = DashboardApi(namesrv, access_key=access_key, secret_key=secret_key)
         self.sampler = Sampler(self.api, interval)
 
     @property

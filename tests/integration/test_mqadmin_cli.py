@@ -88,3 +88,35 @@ def test_errors_have_hints(namesrv, start_broker):
     assert "hint: nothing answers there" in r.stderr
     r = run("queryMsgByOffset", "-t", "TBW102", "-b", "nobroker", "-i", "0", "-o", "0", *ns, ok=False)
     assert r.returncode == 1 and "does not serve topic" in r.stderr
+
+
+ACL = """\
+accounts:
+  - accessKey: CliAdmin
+    secretKey: cli-secret-1
+    admin: true
+  - accessKey: CliUser
+    secretKey: cli-secret-2
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: DENY
+"""
+
+
+def test_acl_refused_has_a_hint_and_credentials_work(namesrv, start_broker, tmp_path):
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACL)
+    start_broker(namesrv, settings={"aclEnable": "true", "aclFile": str(path)})
+    ns = ["-n", namesrv.addr]
+    r = run("updateTopic", "-t", "AclCli", "-c", "DefaultCluster", *ns, ok=False)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "hint: the broker refused the request: with ACL on, give --access-key and --secret-key" in r.stderr
+    r = run("updateTopic", "-t", "AclCli", "-c", "DefaultCluster", "--access-key", "CliUser",
+            "--secret-key", "cli-secret-2", *ns, ok=False)
+    assert r.returncode == 1 and "hint: the broker refused" in r.stderr
+    admin = ["--access-key", "CliAdmin", "--secret-key", "cli-secret-1"]
+    assert "success" in run("updateTopic", "-t", "AclCli", "-c", "DefaultCluster", *admin, *ns).stdout
+    wait_route(namesrv.addr, "AclCli")
+    sent = js("sendMessage", "-t", "AclCli", "-p", "signed", *admin, *ns)[0]
+    assert sent["sendStatus"] == "SEND_OK"
+    assert js("queryMsgById", "-i", sent["offsetMsgId"], *admin, *ns)["body"] == "signed"

@@ -61,7 +61,7 @@ class Worker:
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
-        self._metrics_task: asyncio.Task | None = None
+        self._metrics = None  # MetricsPush when metricsExporterType=PROM
 
     # ================================================================ life ==
     async def run(self) -> int:
@@ -79,12 +79,12 @@ class Worker:
         handlers = dispatch.handlers(self, acl)
         if self.cfg.metricsExporterType.upper() == "PROM":
             # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
-            from .metrics import WorkerStats, push_forever
+            from .metrics import MetricsPush, WorkerStats
             ws = WorkerStats()
             handlers = ws.rpc.wrap(handlers)
-            self._metrics_task = loop.create_task(push_forever(
-                ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)), lambda: self.stats["put"],
-                self.cfg.metricsPushIntervalMillis / 1000.0))
+            self._metrics = MetricsPush(ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)),
+                                        lambda: self.stats["put"], self.cfg.metricsPushIntervalMillis / 1000.0)
+            self._metrics.start()
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
@@ -100,8 +100,8 @@ class Worker:
         return 0
 
     async def shutdown(self) -> None:
-        if self._metrics_task is not None:
-            self._metrics_task.cancel()
+        if self._metrics is not None:
+            await self._metrics.stop()
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()

@@ -7,13 +7,13 @@ the pull processor, so the data path carries no metrics code; the rpc timing wra
 """
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import struct
 
 from shmq.protocol import RequestCode, ResponseCode
 from shmq.protocol.rpc_stats import RpcStats
+from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.broker.metrics")
 
@@ -74,11 +74,14 @@ class WorkerStats:
                            "pulled": moved}).encode()
 
 
-async def push_forever(stats: WorkerStats, send, puts, interval_s: float) -> None:
-    """Push a snapshot every ``interval_s`` with ``send(body)`` (a oneway control message)."""
-    while True:
-        await asyncio.sleep(interval_s)
-        try:
-            send(stats.snapshot(puts()))
-        except Exception:  # metrics must never take a worker down
-            log.exception("metrics push failed")
+class MetricsPush(AsyncService):
+    """Every ``interval_s``: ``send(snapshot)`` (a oneway control message to the supervisor)."""
+
+    def __init__(self, stats: WorkerStats, send, puts, interval_s: float):
+        super().__init__("shmq-metrics-push", interval_s, log=log)
+        self.stats = stats
+        self.send = send
+        self.puts = puts
+
+    def run_once(self) -> None:
+        self.send(self.stats.snapshot(self.puts()))

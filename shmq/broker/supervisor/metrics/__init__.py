@@ -17,6 +17,8 @@ How counts reach the exporter, and why this way:
   (``shmq.broker.worker.metrics``) and pushed, cumulative, to the supervisor over the control channel
   every ``metricsPushIntervalMillis``; a push replaces that worker's previous one (idempotent),
   and the counts of a worker that died stay in the totals, so counters never go back.
+* Messages out count what the workers serve: a local consumer reading the mapped store
+  directly is not counted there, but its committed offsets show in the lag gauges.
 * Series exist only for topics in the topic table and groups with a committed offset on one:
   a deleted topic or group disappears at the next scrape.
 """

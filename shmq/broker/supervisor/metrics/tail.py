@@ -13,6 +13,7 @@ import logging
 import threading
 from bisect import bisect_left
 
+from shmq.service import ThreadService
 from shmq.store.consume_queue import ENTRY, ENTRY_SIZE
 
 log = logging.getLogger("shmq.broker.metrics")
@@ -32,35 +33,23 @@ class TopicBytes:
         self.buckets = [0] * (len(SIZE_BOUNDS) + 1)
 
 
-class QueueTail:
+class QueueTail(ThreadService):
+    """Reads from the start of what the store holds: messages stored before this broker
+    started are counted too (the counters equal the store's content, as messages_in does)."""
+
     def __init__(self, store, interval_s: float = 1.0):
+        super().__init__("shmq-metrics-tail", interval_s, log=log)
         self.store = store
-        self.interval_s = interval_s
         self.topics: dict[str, TopicBytes] = {}
         self._read: dict[int, int] = {}  # queue slot -> next offset not yet read
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-metrics-tail", daemon=True)
 
-    def start(self) -> None:
-        # Start from what the store holds now: messages stored before this broker started are
-        # counted too (the counters equal the store's content, as messages_in does).
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(5)
+    def run_once(self) -> None:
+        self.pass_once()
 
     def snapshot(self) -> dict[str, tuple[int, int, list[int]]]:
         with self._lock:
             return {t: (b.bytes, b.count, list(b.buckets)) for t, b in self.topics.items()}
-
-    def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self.pass_once()
-            except Exception:  # a metrics thread must not die silently, nor take anything down
-                log.exception("metrics queue tail failed")
 
     def pass_once(self) -> None:
         for slot, topic, qid, nxt, mn in self.store.cb.iter_queue_slots():
