@@ -54,7 +54,7 @@ def test_dashboard_pages_lookup_reset(namesrv, start_broker, tmp_path, shots):
         wait_route(namesrv.addr, "Dash")
         with Producer("dash-p", namesrv.addr, local="never") as p:
             for i in range(3):
-                p.send(Message("Dash", f"dash-body-{i}".encode(), tags="T", keys=[f"dash-key-{i}"],
+                sent = p.send(Message("Dash", f"dash-body-{i}".encode(), tags="T", keys=[f"dash-key-{i}"],
                                properties={"color": "blue"}))
         for q in (0, 1):  # the group starts at 0 on both queues: its lag is every message
             assert c.invoke(request(RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup="dash-g", topic="Dash",
@@ -69,7 +69,7 @@ def test_dashboard_pages_lookup_reset(namesrv, start_broker, tmp_path, shots):
                                                         headless=True, args=ARGS, viewport={"width": 1200, "height": 800})
             try:
                 page = ctx.new_page()
-                _walk(page, srv.url, b.addr, shots)
+                _walk(page, srv.url, b.addr, shots, sent.offset_msg_id)
                 # the broker's Prometheus endpoint, as a browser shows it (for the README)
                 page.goto(f"http://127.0.0.1:{mport}/metrics")
                 page.get_by_text('rocketmq_messages_in_total{cluster="DefaultCluster"').first.wait_for()
@@ -80,7 +80,7 @@ def test_dashboard_pages_lookup_reset(namesrv, start_broker, tmp_path, shots):
         srv.close()
 
 
-def _walk(page, url: str, broker_addr: str, shots: str) -> None:
+def _walk(page, url: str, broker_addr: str, shots: str, last_id: str) -> None:
     page.set_default_timeout(30_000)
     page.goto(url + "#/cluster")
     page.get_by_text(broker_addr).wait_for()
@@ -109,6 +109,15 @@ def _walk(page, url: str, broker_addr: str, shots: str) -> None:
     assert page.locator("#body").inner_text() == "dash-body-1"
     page.get_by_text("blue").wait_for()
     page.screenshot(path=os.path.join(shots, "message.png"), full_page=True)
+    # by id (the last message's offset msgId), and by time (the last hour: all three)
+    page.fill("#by-id input[name=id]", last_id)
+    page.click("#by-id button")
+    page.locator("#results a.msg").wait_for()
+    page.click("#results a.msg")
+    assert page.locator("#body").inner_text() == "dash-body-2"
+    page.fill("#by-time input[name=topic]", "Dash")
+    page.click("#by-time button")
+    page.wait_for_function("document.querySelectorAll('#results a.msg').length === 3")
 
     # a reset to now moves the lag from 3 to 0, on the page, without a reload
     page.goto(url + "#/group/dash-g")
