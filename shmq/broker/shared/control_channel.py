@@ -71,7 +71,7 @@ class Ctl(enum.IntEnum):
     LOCK = 9912
     UNLOCK = 9913
     FORWARD_TO_GROUP = 9914
-    METRICS = 9915
+    METRICS = 9919  # 9915-9918: the admin relays (helper java)
     TOPICS_CHANGED = 9951
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953
