@@ -11,18 +11,9 @@ import logging
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import GaugeMetricFamily, HistogramMetricFamily
 
-from shmq.protocol.rpc_stats import BOUNDS_MS, RpcStats
+from shmq.protocol.rpc_stats import BOUNDS_MS, RpcStats, cumulative
 
 log = logging.getLogger("shmq.namesrv")
-
-
-def _cumulative(counts) -> list[tuple[str, float]]:
-    out, acc = [], 0.0
-    for b, c in zip(BOUNDS_MS, counts):
-        acc += c
-        out.append((repr(float(b)), acc))
-    out.append(("+Inf", acc + counts[len(BOUNDS_MS)]))
-    return out
 
 
 class NamesrvCollector:
@@ -39,7 +30,7 @@ class NamesrvCollector:
         h = HistogramMetricFamily("rocketmq_rpc_latency", "Remoting request latency in milliseconds.",
                                   labels=["node_type", "node_id", "protocol_type", "request_code", "response_code"])
         for code, resp, counts, total in sorted(self.rpc.rows()):
-            h.add_metric([*base, "remoting", str(code), str(resp)], _cumulative(counts), total)
+            h.add_metric([*base, "remoting", str(code), str(resp)], cumulative(BOUNDS_MS, counts), total)
         yield h
         b = GaugeMetricFamily("shmq_namesrv_brokers", "Live broker addresses registered, by cluster.",
                               labels=["node_type", "node_id", "cluster"])

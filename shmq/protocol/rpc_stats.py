@@ -23,6 +23,20 @@ BOUNDS_MS = (1.0, 3.0, 5.0, 10.0, 100.0, 1000.0, 3000.0)
 SYSTEM_ERROR = 1
 
 
+def cumulative(bounds, counts) -> list[tuple[str, float]]:
+    """Non-cumulative bucket counts (one per bound, then overflow) -> the cumulative
+    (le, count) pairs of a Prometheus histogram, ``+Inf`` last. Every shmq histogram (rpc
+    latency, message size, flush latency) is kept this way and exported through this."""
+    out, acc = [], 0.0
+    for b, c in zip(bounds, counts):
+        acc += c
+        out.append((repr(float(b)), acc))
+    if len(counts) > len(bounds):
+        acc += counts[len(bounds)]
+    out.append(("+Inf", acc))
+    return out
+
+
 class RpcStats:
     """(request code, response code) -> [count per bucket ..., overflow, sum of ms]."""
 

@@ -11,7 +11,7 @@ import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
-from shmq.protocol.rpc_stats import BOUNDS_MS
+from shmq.protocol.rpc_stats import BOUNDS_MS, cumulative
 
 from shmq.store.record import HEADER
 
@@ -31,17 +31,6 @@ def message_type(topic: str, tc) -> str:
     if topic == HALF_TOPIC:
         return "transaction"
     return "fifo" if tc is not None and tc.order else "normal"
-
-
-def cumulative_buckets(bounds, counts) -> list[tuple[str, float]]:
-    """Non-cumulative counts (one per bound, then overflow) -> Prometheus' cumulative buckets."""
-    out, acc = [], 0.0
-    for b, c in zip(bounds, counts):
-        acc += c
-        out.append((repr(float(b)), acc))
-    acc += counts[len(bounds)] if len(counts) > len(bounds) else 0
-    out.append(("+Inf", acc))
-    return out
 
 
 class BrokerCollector:
@@ -105,7 +94,7 @@ class BrokerCollector:
             m_in.add_metric(lv, float(sum(nxt for nxt, _ in qs.values())))
             nbytes, count, buckets = tail.get(topic, (0, 0, [0] * (len(SIZE_BOUNDS) + 1)))
             b_in.add_metric(lv, float(nbytes))
-            size.add_metric(lv, cumulative_buckets(SIZE_BOUNDS, buckets), float(nbytes))
+            size.add_metric(lv, cumulative(SIZE_BOUNDS, buckets), float(nbytes))
         yield m_in
         yield b_in
         yield size
@@ -203,7 +192,7 @@ class BrokerCollector:
         h = HistogramMetricFamily("rocketmq_rpc_latency", "Remoting request latency in milliseconds, served by broker workers.",
                                   labels=[*BASE, "protocol_type", "request_code", "response_code"])
         for (code, resp), row in sorted(rpc.items()):
-            h.add_metric([*self.base, "remoting", str(code), str(resp)], cumulative_buckets(BOUNDS_MS, row[:-1]), row[-1])
+            h.add_metric([*self.base, "remoting", str(code), str(resp)], cumulative(BOUNDS_MS, row[:-1]), row[-1])
         return h
 
     def _shmq(self, worker_puts: int):

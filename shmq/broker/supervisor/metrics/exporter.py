@@ -11,7 +11,9 @@ from bisect import bisect_left
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import HistogramMetricFamily
 
-from .collector import BASE, BrokerCollector, cumulative_buckets
+from shmq.protocol.rpc_stats import cumulative
+
+from .collector import BASE, BrokerCollector
 from .feeds import WorkerFeeds
 from .tail import QueueTail
 
@@ -39,7 +41,7 @@ class FlushHistogram:
             counts, total = list(self.counts), self.total
         h = HistogramMetricFamily("shmq_flush_latency_seconds", "Seconds each CommitLog flush (msync) took.",
                                   labels=list(BASE))
-        h.add_metric(base, cumulative_buckets(FLUSH_BOUNDS_S, counts), total)
+        h.add_metric(base, cumulative(FLUSH_BOUNDS_S, counts), total)
         return h
 
 
