@@ -522,6 +522,12 @@ void shmq_unlock(shmq_writer *w) {
 static inline void fault(shmq_writer *w, int point) {
     if (__builtin_expect(w->fault_point == point, 0)) {
         if (w->fault_action == SHMQ_FA_KILL) kill(getpid(), SIGKILL);
+        if (w->fault_action == SHMQ_FA_STOP) {
+            /* stop here, lock held, until SIGCONT; then finish this append normally */
+            w->fault_point = 0;
+            raise(SIGSTOP);
+            return;
+        }
         for (;;) pause(); /* SHMQ_FA_PAUSE: hold the lock until killed */
     }
 }

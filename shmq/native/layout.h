@@ -135,6 +135,8 @@
 #define SHMQ_FP_AFTER_PUBLISH 7
 #define SHMQ_FA_PAUSE 1
 #define SHMQ_FA_KILL 2
+/* SHMQ_FA_STOP: raise(SIGSTOP) at the point, carry on after SIGCONT (stalled-owner tests) */
+#define SHMQ_FA_STOP 3
 
 /* Identity and geometry. Written once by the creator before owner.state becomes READY;
  * every attacher checks magic, version, fingerprint and sizes and refuses on a mismatch. */

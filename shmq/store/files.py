@@ -33,8 +33,28 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def ensure_dir(path: str, mode: int = 0o700) -> None:
+def dir_mode(file_mode: int) -> int:
+    """The directory mode that goes with a file mode: whoever may read a file may enter its
+    directory (0600 -> 0700, 0660 -> 0770)."""
+    return file_mode | ((file_mode & 0o444) >> 2)
+
+
+def ensure_dir(path: str, mode: int = 0o700, group: str | None = None) -> None:
+    """Create ``path`` and any missing parents with exactly ``mode`` (and ``group``): makedirs
+    alone leaves parents to the umask, which may open them to everyone."""
+    missing = []
+    p = os.path.abspath(path)
+    while not os.path.isdir(p):
+        missing.append(p)
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
     os.makedirs(path, mode=mode, exist_ok=True)
+    for d in missing:
+        os.chmod(d, mode)
+        if group is not None:
+            os.chown(d, -1, grp.getgrnam(group).gr_gid)
 
 
 def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
@@ -43,7 +63,7 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     if os.path.exists(path):
         return False
     d = os.path.dirname(path)
-    ensure_dir(d)
+    ensure_dir(d, dir_mode(mode), group)
     fd, tmp = tempfile.mkstemp(prefix=".new-", dir=d)
     try:
         _apply_mode(fd, mode, group)
@@ -65,13 +85,13 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
         os.unlink(tmp)
 
 
-def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
+def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old or the new content."""
     d = os.path.dirname(path)
-    ensure_dir(d)
+    ensure_dir(d, dir_mode(mode), group)
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
-        os.fchmod(fd, mode)
+        _apply_mode(fd, mode, group)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

@@ -101,9 +101,9 @@ class MessageStore(Reader):
     # ================================================================== opening ==
     @classmethod
     def open(cls, cfg: StoreConfig, *, tag_code=default_tag_code, start_services: bool = True) -> "MessageStore":
-        files.ensure_dir(cfg.root)
-        for d in (cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
-            files.ensure_dir(d)
+        dmode = files.dir_mode(cfg.file_mode)
+        for d in (cfg.root, cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
+            files.ensure_dir(d, dmode, cfg.group)
         lock_fd = os.open(os.path.join(cfg.root, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -118,9 +118,9 @@ class MessageStore(Reader):
 
     @classmethod
     def _open_locked(cls, cfg, lock_fd, tag_code, start_services):
-        nonce = _read_or_make_nonce(cfg.root)
+        nonce = _read_or_make_nonce(cfg)
         _fence_previous(cfg, nonce)
-        generation = _bump_generation(cfg.root)
+        generation = _bump_generation(cfg)
         abort_path = os.path.join(cfg.root, "abort")
         crashed = os.path.exists(abort_path)
         files.write_atomic(abort_path, b"")
@@ -162,6 +162,9 @@ class MessageStore(Reader):
         try:
             with open(os.path.join(root, "nonce")) as f:
                 nonce = int(f.read().strip(), 16)
+        except PermissionError as e:
+            raise StaleSegment(f"no permission to map the store at {root} (it is private to its broker's "
+                               f"user, or to storeGroup)") from e
         except (OSError, ValueError) as e:
             raise StaleSegment(f"{root} is not an initialised shmq store") from e
         cb = ControlBlock.attach(root, nonce)
@@ -494,25 +497,25 @@ def _fill_meta(m, flag, sysflag, born_ts, born_host, reconsume, prepared, tag_co
         m.tag_mode, m.tag_code = lib.SHMQ_TAG_FROM_PROPS, 0
 
 
-def _read_or_make_nonce(root: str) -> int:
-    path = os.path.join(root, "nonce")
+def _read_or_make_nonce(cfg: StoreConfig) -> int:
+    path = os.path.join(cfg.root, "nonce")
     try:
         with open(path) as f:
             return int(f.read().strip(), 16)
     except (FileNotFoundError, ValueError):
         nonce = secrets.randbits(63)
-        files.write_atomic(path, f"{nonce:016x}\n".encode(), 0o644)
+        files.write_atomic(path, f"{nonce:016x}\n".encode(), cfg.file_mode, cfg.group)
         return nonce
 
 
-def _bump_generation(root: str) -> int:
-    path = os.path.join(root, "generation")
+def _bump_generation(cfg: StoreConfig) -> int:
+    path = os.path.join(cfg.root, "generation")
     try:
         with open(path) as f:
             gen = int(f.read().strip()) + 1
     except (FileNotFoundError, ValueError):
         gen = 1
-    files.write_atomic(path, f"{gen}\n".encode(), 0o644)
+    files.write_atomic(path, f"{gen}\n".encode(), cfg.file_mode, cfg.group)
     return gen
 
 
@@ -544,6 +547,10 @@ def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
     finally:
         old.close()
     _unlink_quietly(cfg)
+
+
+#: Public for segment_gc: the fencing a broker start does, then the segment's unlink.
+fence_previous = _fence_previous
 
 
 def _unlink_quietly(cfg: StoreConfig) -> None:

@@ -149,6 +149,8 @@ def decode_record(buf, pos: int = 0, *, copy: bool = False) -> StoredMessage:
     tlen = mv[t0]
     topic = bytes(mv[t0 + 1:t0 + 1 + tlen]).decode("utf-8", "replace")
     p0 = t0 + 1 + tlen
+    if p0 + 2 > pos + total:  # a topic length pointing past the record (found by fuzzing)
+        raise StoreCorrupt(f"record at {pos}: topic length {tlen} runs past TOTALSIZE {total}")
     (plen,) = struct.unpack_from(">h", mv, p0)
     if plen < 0 or RECORD_FIXED + blen + tlen + plen != total:
         raise StoreCorrupt(f"record at {pos}: lengths do not add up to TOTALSIZE {total}")

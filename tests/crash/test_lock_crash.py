@@ -4,6 +4,7 @@ erases the dead append from the intent record; nothing is duplicated, nothing le
 A live but stopped holder is never robbed."""
 import os
 import signal
+import subprocess
 import time
 
 import pytest
@@ -99,3 +100,66 @@ def test_live_stalled_holder_is_never_robbed(open_store, children):
     finally:
         waiter.close()
     assert bodies(s) == [b"stored"]
+
+
+def _state(pid: int) -> str:
+    with open(f"/proc/{pid}/stat") as f:
+        return f.read().rpartition(")")[2].split()[0]
+
+
+def wait_stopped(pid: int, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if _state(pid) == "T":
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"process {pid} never stopped")
+
+
+@pytest.mark.parametrize("point", [lib.SHMQ_FP_AFTER_INTENT, lib.SHMQ_FP_MID_RECORD, lib.SHMQ_FP_MID_PUBLISH])
+def test_sigstopped_holder_then_sigcont_both_complete(open_store, children, point):
+    """A writer stopped (SIGSTOP) inside the append lock is never robbed: a second writer times
+    out with a retriable error and stores nothing; after SIGCONT the first one finishes its
+    append and the second one's retry succeeds; nothing is lost, nothing is duplicated."""
+    s = open_store()
+    s.put("T", 0, b"before")
+    p = children.store_child(s.cfg.root, "stop", point, "stalled", stdout=subprocess.PIPE)
+    wait_for_holder(s, p.pid)
+    wait_stopped(p.pid)
+    waiter = MessageStore.attach(s.cfg.root, lock_timeout_ms=300)
+    try:
+        for _ in range(2):  # a waiter times out as often as it tries; the holder keeps its lock
+            with pytest.raises(LockTimeout) as e:
+                waiter.put("T", 0, b"waiter")
+            assert e.value.retriable and e.value.code == 2
+            assert s.cb.ctl.lock.word >> 32 == p.pid and _state(p.pid) == "T"
+        assert s.cb.ctl.lock.steals == 0
+        os.kill(p.pid, signal.SIGCONT)
+        assert p.stdout.readline().strip() == b"done"
+        assert p.wait(30) == 0
+        r = waiter.put("T", 0, b"waiter")  # the retry
+    finally:
+        waiter.close()
+    assert bodies(s) == [b"before", b"stalled:0", b"waiter"]
+    assert r.queue_offset == 2 and s.cb.ctl.lock.steals == 0
+    rep = verify_store(s.cfg, s.commit_pos)
+    assert rep.ok, rep.problems
+
+
+def test_reused_pid_in_the_lock_word_counts_as_dead(open_store):
+    """The lock word names a live pid whose start time is not the one recorded: the pid was
+    reused by another process, so the holder is dead and its lock is taken over."""
+    s = open_store()
+    s.put("T", 0, b"before")
+    me = lib.shmq_self_token()
+    assert lib.shmq_pid_alive(me) == 1
+    reused = (me & ~0xFFFFFFFF) | ((me + 12345) & 0xFFFFFFFF)  # this pid, another start time
+    assert lib.shmq_pid_alive(reused) == 0
+    s.cb.ctl.lock.word = reused  # as if a dead holder's pid now belonged to this process
+    other = MessageStore.attach(s.cfg.root, lock_timeout_ms=1000)
+    try:
+        other.put("T", 0, b"after")
+    finally:
+        other.close()
+    assert bodies(s) == [b"before", b"after"]
+    assert s.cb.ctl.lock.steals == 1

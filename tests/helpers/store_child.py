@@ -7,6 +7,9 @@
     python -m tests.helpers.store_child ROOT hold POINT WID
         arm fault POINT with the pause action and put one message: the process stops
         inside the append holding the lock until it is killed.
+    python -m tests.helpers.store_child ROOT stop POINT WID
+        arm fault POINT with the stop action and put one message: the process stops itself
+        (SIGSTOP) inside the append holding the lock; after SIGCONT it finishes and exits 0.
     python -m tests.helpers.store_child ROOT batch WID N BATCH QUEUES
         like write, in batches of BATCH messages (one lock per batch).
 """
@@ -63,6 +66,12 @@ def main(argv: list[str]) -> int:
         print("holding", flush=True)
         w.put(f"{wid}:0".encode())
         return 3  # not reached: the fault point pauses until killed
+    elif mode == "stop":
+        point, wid = int(argv[2]), argv[3]
+        w = store.queue_writer("T", 0)
+        store.appender.set_fault(point, lib.SHMQ_FA_STOP)
+        w.put(f"{wid}:0".encode())
+        print("done", flush=True)
     elif mode == "batch":
         wid, n, bsize, queues = argv[2], int(argv[3]), int(argv[4]), int(argv[5])
         writers = [store.queue_writer("T", q) for q in range(queues)]

@@ -75,6 +75,7 @@ accounts:
     assert set(t.accounts) == {"1234567", "someone1"} and t.accounts["1234567"].secret_key == "abcdefg"
     assert t.accounts["someone1"].perms == {"A": SUB, "%RETRY%g": PUB}
     acl = PlainAcl(str(p))
+    assert acl.check_for_changes() is False  # unchanged
     # a white address of the account skips the signature
     acl.validate("10.1.2.3", 10, {"AccessKey": "someone1"}, b"", {"A": SUB})
     with pytest.raises(AclError, match="Check signature failed"):
@@ -89,3 +90,4 @@ accounts:
             load_table(str(p))
     p.write_text("")
     assert load_table(str(p)).accounts == {}  # empty: nobody gets in
+    assert acl.check_for_changes() is True and acl.table.accounts == {}

@@ -29,12 +29,12 @@ from __future__ import annotations
 import hmac
 import logging
 import os
-import time
 from dataclasses import dataclass
 
 import yaml
 
 from shmq.protocol.acl_sign import signature
+from shmq.service import AsyncService
 
 from .acl_addr import AddressError, Matcher, compile_pattern
 
@@ -46,7 +46,7 @@ TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 #: Permission.ADMIN_CODE: create/update topic, update broker config, delete topic,
 #: create/update and delete subscription group.
 ADMIN_CODES = frozenset({17, 25, 215, 200, 207})
-#: How often the file's mtime is looked at (RocketMQ's AclFileWatchService: 500 ms).
+#: How often the file is looked at (RocketMQ's AclFileWatchService: 500 ms).
 RELOAD_CHECK_S = 0.5
 
 
@@ -158,42 +158,42 @@ def acl_file_path(acl_file: str, env=os.environ) -> str:
 
 
 class PlainAcl:
-    """The loaded file, re-read when its mtime, size or inode change (looked at no more often
-    than every RELOAD_CHECK_S, from the serving loop: a stat, no thread). A file that no
-    longer parses keeps the previous table in force, and says so in the log."""
+    """The loaded file. :meth:`check_for_changes` re-reads it when its mtime, size or inode
+    changed; a worker runs it every RELOAD_CHECK_S as a background service (shmq.service),
+    so the request path never touches the file. A file that no longer parses keeps the
+    previous table in force, and says so in the log."""
 
     def __init__(self, path: str):
         self.path = path
         st = os.stat(path)  # missing at start: the broker refuses to start
         self.table = load_table(path)
         self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
-        self._next_check = time.monotonic() + RELOAD_CHECK_S
 
-    def maybe_reload(self) -> None:
-        now = time.monotonic()
-        if now < self._next_check:
-            return
-        self._next_check = now + RELOAD_CHECK_S
+    def watcher(self) -> AsyncService:
+        return AsyncService("acl-file-watch", RELOAD_CHECK_S, self.check_for_changes, log=log)
+
+    def check_for_changes(self) -> bool:
+        """Reload if the file changed; True when a new table is in force."""
         try:
             st = os.stat(self.path)
         except OSError as e:
             log.error("ACL file %s unreadable (%s); the loaded rules stay in force", self.path, e)
-            return
+            return False
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._stamp:
-            return
+            return False
         self._stamp = stamp
         try:
             self.table = load_table(self.path)
         except (AclError, OSError) as e:
             log.error("ACL file %s not reloaded: %s; the previous rules stay in force", self.path, e)
-            return
+            return False
         log.info("ACL file %s reloaded: %d accounts", self.path, len(self.table.accounts))
+        return True
 
     def validate(self, peer_host: str, code: int, ext: dict[str, str], body,
                  resources: dict[str, int] | None) -> None:
         """Raise AclError unless the request may be served (PlainPermissionManager.validate)."""
-        self.maybe_reload()
         t = self.table
         if any(m(peer_host) for m in t.global_white):
             return

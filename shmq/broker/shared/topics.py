@@ -95,7 +95,7 @@ class TopicTable:
 
     def persist(self) -> None:
         if self.path is not None:
-            files.write_atomic(self.path, self.encode(), 0o644)
+            files.write_atomic(self.path, self.encode(), 0o600)  # read by the broker alone
 
     def put(self, tc: TopicConfig) -> bool:
         """Create or update; returns whether anything changed (then persisted)."""

@@ -34,7 +34,7 @@ import sys
 import threading
 import time
 
-from shmq.store import MessageStore
+from shmq.store import MessageStore, segment_gc
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
 from shmq.protocol import encode_command
@@ -142,6 +142,9 @@ class Supervisor:
         try:
             scfg = self.store.cfg
             attach.write_key(cfg.store_root, scfg.file_mode, scfg.group)  # before any worker reads it
+            # segments of deleted stores whose broker was killed: nothing else ever removes them
+            threading.Thread(target=segment_gc.collect, kwargs={"existing": False},
+                             name="segment-gc", daemon=True).start()
             self.topics.load()
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)

@@ -62,6 +62,7 @@ class Worker:
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
         self._metrics = None  # MetricsPush when metricsExporterType=PROM
+        self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
 
     # ================================================================ life ==
     async def run(self) -> int:
@@ -76,6 +77,9 @@ class Worker:
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
         self.holds = PullHolds(self.store, loop)
         acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
+        if acl is not None:
+            self.acl_watch = acl.watcher()
+            self.acl_watch.start()
         handlers = dispatch.handlers(self, acl)
         if self.cfg.metricsExporterType.upper() == "PROM":
             # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
@@ -102,6 +106,8 @@ class Worker:
     async def shutdown(self) -> None:
         if self._metrics is not None:
             await self._metrics.stop()
+        if self.acl_watch is not None:
+            await self.acl_watch.stop()
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()
