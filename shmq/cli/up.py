@@ -1,5 +1,9 @@
 """``shmq up``: a NameServer and one broker in the foreground on the embedded store ``./.shmq/``.
 
+``--slaves N`` adds N slaves of that broker (brokerId 1..N, stores ``<dir>-slave-<i>``, ports
+listenPort + 10 * i), so a master/slave pair runs on one host for trying replication;
+``--set brokerRole=SYNC_MASTER`` makes the master synchronous (default ASYNC_MASTER).
+
 The first command a newcomer runs: no config needed, loopback only (DESIGN §7). Prints the
 NameServer and broker addresses; Ctrl-C stops both cleanly (the broker unregisters,
 flushes and persists offsets first).
@@ -28,6 +32,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=10911, help="broker listenPort (default 10911; 0 = any)")
     p.add_argument("--listen", default="127.0.0.1", help="address both bind (default 127.0.0.1)")
     p.add_argument("--workers", type=int, default=None, help="broker worker processes (default min(cpu, 4))")
+    p.add_argument("--slaves", type=int, default=0, help="also run this many slaves of the broker (default 0)")
     p.add_argument("-c", "--config", metavar="FILE", help="broker.conf with more settings")
     p.add_argument("--set", metavar="KEY=VALUE", action="append", default=[], help="override one broker key")
     p.add_argument("--log-level", default="WARNING", help="logging level (default WARNING)")
@@ -63,25 +68,46 @@ async def _up(cfg: BrokerConfig, args: argparse.Namespace) -> int:
         print(f"shmq up: NameServer cannot listen on {args.listen}:{args.namesrv_port}: {e}", file=sys.stderr)
         return 1
     cfg.namesrvAddr = ns.address
-    sup = Supervisor(cfg)
+    sups = [Supervisor(c) for c in [cfg] + [_slave_config(cfg, i) for i in range(1, args.slaves + 1)]]
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
+    started = []
     try:
-        await sup.start()
-    except (OSError, StoreLocked, RuntimeError) as e:
+        for sup in sups:
+            await sup.start()
+            started.append(sup)
+    except (OSError, StoreLocked, RuntimeError, ValueError) as e:
         print(f"shmq up: broker cannot start: {e}", file=sys.stderr)
+        for sup in reversed(started):
+            await sup.close()
         await ns.close()
         return 1
     print(f"shmq namesrv listening on {ns.address}", flush=True)
-    print(f"shmq broker {cfg.brokerName} listening on {sup.address} ({len(sup.workers)} workers, "
-          f"store {cfg.store_root})", flush=True)
-    print(f"clients: namesrvAddr={ns.address}   (Ctrl-C stops both)", flush=True)
-    waiters = [loop.create_task(stop.wait()), loop.create_task(sup.stopped.wait())]
+    for sup in sups:
+        c = sup.cfg
+        role = f"{c.brokerRole} brokerId {c.brokerId}" + (f", HA port {c.ha_port}" if not c.is_slave else "")
+        print(f"shmq broker {c.brokerName} listening on {sup.address} ({len(sup.workers)} workers, "
+              f"store {c.store_root}, {role})", flush=True)
+    print(f"clients: namesrvAddr={ns.address}   (Ctrl-C stops all)", flush=True)
+    waiters = [loop.create_task(stop.wait())] + [loop.create_task(s.stopped.wait()) for s in sups]
     await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
     for t in waiters:
         t.cancel()
-    await sup.close()
+    for sup in reversed(sups):
+        await sup.close()
     await ns.close()
     return 0
+
+
+def _slave_config(master: BrokerConfig, i: int) -> BrokerConfig:
+    """Slave ``i`` of ``master``: same names and settings, brokerId i, its own store and ports."""
+    c = BrokerConfig.from_json(master.to_json())
+    c.brokerRole, c.brokerId = "SLAVE", i
+    c.storePathRootDir = f"{master.store_root}-slave-{i}"
+    c.listenPort = master.listenPort + 10 * i if master.listenPort else 0
+    c.haListenPort = 0
+    c.controlSocket = ""
+    c.check()
+    return c

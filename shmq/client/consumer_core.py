@@ -122,6 +122,7 @@ class ConsumerCore:
         self.offsets = None
         self.links: LocalLinks | None = None
         self._tasks: dict[MessageQueue, object] = {}
+        self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
@@ -300,7 +301,7 @@ class ConsumerCore:
         if mq.topic.startswith("%RETRY%") or self.consume_from == "FIRST_OFFSET":
             return 0
         inst = self.instance
-        addr = inst.master_addr(mq.broker_name)
+        addr = inst.any_addr(mq.broker_name)
         if self.consume_from == "LAST_OFFSET":
             resp = await inst.invoke(addr, request(RequestCode.GET_MAX_OFFSET, topic=mq.topic, queueId=mq.queue_id))
         else:
@@ -368,9 +369,12 @@ class ConsumerCore:
             if pq.count >= self.threshold or not self._may_pull(pq):
                 await asyncio.sleep(0.05)
                 continue
-            addr = inst.master_addr(mq.broker_name)
+            # the broker the last answer suggested (suggestWhichBrokerId), or another of the
+            # same name when it is gone; a slave is never asked to commit (PullAPIWrapper)
+            addr, slave = inst.read_addr(mq.broker_name, self._pull_from.get(mq, 0))
             commit = self.offsets.table.get(mq, -1)
-            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (PULL_SYS_COMMIT if commit > 0 and self.model == "CLUSTERING" else 0)
+            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
+                PULL_SYS_COMMIT if commit > 0 and self.model == "CLUSTERING" and not slave else 0)
             try:
                 if addr is None:
                     raise ShmqError(f"no address for {mq.broker_name}")
@@ -389,6 +393,7 @@ class ConsumerCore:
             if pq.dropped:
                 return
             ext = resp.ext_fields
+            self._pull_from[mq] = _int(ext.get("suggestWhichBrokerId"))
             nxt = int(ext.get("nextBeginOffset", pq.next_offset))
             if resp.code == ResponseCode.SUCCESS:
                 msgs = self._accept(mq.topic, messages_from_records(resp.body, mq.broker_name))
@@ -507,3 +512,10 @@ class ConsumerCore:
 
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         raise NotImplementedError
+
+
+def _int(text, default: int = 0) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default

@@ -14,6 +14,7 @@ import os
 import random
 import socket
 import threading
+import time
 from collections.abc import Coroutine
 from typing import Any
 
@@ -31,6 +32,8 @@ log = logging.getLogger("shmq.client")
 
 ROUTE_POLL_S = 30.0
 HEARTBEAT_S = 30.0
+#: How long an address that refused a connection is passed over by readers.
+UNREACHABLE_S = 5.0
 _ids = itertools.count(1)
 
 
@@ -81,6 +84,7 @@ class ClientInstance:
         self.routes: dict[str, TopicRouteData] = {}
         self.publish: dict[str, TopicPublishInfo] = {}
         self.broker_addrs: dict[str, dict[int, str]] = {}
+        self._unreachable: dict[str, float] = {}  # addr -> monotonic time it may be tried again
         self.producers: dict[str, Any] = {}
         self.consumers: dict[str, Any] = {}
         self._clients: dict[str, RemotingClient] = {}
@@ -136,7 +140,13 @@ class ClientInstance:
         return c
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        return await self._client(addr).invoke(cmd, timeout)
+        try:
+            return await self._client(addr).invoke(cmd, timeout)
+        except RemotingConnectError:
+            # a broker that refuses connections (killed, restarting): readers go to another
+            # broker of the same name for a while (read_addr), as the route says one exists
+            self._unreachable[addr] = time.monotonic() + UNREACHABLE_S
+            raise
 
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self._client(addr).invoke_oneway(cmd)
@@ -206,8 +216,23 @@ class ClientInstance:
         return self.broker_addrs.get(broker_name, {}).get(0)
 
     def any_addr(self, broker_name: str) -> str | None:
+        """RocketMQ's findBrokerAddressInAdmin: the master, else any slave (offsets), skipping
+        one that just refused a connection while another exists."""
+        return self.read_addr(broker_name, 0)[0]
+
+    def read_addr(self, broker_name: str, broker_id: int = 0) -> tuple[str | None, bool]:
+        """RocketMQ's findBrokerAddressInSubscribe(brokerName, brokerId, false): the broker
+        the last pull answer suggested (suggestWhichBrokerId), else another of the same name
+        (a slave while the master is gone from the route or refuses connections); returns
+        (address, is a slave)."""
         addrs = self.broker_addrs.get(broker_name, {})
-        return addrs.get(0) or next(iter(addrs.values()), None)
+        if not addrs:
+            return None, False
+        now = time.monotonic()
+        order = [broker_id] + sorted(i for i in addrs if i != broker_id)
+        live = [i for i in order if i in addrs and self._unreachable.get(addrs[i], 0) <= now]
+        bid = (live or [i for i in order if i in addrs])[0]
+        return addrs[bid], bid != 0
 
     # ---- heartbeats ------------------------------------------------------------------------
     def heartbeat_data(self) -> HeartbeatData:

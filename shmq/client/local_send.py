@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import threading
 
-from shmq.errors import FlushDiskTimeout, ShmqError, StaleSegment
+from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegment
 from shmq.native import ffi, lib
 from shmq.store import validate
 
@@ -72,10 +72,15 @@ def _tags_head(tags) -> bytes | None:
     return ("TAGS\x01" + tags + "\x02").encode()
 
 
-def _result(t: _LocalTopic, mq, out, ids, ok: bool = True) -> SendResult:
+#: SYNC_MASTER's answers when no slave confirmed (ReplicationError.code), as on TCP
+_REPLICATION_STATUS = {11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+
+
+def _result(t: _LocalTopic, mq, out, ids, ok: bool = True, status=None) -> SendResult:
     """The SendResult of an append whose ids are in ``ids`` and whose offsets are in ``out``
     (formatted when read: see SendResult)."""
-    return SendResult(_SEND_OK if ok else SendStatus.FLUSH_DISK_TIMEOUT, _unpack(ids, len(ids)), out.phys_offset,
+    status = status or (_SEND_OK if ok else SendStatus.FLUSH_DISK_TIMEOUT)
+    return SendResult(status, _unpack(ids, len(ids)), out.phys_offset,
                       mq, out.queue_offset, None, None, t.store_host)
 
 
@@ -172,6 +177,8 @@ class LocalSender:
                 return None
             except FlushDiskTimeout:
                 return _result(t, mq, out, id_out, ok=False)
+            except ReplicationError as e:
+                return _result(t, mq, out, id_out, status=_REPLICATION_STATUS[e.code])
         return _result(t, mq, out, id_out)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
@@ -224,4 +231,6 @@ class LocalSender:
             return None
         except FlushDiskTimeout:
             return _result(t, mq, out, ids, ok=False)
+        except ReplicationError as e:
+            return _result(t, mq, out, ids, status=_REPLICATION_STATUS[e.code])
         return _result(t, mq, out, ids)

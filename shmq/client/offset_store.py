@@ -24,7 +24,7 @@ class RemoteOffsetStore:
 
     async def read(self, mq: MessageQueue) -> int:
         """The broker's offset for the group, or -1 when it has none (QUERY_NOT_FOUND)."""
-        addr = self.instance.master_addr(mq.broker_name)
+        addr = self.instance.any_addr(mq.broker_name)
         if addr is None:
             raise ShmqError(f"no address for broker {mq.broker_name}")
         resp = await self.instance.invoke(addr, request(RequestCode.QUERY_CONSUMER_OFFSET, consumerGroup=self.group,
@@ -52,7 +52,7 @@ class RemoteOffsetStore:
             for mq, _ in todo:
                 self._dirty.discard(mq)
         for mq, off in todo:
-            addr = self.instance.master_addr(mq.broker_name)
+            addr = self.instance.any_addr(mq.broker_name)
             if addr is None:
                 continue
             try:

@@ -16,7 +16,7 @@ import threading
 import time
 import zlib
 
-from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, ReplicationError, MessageTooLarge,
                          RemotingError, ShmqError, StaleSegment)
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.acl_sign import credentials
@@ -260,6 +260,8 @@ class Producer:
             raise
         except FlushDiskTimeout as e:
             pr, status = e.result, SendStatus.FLUSH_DISK_TIMEOUT
+        except ReplicationError as e:  # SYNC_MASTER, no slave confirmed: a status, as on TCP
+            pr, status = e.result, STATUS_OF_CODE[e.code]
         uniq = batch_ids if batch else props.get(UNIQ_KEY)
         return SendResult(status, uniq or pr.msg_id, pr.msg_id,
                           MessageQueue(mq.topic, mq.broker_name, pr.request_queue_id), pr.queue_offset)

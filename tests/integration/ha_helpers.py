@@ -34,6 +34,13 @@ def commit_pos(addr: str) -> int:
     return int(t["commitLogMaxOffset"])
 
 
+def ha_port(addr: str) -> int:
+    """The master's HA port (listenPort + 1 unless that was taken when it started)."""
+    with SyncRemotingClient(addr, timeout=5) as c:
+        t = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
+    return int(t["shmqHaListenPort"])
+
+
 def pull_all(addr: str, topic: str, queues: int, group: str = "cg") -> list[bytes]:
     """Every message body of ``topic`` on the broker at ``addr``, queue by queue."""
     from shmq.store.record import decode_record
@@ -145,3 +152,17 @@ class Proxy:
         self._stop.set()
         self.cut()
         self.server.close()
+
+
+def kill_broker(p) -> None:
+    """kill -9 a whole broker, supervisor and workers (a host that dies), and reap it."""
+    import os
+    import signal
+    pids = p.worker_pids()
+    os.kill(p.pid, signal.SIGKILL)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    p.popen.wait()

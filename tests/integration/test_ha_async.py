@@ -5,7 +5,6 @@ what the slave had not received (the test reports how much)."""
 from __future__ import annotations
 
 import os
-import signal
 
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.bodies import decode_topic_route
@@ -13,7 +12,7 @@ from shmq.protocol.headers import UpdateConsumerOffsetRequestHeader
 
 from .broker_helpers import create_topic, send
 from .broker_helpers import start_broker  # noqa: F401 (fixture)
-from .ha_helpers import commit_pos, pull_all, start_pair, wait_until  # noqa: F401 (fixture)
+from .ha_helpers import kill_broker, commit_pos, pull_all, start_pair, wait_until  # noqa: F401 (fixture)
 
 
 def _route(namesrv, topic):
@@ -71,8 +70,7 @@ def test_slave_killed_resumes_from_its_own_files(start_pair, start_broker, names
         for i in range(200):
             assert send(c, "HR", b"a%04d" % i, queue_id=0).code == 0
         wait_until(lambda: commit_pos(slave.addr) == commit_pos(master.addr))
-        os.kill(slave.pid, signal.SIGKILL)
-        slave.popen.wait()
+        kill_broker(slave)
         for i in range(200):
             assert send(c, "HR", b"b%04d" % i, queue_id=0).code == 0
     slave = start_broker(namesrv, settings={"brokerName": "pair-r", "brokerRole": "SLAVE", "brokerId": 1,
@@ -94,7 +92,7 @@ def test_async_master_killed_loses_at_most_what_the_slave_lacked(start_pair, cap
             if send(c, "HK", b"k%05d" % i, queue_id=i % 4).code == 0:
                 acked.append(b"k%05d" % i)
             if i == 1500:
-                os.kill(master.pid, signal.SIGKILL)  # while the stream is in flight
+                kill_broker(master)  # while the stream is in flight
                 break
     master.popen.wait()
     on_slave = set(pull_all(slave.addr, "HK", 4))

@@ -98,6 +98,10 @@ def test_slave_follows_master_across_files_and_refuses_puts(stores):
         assert bodies_of(slave, "T", 0) == sent[0::2]
         assert bodies_of(slave, "T", 1) == sent[1::2]
         assert slave.max_offset("T", 0) == master.max_offset("T", 0)
+        # the slave's own index dispatcher indexed what it received (query by key)
+        assert slave.dispatcher.wait_until(slave.commit_pos)
+        from shmq.store.record import decode_record
+        assert [decode_record(r).body for r in slave.query_by_key("T", "k7")] == [sent[7]]
         # the replicated bytes are the master's, byte for byte
         fsize = master.commitlog.file_size
         for idx in master.commitlog.file_indexes():

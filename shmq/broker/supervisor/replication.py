@@ -60,12 +60,14 @@ class Replication:
             return
         try:
             self.service = HAService(self.store, cfg.listenAddress, cfg.ha_port,
-                                     heartbeat_ms=cfg.haSendHeartbeatInterval)
+                                     heartbeat_ms=cfg.haSendHeartbeatInterval,
+                                     housekeeping_ms=cfg.haHousekeepingInterval)
         except OSError as e:
             if cfg.haListenPort:
                 raise OSError(f"cannot listen on haListenPort {cfg.haListenPort}: {e}") from e
             log.warning("HA port %d (listenPort + 1) is taken (%s); using a free one", cfg.ha_port, e)
-            self.service = HAService(self.store, cfg.listenAddress, 0, heartbeat_ms=cfg.haSendHeartbeatInterval)
+            self.service = HAService(self.store, cfg.listenAddress, 0, heartbeat_ms=cfg.haSendHeartbeatInterval,
+                                     housekeeping_ms=cfg.haHousekeepingInterval)
         cfg.haListenPort = self.service.port  # what registration announces as haServerAddr
         self.service.start()
 

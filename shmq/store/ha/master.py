@@ -31,9 +31,12 @@ log = logging.getLogger("shmq.store.ha")
 
 
 class HAService:
-    def __init__(self, store, host: str, port: int, *, heartbeat_ms: int = 5000):
+    def __init__(self, store, host: str, port: int, *, heartbeat_ms: int = 5000, housekeeping_ms: int = 20_000):
         self.store = store
         self.heartbeat_s = heartbeat_ms / 1000.0
+        #: a slave silent this long is dropped (it reports at least every heartbeat), so a
+        #: link that died without a FIN/RST does not keep counting as a slave
+        self.housekeeping_s = housekeeping_ms / 1000.0
         self._sock = socket.create_server((host, port), reuse_port=False)
         self._sock.settimeout(0.2)
         self.port = self._sock.getsockname()[1]
@@ -139,11 +142,16 @@ class HAConnection:
     # ------------------------------------------------------------------ reading ----
     def _read_loop(self) -> None:
         rr = ReportReader()
+        last = time.monotonic()
         try:
             while not self._closed.is_set():
                 r, _, _ = select.select([self.sock], [], [], 0.5)
                 if not r:
+                    if time.monotonic() - last > self.service.housekeeping_s:
+                        log.warning("slave %s silent for %.0f s; dropping it", self.peer, self.service.housekeeping_s)
+                        break
                     continue
+                last = time.monotonic()
                 data = self.sock.recv(65536)
                 if not data:
                     break

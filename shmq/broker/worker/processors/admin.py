@@ -165,6 +165,7 @@ class Processor:
             "shmqWorkerId": str(self.w.wid),
             "shmqWorkerPid": str(os.getpid()),
             "shmqPullHolds": str(len(self.w.holds) if self.w.holds else 0),
+            "shmqHaListenPort": str(self.cfg.ha_port if not self.cfg.is_slave else 0),
         }
         return cmd.make_response(body=encode_json(KVTable(table=table)))
 

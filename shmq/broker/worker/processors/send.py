@@ -34,6 +34,7 @@ from shmq.broker.shared import control_channel as cc
 from .. import retry
 from shmq.broker.shared.control_channel import Ctl
 from shmq.broker.shared.topics import RETRY_PREFIX
+from ..confirm import Confirmer
 from ..context import WorkerContext, born_host
 
 _PERM_WRITE = int(Perm.WRITE)  # a plain int: an IntFlag '&' costs about a microsecond per request
@@ -59,6 +60,7 @@ class Processor:
         self._id_prefix: str | None = None
         self._writers: dict[tuple[str, int], object] = {}
         self._batch_props: dict[str, bytes] = {}
+        self._confirmer: Confirmer | None = None  # SYNC_FLUSH / SYNC_MASTER waits, made on first use
 
     def handlers(self):
         return {
@@ -234,9 +236,10 @@ class Processor:
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     async def _answer_after_flush(self, cmd, res, ext):
-        loop = asyncio.get_running_loop()
+        if self._confirmer is None:
+            self._confirmer = Confirmer(self.w.store)
         try:
-            await loop.run_in_executor(None, self.w.store._wait_flushed, res)
+            await self._confirmer.wait(res.end)
         except FlushDiskTimeout:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
