@@ -31,10 +31,11 @@ import sys
 import tempfile
 import time
 
+from shmq.message.batch import BatchEntry, encode_batch
+from shmq.message.names import PERM_RW, TBW102
 from shmq.protocol import RequestCode, SyncRemotingClient, decode_command, encode_command, request
 from shmq.protocol.headers import (CreateTopicRequestHeader, PullMessageRequestHeader, SendMessageRequestHeader,
                                    send_header_to_v2)
-from shmq.protocol.message import BatchEntry, encode_batch
 
 TOPIC = "BenchTopic"
 BODY = b"x" * 100
@@ -165,11 +166,11 @@ def bench_shmq(workers: int, duration: float, extra: list[str] = ()) -> list[tup
     rows = []
     try:
         with SyncRemotingClient(addr) as c:
-            h = CreateTopicRequestHeader(topic=TOPIC, defaultTopic="TBW102", readQueueNums=1, writeQueueNums=1,
-                                         perm=6, topicFilterType="SINGLE_TAG")
+            h = CreateTopicRequestHeader(topic=TOPIC, defaultTopic=TBW102, readQueueNums=1, writeQueueNums=1,
+                                         perm=PERM_RW, topicFilterType="SINGLE_TAG")
             assert c.invoke(request(RequestCode.UPDATE_AND_CREATE_TOPIC, h)).code == 0
         conn = Raw(addr)
-        sh = SendMessageRequestHeader(producerGroup="pg", topic=TOPIC, defaultTopic="TBW102", defaultTopicQueueNums=4,
+        sh = SendMessageRequestHeader(producerGroup="pg", topic=TOPIC, defaultTopic=TBW102, defaultTopicQueueNums=4,
                                       queueId=0, sysFlag=0, bornTimestamp=int(time.time() * 1000), flag=0,
                                       properties="TAGS\x01bench\x02KEYS\x01k\x02UNIQ_KEY\x01" + "A" * 32)
         v2 = send_header_to_v2(sh)

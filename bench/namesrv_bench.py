@@ -23,10 +23,10 @@ import subprocess
 import sys
 import time
 
+from shmq.message.layout import masked_crc32
 from shmq.protocol import RequestCode, SyncRemotingClient, decode_command, encode_command, request
 from shmq.protocol.bodies import RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, encode_register_body
 from shmq.protocol.headers import RegisterBrokerRequestHeader
-from shmq.protocol.message import masked_crc32
 
 TOPIC = "BenchTopic"
 

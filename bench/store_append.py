@@ -24,7 +24,7 @@ import time
 CHILD = r"""
 import json, sys, threading, time
 from shmq.store import MessageStore
-from shmq.store.record import encode_batch
+from shmq.message.batch import encode_batch
 root, size, batch, seconds, threads = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 qbase = int(sys.argv[6])
 s = MessageStore.attach(root)

@@ -208,3 +208,37 @@ RESPONSE_CODE_ERRORS: dict[int, type[BrokerError]] = {
 
 def error_for_response(code: int, remark: str | None) -> BrokerError:
     return RESPONSE_CODE_ERRORS.get(code, BrokerError)(code, remark)
+
+
+# C core status code -> exception, the one table used to raise from a C call's answer. Rows:
+# (name in shmq/native/layout.h, value, make(what, size, limit)); tests/layout checks every value
+# against the compiled header. ENEEDLOG / ENEEDCQ / EMONTH are not errors (the caller maps a
+# file or rolls its id month and calls again), so they are not here.
+_C_STATUS = (
+    ("SHMQ_ETIMEDOUT", -3, lambda what, size, limit: LockTimeout(
+        "the append lock is held by a live process that did not release it in time")),
+    ("SHMQ_ESTALE", -4, lambda what, size, limit: StaleSegment(
+        "the store's control block was fenced by a newer broker; re-attach")),
+    ("SHMQ_ETOOBIG", -5, lambda what, size, limit: MessageTooLarge(size, limit)),
+    ("SHMQ_EINVAL", -6, lambda what, size, limit: InvalidMessage(
+        f"{what}: invalid argument (properties over 32767 bytes, or unknown queue)")),
+    ("SHMQ_EREADONLY", -7, lambda what, size, limit: StoreReadOnly("the store is read-only after a failed flush")),
+    ("SHMQ_EFULL", -8, lambda what, size, limit: TableFull(f"{what}: the shared table is full")),
+    ("SHMQ_EBADBATCH", -9, lambda what, size, limit: InvalidMessage("malformed batch body")),
+    ("SHMQ_EIO", -10, lambda what, size, limit: StoreReadOnly("flush failed with an I/O error; the store is read-only")),
+    # RocketMQ's answer to a put on a slave (SERVICE_NOT_AVAILABLE and this remark)
+    ("SHMQ_ESLAVE", -12, lambda what, size, limit: SlaveStore(
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "
+        "messages are put to the slave, message store has been shut down, etc. (the broker role is slave)")),
+)
+C_STATUS_NAMES: dict[int, str] = {value: name for name, value, _ in _C_STATUS}
+_C_STATUS_ERRORS = {value: make for _, value, make in _C_STATUS}
+
+
+def error_for_status(rc: int, what: str = "append", size: int = 0, limit: int = 0) -> ShmqError:
+    """The exception for a C core status ``rc`` (``what`` names the operation; ``size`` and
+    ``limit`` go into MessageTooLarge)."""
+    make = _C_STATUS_ERRORS.get(rc)
+    if make is None:
+        return StoreError(f"{what} failed with status {rc}")
+    return make(what, size, limit)

@@ -4,7 +4,7 @@
 listenPort + 10 * i), so a master/slave pair runs on one host for trying replication;
 ``--set brokerRole=SYNC_MASTER`` makes the master synchronous (default ASYNC_MASTER).
 
-The first command a newcomer runs: no config needed, loopback only (DESIGN §7). Prints the
+The first command a newcomer runs: no config needed, loopback only. Prints the
 NameServer and broker addresses; Ctrl-C stops both cleanly (the broker unregisters,
 flushes and persists offsets first).
 """

@@ -1,5 +1,5 @@
-"""The Python client (DESIGN §6): producers and consumers over TCP, or straight through the
-store's shared memory for a broker on this host (DESIGN §4)."""
+"""The Python client: producers and consumers over TCP, or straight through the store's shared
+memory for a broker on this host (the local transport, shmq.client.local)."""
 from .message import (ConsumeResult, LocalTransactionState, Message, MessageExt, MessageQueue,
                       MessageSelector, SendResult, SendStatus)
 from .producer import Producer

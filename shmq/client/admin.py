@@ -7,12 +7,14 @@ import time
 from dataclasses import dataclass
 
 from shmq.errors import BrokerError, ShmqError
+from shmq.message.msgid import decode_offset_msg_id
+from shmq.message.names import (DLQ_PREFIX, ORIGIN_MESSAGE_ID, RETRY_TOPIC, SYSTEM_PROPERTIES, TBW102, UNIQ_KEY,
+                                dlq_topic)
 from shmq.protocol import RequestCode, ResponseCode, SyncRemotingClient, request
 from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import (ClusterInfo, KVTable, TopicList, TopicRouteData, decode_json,
                                   decode_reset_offset_body, decode_topic_route)
 from shmq.protocol.headers import CreateTopicRequestHeader
-from shmq.protocol.message import decode_offset_msg_id
 
 from .admin_stats import AdminStats
 from .message import MessageExt, messages_from_records
@@ -105,7 +107,7 @@ class Admin(AdminStats):
         masters = {broker_addr: broker_addr} if broker_addr else self.masters(cluster)
         if not masters:
             raise ShmqError(f"no broker in {'cluster ' + cluster if cluster else 'any cluster'}")
-        h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues,
+        h = CreateTopicRequestHeader(topic=topic, defaultTopic=TBW102, readQueueNums=queues,
                                      writeQueueNums=queues, perm=perm, topicFilterType="SINGLE_TAG", order=order)
         for addr in masters.values():
             self._invoke(addr, request(RequestCode.UPDATE_AND_CREATE_TOPIC, h)).raise_for_code()
@@ -143,7 +145,7 @@ class Admin(AdminStats):
         """Per queue: the broker's max offset, the group's committed offset, the lag. Without
         ``topics``: every topic the group has committed offsets on, and its retry topic."""
         rows = []
-        candidates = topics or [t for t in self.topic_list() if not t.startswith("%DLQ%")]
+        candidates = topics or [t for t in self.topic_list() if not t.startswith(DLQ_PREFIX)]
         for topic in candidates:
             try:
                 queues = list(self.queues(topic))
@@ -205,7 +207,7 @@ class Admin(AdminStats):
                 continue
             r.raise_for_code()
             out += [m for m in messages_from_records(r.body, broker)
-                    if key in m.keys or m.msg_id == key or m.properties.get("UNIQ_KEY") == key]
+                    if key in m.keys or m.msg_id == key or m.properties.get(UNIQ_KEY) == key]
         return sorted(out, key=lambda m: m.store_timestamp)
 
     def view(self, msg_id: str, topic: str | None = None) -> MessageExt:
@@ -258,7 +260,7 @@ class Admin(AdminStats):
         """Put dead letters of ``group`` back to their original topic (RETRY_TOPIC, or the
         topic they were consumed from). With ``msg_id``: only that message."""
         from .message import Message
-        dlq = f"%DLQ%{group}"
+        dlq = dlq_topic(group)
         n = 0
         try:
             queues = list(self.queues(dlq))
@@ -271,15 +273,13 @@ class Admin(AdminStats):
                 if not msgs:
                     break
                 for m in msgs:
-                    if msg_id and msg_id not in (m.msg_id, m.offset_msg_id, m.properties.get("ORIGIN_MESSAGE_ID")):
+                    if msg_id and msg_id not in (m.msg_id, m.offset_msg_id, m.properties.get(ORIGIN_MESSAGE_ID)):
                         continue
-                    origin = m.properties.get("RETRY_TOPIC") or m.topic
+                    origin = m.properties.get(RETRY_TOPIC) or m.topic
                     if origin.startswith("%"):
                         continue
                     user_props = {k: v for k, v in m.properties.items()
-                                  if k not in ("TAGS", "KEYS", "UNIQ_KEY", "RETRY_TOPIC", "CLUSTER", "REAL_TOPIC",
-                                               "REAL_QID", "DELAY", "WAIT", "MIN_OFFSET", "MAX_OFFSET",
-                                               "ORIGIN_MESSAGE_ID", "RECONSUME_TIME", "MAX_RECONSUME_TIMES")}
+                                  if k not in SYSTEM_PROPERTIES}
                     producer.send(Message(origin, m.body, m.tags, m.keys, user_props))
                     n += 1
                     if progress is not None:

@@ -13,11 +13,12 @@ import threading
 import time
 
 from shmq.errors import ShmqError, StaleSegment
+from shmq.message.javahash import java_string_hash
+from shmq.message.names import RETRY_PREFIX, retry_topic
 from shmq.protocol import RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
 from shmq.store import GetStatus
-from shmq.store.javahash import java_string_hash
 
 from .instance import ClientInstance
 from .local import LocalLinks
@@ -135,7 +136,7 @@ class ConsumerCore:
                                expressionType=sel.expression_type)
         texts = codes = None
         if sel.expression_type == "SQL92":
-            from shmq.store.sql_filter import compile_cached
+            from shmq.message.sql_filter import compile_cached
             compile_cached(sel.expression)  # a malformed expression fails here, at subscribe time
         elif sel.expression_type == "TAG" and sel.expression.strip() not in ("", "*"):
             texts = {t.strip() for t in sel.expression.split("||") if t.strip()}
@@ -162,7 +163,7 @@ class ConsumerCore:
         if not self.subscriptions:
             raise ShmqError("subscribe to at least one topic before start()")
         if self.model == "CLUSTERING" and self.consume_type == "CONSUME_PASSIVELY":
-            self.subscribe(f"%RETRY%{self.group}", "*")  # push consumers get their retries back
+            self.subscribe(retry_topic(self.group), "*")  # push consumers get their retries back
         self.instance = ClientInstance.acquire(self.namesrv, consumer_group=self.group, credentials=self.credentials)
         self.instance.register_consumer(self.group, self)
         self.links = LocalLinks(self.instance, self.local_mode)
@@ -298,7 +299,7 @@ class ConsumerCore:
         off = await self.offsets.read(mq)
         if off >= 0:
             return off
-        if mq.topic.startswith("%RETRY%") or self.consume_from == "FIRST_OFFSET":
+        if mq.topic.startswith(RETRY_PREFIX) or self.consume_from == "FIRST_OFFSET":
             return 0
         inst = self.instance
         addr = inst.any_addr(mq.broker_name)
@@ -484,7 +485,7 @@ class ConsumerCore:
         rec_filter = None
         if sub is not None and sub.expressionType == "SQL92":
             # evaluated on the store's records, as the broker does for TCP pulls
-            from shmq.store.sql_filter import compile_cached
+            from shmq.message.sql_filter import compile_cached
             rec_filter = compile_cached(sub.subString).matches_record
         res = store.get_messages(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size, tag_codes=codes,
                                  record_filter=rec_filter)

@@ -18,12 +18,11 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import (RemotingConnectError, RemotingError, ShmqError,
-                         TopicNotExist)
+from shmq.errors import RemotingConnectError, RemotingError, ShmqError, TopicNotExist
+from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
-from shmq.protocol.bodies import (HeartbeatData, ProducerData, TopicRouteData,
-                                  decode_topic_route, encode_json)
+from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
 from .route import TopicPublishInfo, publish_info, subscribe_queues
@@ -186,7 +185,7 @@ class ClientInstance:
             except ShmqError as e:
                 log.debug("route of %s not refreshed: %s", t, e)
 
-    async def publish_info(self, topic: str, default_topic: str | None = "TBW102",
+    async def publish_info(self, topic: str, default_topic: str | None = TBW102,
                            default_queue_nums: int = 4) -> TopicPublishInfo:
         info = self.publish.get(topic)
         if info is not None and info.queues:
@@ -255,7 +254,7 @@ class ClientInstance:
                 except ShmqError as e:
                     log.debug("heartbeat to %s (%s) failed: %s", name, addr, e)
 
-    async def learn_brokers(self, default_topic: str = "TBW102") -> None:
+    async def learn_brokers(self, default_topic: str = TBW102) -> None:
         """What a Java producer does at start: the default topic's route names every broker
         that may auto-create topics; heartbeat to them now, so they know this client (a
         transaction check-back looks for a producer of the group among its channels)."""

@@ -1,4 +1,4 @@
-"""The local transport (DESIGN §4): a producer or consumer on the broker's host maps the
+"""The local transport: a producer or consumer on the broker's host maps the
 broker's store and appends or reads directly, through the same put pipeline the broker uses.
 
 A LocalLink is made per broker from its attach info (a shmq-private request that other

@@ -1,10 +1,11 @@
 """The producer's hot path: plain sends to a topic whose queues all sit on one attached
-broker, each one C call (DESIGN §4).
+broker, each one C call (no broker round trip: the producer appends to the shared store itself).
 
 A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-threshold
 bytes, no delay level, flag 0 (a batch carries flags per entry), text without separator
-characters and no property the put pipeline rewrites (DELAY, TRAN_MSG, WAIT, CLUSTER,
-UNIQ_KEY). For it the pipeline's only change is the CLUSTER pair, so ``shmq_put_local`` can
+characters and none of ``REWRITE_KEYS`` (what could make ``shmq.message.classify`` answer
+anything but PLAIN, and WAIT, CLUSTER, UNIQ_KEY), to a topic that is no retry topic. For it
+the pipeline's only change is the CLUSTER pair, so ``shmq_put_local`` can
 draw the UNIQ_KEY, assemble the properties text and append in one call; the record is byte
 for byte what the general path stores. Anything else returns None and takes ``Producer``'s
 general path, which also raises the precise error.
@@ -17,16 +18,24 @@ the link; the general path re-attaches.
 from __future__ import annotations
 
 import threading
+from typing import NamedTuple
 
 from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegment
+from shmq.message import classify as kinds
+from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
+from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
 from shmq.native import ffi, lib
 from shmq.store import validate
+from shmq.store.put import FastWriter
 
 from .message import Message, SendResult, SendStatus
 from .uniq_id import generator
 
-#: properties the put pipeline rewrites: a message carrying one takes the general path
-REWRITE_KEYS = frozenset({"DELAY", "TRAN_MSG", "WAIT", "CLUSTER", "UNIQ_KEY"})
+#: a message carrying one of these takes the general path: the properties that can make it
+#: anything but PLAIN (classify), and those the one C call writes itself (CLUSTER, UNIQ_KEY) or
+#: must drop (WAIT)
+REWRITE_KEYS = kinds.DECISIVE | {WAIT, CLUSTER, UNIQ_KEY}
+_TAGS_KEY = TAGS + NAME_VALUE_SEP
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 _SEND_OK = SendStatus.SEND_OK
 _UNIQ = generator()
@@ -35,6 +44,20 @@ _put_local = lib.shmq_put_local
 _unpack = ffi.unpack
 _new = ffi.new
 _NULL = ffi.NULL
+
+
+class _Route(NamedTuple):
+    """One queue of a topic as one thread sends to it: the queue, its writer, and the
+    arguments of the writer's ``shmq_put_local`` call (FastWriter.plain_call)."""
+    mq: object
+    fw: FastWriter
+    c_writer: object
+    slot: int
+    meta: object
+    tail: bytes
+    tail_len: int
+    out: object
+    sync: bool
 
 
 class _LocalTopic:
@@ -46,7 +69,7 @@ class _LocalTopic:
         self.info = info                # the TopicPublishInfo this was built from ...
         self.publish = publish          # ... found in this dict (the client's route cache)
         self.link = link
-        self.writers = writers          # [(MessageQueue, FastWriter, *FastWriter.plain_call())]
+        self.writers = writers          # [_Route], one per queue
         self.n = len(writers)
         self.i = 0
         self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
@@ -61,7 +84,8 @@ def _head(m: Message) -> bytes | None:
         m.check_text()
     except ShmqError:
         return None
-    return "".join([f"{k}\x01{v}\x02" for k, v in m.wire_properties().items()]).encode()
+    props = m.wire_properties()
+    return (encode_properties(props) + PROPERTY_SEP).encode() if props else b""
 
 
 def _tags_head(tags) -> bytes | None:
@@ -69,7 +93,7 @@ def _tags_head(tags) -> bytes | None:
     tags the general path refuses."""
     if tags.__class__ is not str or "\x01" in tags or "\x02" in tags:
         return None
-    return ("TAGS\x01" + tags + "\x02").encode()
+    return (_TAGS_KEY + tags + PROPERTY_SEP).encode()
 
 
 #: SYNC_MASTER's answers when no slave confirmed (ReplicationError.code), as on TCP
@@ -108,7 +132,7 @@ class LocalSender:
         try:
             validate.check_sendable_topic(topic)
             info = p._publish_info(topic)
-            if topic.startswith("%RETRY%") or info.via_default or not info.queues:
+            if kinds.classify(topic) is kinds.RETRY or info.via_default or not info.queues:
                 return self._not_eligible(topic)
             brokers = {q.broker_name for q in info.queues}
             link = p.links.get(next(iter(brokers))) if len(brokers) == 1 else None
@@ -118,10 +142,8 @@ class LocalSender:
             writers = []
             for mq in info.queues:
                 fw = link.pipeline.fast_writer(topic, mq.queue_id, host)
-                writers.append((mq, fw, *fw.plain_call()))
-            o = link.store.cb.ctl.owner
-            store_host = o.store_ip.to_bytes(4, "big") + (o.store_port & 0xFFFFFFFF).to_bytes(4, "big")
-            return _LocalTopic(info, p.instance.publish, link, writers, store_host)
+                writers.append(_Route(mq, fw, *fw.plain_call()))
+            return _LocalTopic(info, p.instance.publish, link, writers, link.store.store_host)
         except ShmqError:
             return self._not_eligible(topic)
 

@@ -1,4 +1,5 @@
-"""The user-facing message types of the client (DESIGN §6), converted to wire form at the edge."""
+"""The user-facing message types of the client (Message, SendResult, MessageExt, ...), converted
+to wire form at the edge; a consumed record is decoded by shmq.message.record."""
 from __future__ import annotations
 
 import enum
@@ -7,18 +8,14 @@ import zlib
 from dataclasses import dataclass
 from typing import NamedTuple
 
-import socket
+from shmq.errors import InvalidMessage
+from shmq.message.layout import FLAG_COMPRESSED, I32
+from shmq.message.msgid import host_bytes, offset_msg_id
+from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
+from shmq.message.properties import decode_properties
+from shmq.message.record import host_tuple, unpack_record
 
-from shmq.errors import InvalidMessage, StoreCorrupt
-from shmq.store.record import (FLAG_COMPRESSED, HEADER as _HEADER, MESSAGE_MAGIC, decode_properties)
-
-_ntoa = socket.inet_ntoa
 _SEPARATORS = re.compile("[\x01\x02]")
-
-# property names (MessageConst)
-TAGS, KEYS, UNIQ_KEY, DELAY, WAIT = "TAGS", "KEYS", "UNIQ_KEY", "DELAY", "WAIT"
-RETRY_TOPIC, TRAN_MSG, PGROUP, MAX_OFFSET, MIN_OFFSET = "RETRY_TOPIC", "TRAN_MSG", "PGROUP", "MAX_OFFSET", "MIN_OFFSET"
-RECONSUME_TIME, MAX_RECONSUME_TIMES, CONSUME_START_TIME = "RECONSUME_TIME", "MAX_RECONSUME_TIMES", "CONSUME_START_TIME"
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5
 
@@ -175,7 +172,7 @@ class SendResult:
         self._store_host = store_host
 
     msg_id = _Lazy(bytes, lambda r, raw: _ids_text(raw))
-    offset_msg_id = _Lazy(int, lambda r, phys: (r._store_host + phys.to_bytes(8, "big")).hex().upper())
+    offset_msg_id = _Lazy(int, lambda r, phys: offset_msg_id(r._store_host, phys))
 
     @property
     def queue_id(self) -> int:
@@ -259,11 +256,9 @@ class MessageExt:
     tags = _Lazy(_Pending, lambda m, _: m.properties.get(TAGS))
     keys = _Lazy(_Pending, lambda m, _: _split_keys(m.properties.get(KEYS)))
     msg_id = _Lazy(_Pending, lambda m, _: m.properties.get(UNIQ_KEY) or m.offset_msg_id)
-    offset_msg_id = _Lazy(type(None), lambda m, _: (socket.inet_aton(m.store_host[0])
-                                                    + m.store_host[1].to_bytes(4, "big", signed=True)
-                                                    + m.commit_log_offset.to_bytes(8, "big", signed=True)).hex().upper())
-    born_host = _Lazy(bytes, lambda m, raw: _host_raw(raw))
-    store_host = _Lazy(bytes, lambda m, raw: _host_raw(raw))
+    offset_msg_id = _Lazy(type(None), lambda m, _: offset_msg_id(_host_bytes(m, "_store_host"), m.commit_log_offset))
+    born_host = _Lazy(bytes, lambda m, raw: host_tuple(raw))
+    store_host = _Lazy(bytes, lambda m, raw: host_tuple(raw))
 
     @property
     def queue(self) -> MessageQueue:
@@ -285,37 +280,29 @@ def _split_keys(keys: str | None) -> list[str]:
     return [k for k in keys.split(" ") if k] if keys else []
 
 
-def _host_raw(b: bytes) -> tuple:
-    """8 record bytes (IPv4, port) -> (ip, port)."""
-    return _ntoa(b[:4]), int.from_bytes(b[4:8], "big", signed=True)
-
+def _host_bytes(m: "MessageExt", slot: str) -> bytes:
+    """The 8 record bytes of a host, whether or not it was formatted already."""
+    v = getattr(m, slot)
+    if v.__class__ is bytes:
+        return v
+    return host_bytes(*v)
 
 
 def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
-    """One record straight into a MessageExt (the consumer's hot path: one header unpack, no
-    intermediate StoredMessage, properties left as bytes). Raises StoreCorrupt on anything
-    that is not a record."""
-    (total, magic, _crc, qid, flag, qoff, phys, sysflag, born_ts, born_ip, born_port, store_ts,
-     store_ip, store_port, reconsume, _prepared, blen) = _HEADER.unpack_from(mv, pos)
-    t0 = pos + 88 + blen
-    if magic != MESSAGE_MAGIC or blen < 0 or t0 + 3 > pos + total or pos + total > len(mv):
-        raise StoreCorrupt(f"no record at {pos}")
-    body = bytes(mv[pos + 88:t0])
+    """One record straight into a MessageExt (the consumer's hot path: one decode, properties
+    left as bytes until read). A message of a retry topic shows its original topic (the
+    RETRY_TOPIC property), as Java clients do. Raises StoreCorrupt on anything that is not a
+    record."""
+    (_, _, qid, flag, qoff, phys, sysflag, born_ts, born, store_ts, store, reconsume, _, body, topic,
+     props) = unpack_record(mv, pos)
+    body = bytes(body)
     if sysflag & FLAG_COMPRESSED:
         body = zlib.decompress(body)
-    tlen = mv[t0]
-    p0 = t0 + 1 + tlen
-    topic = str(mv[t0 + 1:p0], "utf-8", "replace")
-    plen = (mv[p0] << 8) | mv[p0 + 1]
-    props = bytes(mv[p0 + 2:p0 + 2 + plen])
-    if topic.startswith("%RETRY%"):
+    if topic.startswith(RETRY_PREFIX):
         props = decode_properties(props)
-        retry_topic = props.get(RETRY_TOPIC)
-        if retry_topic:
-            topic = retry_topic
+        topic = props.get(RETRY_TOPIC) or topic
     return MessageExt(topic, body, _LAZY, _LAZY, props, _LAZY, None, qid, qoff, reconsume, born_ts, store_ts, phys,
-                      sysflag, flag, broker_name, born_ip + born_port.to_bytes(4, "big", signed=True),
-                      store_ip + store_port.to_bytes(4, "big", signed=True))
+                      sysflag, flag, broker_name, born, store)
 
 
 def messages_from_records(buf, broker_name: str = ""):
@@ -326,7 +313,7 @@ def messages_from_records(buf, broker_name: str = ""):
     n = len(mv)
     while pos < n:
         out.append(message_from_view(mv, pos, broker_name))
-        pos += int.from_bytes(mv[pos:pos + 4], "big")
+        pos += I32.unpack_from(mv, pos)[0]
     return out
 
 

@@ -1,5 +1,5 @@
-"""Producer: sync, async, oneway, batch and ordered sends (DESIGN §6), over TCP or, for a
-broker on this host, straight into its store (DESIGN §4).
+"""Producer: sync, async, oneway, batch and ordered sends, over TCP or, for a broker on this
+host, straight into its store (the local transport).
 
 Retries follow RocketMQ: a sync send is tried up to 1 + retry_times_when_send_failed times,
 each retry on another broker when there is one; an async send retries
@@ -16,20 +16,20 @@ import threading
 import time
 import zlib
 
-from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, ReplicationError, MessageTooLarge,
-                         RemotingError, ShmqError, StaleSegment)
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, RemotingError,
+                         ReplicationError, ShmqError, StaleSegment)
+from shmq.message.batch import encode_batch
+from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
+from shmq.message.properties import encode_properties
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.acl_sign import credentials
-from shmq.protocol.message import encode_properties
 from shmq.store import validate
 from shmq.store.put import PutRequest
-from shmq.store.record import encode_batch
 
 from .instance import ClientInstance
 from .local import LocalLinks
 from .local_send import MAX_BATCH_BYTES, LocalSender
-from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue,
-                      SendResult, SendStatus)
+from .message import COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from .route import TopicPublishInfo
 from .uniq_id import new_uniq_id
 
@@ -46,7 +46,7 @@ class Producer:
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
                  retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
                  max_message_size: int = 4 * 1024 * 1024, send_latency_fault_enable: bool = False,
-                 default_topic_queue_nums: int = 4, create_topic_key: str = "TBW102",
+                 default_topic_queue_nums: int = 4, create_topic_key: str = TBW102,
                  access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         if not group:
             raise ValueError("a producer group is required")
@@ -116,7 +116,7 @@ class Producer:
         props = msg.wire_properties()
         props.setdefault(UNIQ_KEY, new_uniq_id())
         body, sysflag = msg.body, 0
-        if props.get("TRAN_MSG") == "true":
+        if props.get(TRAN_MSG) == "true":
             sysflag |= 0x4  # TRANSACTION_PREPARED_TYPE, as the Java client marks half messages
         if compress and len(body) > self.compress_over:
             body = zlib.compress(body, COMPRESS_LEVEL)
@@ -350,7 +350,7 @@ class Producer:
                 raise InvalidMessage("the topic of the messages in one batch should be the same")
             if m.delay_level:
                 raise InvalidMessage("TimeDelayLevel is not supported for batching")
-            if topic.startswith("%RETRY%"):
+            if topic.startswith(RETRY_PREFIX):
                 raise InvalidMessage("retry group topic is not supported for batching")
             body, props, _ = self._prepare(m, compress=False)
             ids.append(props[UNIQ_KEY])

@@ -1,5 +1,5 @@
 """PushConsumer: messages pulled in the background are handed to a listener on a pool of
-consume threads (DESIGN §6).
+consume threads.
 
 Concurrently (orderly=False): any thread takes any batch; RECONSUME_LATER sends the messages
 back to the broker (CONSUMER_SEND_MSG_BACK: %RETRY%<group>, delay level 3 + reconsume
@@ -17,9 +17,10 @@ import threading
 import time
 
 from shmq.errors import ShmqError
+from shmq.message.names import RETRY_PREFIX
 from shmq.protocol import RequestCode, request
-from shmq.protocol.bodies import LockBatchRequestBody, LockBatchResponseBody, MessageQueue as WireMQ
-from shmq.protocol.bodies import decode_json, encode_json
+from shmq.protocol.bodies import (LockBatchRequestBody, LockBatchResponseBody, MessageQueue as WireMQ, decode_json,
+                                  encode_json)
 
 from .consumer_core import ConsumerCore, ProcessQueue
 from .message import ConsumeResult, MessageExt, MessageQueue
@@ -201,17 +202,17 @@ class PushConsumer(ConsumerCore):
             pq.consume_lock.release()
 
     async def _renew_locks(self) -> None:
-        mqs = [mq for mq in self.pqs if not mq.topic.startswith("%RETRY%")]
+        mqs = [mq for mq in self.pqs if not mq.topic.startswith(RETRY_PREFIX)]
         ok = await self._lock(mqs) if mqs else set()
         now = time.monotonic()
         for mq, pq in list(self.pqs.items()):
-            if mq in ok or mq.topic.startswith("%RETRY%"):
+            if mq in ok or mq.topic.startswith(RETRY_PREFIX):
                 pq.locked, pq.lock_until = True, now + LOCK_LEASE_S
             else:
                 pq.locked = False
 
     def _pq_locked(self, pq: ProcessQueue) -> bool:
-        if self.model != "CLUSTERING" or pq.mq.topic.startswith("%RETRY%"):
+        if self.model != "CLUSTERING" or pq.mq.topic.startswith(RETRY_PREFIX):
             return True
         return pq.locked and time.monotonic() < pq.lock_until
 

@@ -15,8 +15,9 @@ import asyncio
 import logging
 
 from shmq.errors import ShmqError
+from shmq.message.msgid import decode_offset_msg_id
+from shmq.message.names import PGROUP, REAL_QID, REAL_TOPIC, TRAN_MSG
 from shmq.protocol import RequestCode, request
-from shmq.protocol.message import decode_offset_msg_id
 from shmq.store.transaction import COMMIT, ROLLBACK, UNKNOWN, end_transaction
 
 from .message import LocalTransactionState, Message, SendResult, SendStatus, message_from_view
@@ -55,7 +56,7 @@ class TransactionProducer(Producer):
         if msg.delay_level:
             msg.delay_level = 0  # as Java: a transactional message is not delayed
         half = Message(msg.topic, msg.body, msg.tags, msg.keys,
-                       {**msg.properties, "TRAN_MSG": "true", "PGROUP": self.group}, 0, msg.flag)
+                       {**msg.properties, TRAN_MSG: "true", PGROUP: self.group}, 0, msg.flag)
         r = self.send(half)
         if r.status is not SendStatus.SEND_OK:
             state = LocalTransactionState.ROLLBACK_MESSAGE
@@ -97,10 +98,10 @@ class TransactionProducer(Producer):
         END_TRANSACTION on the connection the question came on."""
         try:
             m = message_from_view(memoryview(cmd.body))
-            real = m.properties.get("REAL_TOPIC")
+            real = m.properties.get(REAL_TOPIC)
             if real:
                 m.topic = real
-                m.queue_id = int(m.properties.get("REAL_QID", m.queue_id))
+                m.queue_id = int(m.properties.get(REAL_QID, m.queue_id))
         except Exception as e:
             log.warning("cannot decode CHECK_TRANSACTION_STATE body: %s", e)
             return
@@ -112,7 +113,7 @@ class TransactionProducer(Producer):
             log.exception("check_local_transaction raised: answering UNKNOW")
             state = LocalTransactionState.UNKNOW
         ext = cmd.ext_fields
-        ans = request(RequestCode.END_TRANSACTION, producerGroup=m.properties.get("PGROUP", self.group),
+        ans = request(RequestCode.END_TRANSACTION, producerGroup=m.properties.get(PGROUP, self.group),
                       tranStateTableOffset=ext.get("tranStateTableOffset", m.queue_offset),
                       commitLogOffset=ext.get("commitLogOffset", m.commit_log_offset),
                       commitOrRollback=_CODE[state], fromTransactionCheck=True,

@@ -1,6 +1,6 @@
 """The NameServer: route table, RocketMQ request handlers, broker liveness scan.
 
-Imports only :mod:`shmq.protocol` and :mod:`shmq.errors` (DESIGN §2).
+Imports only :mod:`shmq.protocol`, :mod:`shmq.message` and :mod:`shmq.errors` (tests/layout/test_layers.py).
 """
 from shmq.namesrv.config import NamesrvConfig
 from shmq.namesrv.routes import RouteTable

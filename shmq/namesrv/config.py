@@ -31,7 +31,7 @@ IGNORED_KEYS = frozenset(
 @dataclass
 class NamesrvConfig:
     listenPort: int = 9876
-    #: RocketMQ 5's name for the listen address; 127.0.0.1 unless told otherwise (DESIGN §7).
+    #: RocketMQ 5's name for the listen address; 127.0.0.1 unless told otherwise (safe by default).
     bindAddress: str = "127.0.0.1"
     #: A broker that has not registered (or queried its data version) this long is dropped.
     brokerChannelExpiredTime: int = 120_000

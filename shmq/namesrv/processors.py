@@ -10,39 +10,21 @@ import logging
 import time
 from collections.abc import Callable
 
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, Version, javaprops
-from shmq.protocol.bodies import (
-    DataVersion,
-    KVTable,
-    RegisterBrokerBody,
-    TopicConfigSerializeWrapper,
-    TopicList,
-    decode_json,
-    decode_register_body,
-    encode_cluster_info,
-    encode_json,
-    encode_topic_route,
-)
-from shmq.protocol.headers import (
-    AddWritePermOfBrokerRequestHeader,
-    DeleteKVConfigRequestHeader,
-    DeleteTopicFromNamesrvRequestHeader,
-    GetKVConfigRequestHeader,
-    GetKVListByNamespaceRequestHeader,
-    GetRouteInfoRequestHeader,
-    GetTopicsByClusterRequestHeader,
-    PutKVConfigRequestHeader,
-    QueryDataVersionRequestHeader,
-    RegisterBrokerRequestHeader,
-    UnRegisterBrokerRequestHeader,
-    WipeWritePermOfBrokerRequestHeader,
-)
-from shmq.protocol.message import masked_crc32
-from shmq.protocol.transport import Connection
-
+from shmq.message.layout import masked_crc32
 from shmq.namesrv.config import NamesrvConfig
 from shmq.namesrv.kv import NAMESPACE_ORDER_TOPIC_CONFIG, KVConfig
 from shmq.namesrv.routes import FLAG_UNIT, FLAG_UNIT_SUB, RouteTable
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, Version, javaprops
+from shmq.protocol.bodies import (DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper, TopicList,
+                                  decode_json, decode_register_body, encode_cluster_info, encode_json,
+                                  encode_topic_route)
+from shmq.protocol.headers import (AddWritePermOfBrokerRequestHeader, DeleteKVConfigRequestHeader,
+                                   DeleteTopicFromNamesrvRequestHeader, GetKVConfigRequestHeader,
+                                   GetKVListByNamespaceRequestHeader, GetRouteInfoRequestHeader,
+                                   GetTopicsByClusterRequestHeader, PutKVConfigRequestHeader,
+                                   QueryDataVersionRequestHeader, RegisterBrokerRequestHeader,
+                                   UnRegisterBrokerRequestHeader, WipeWritePermOfBrokerRequestHeader)
+from shmq.protocol.transport import Connection
 
 log = logging.getLogger("shmq.namesrv")
 
@@ -176,6 +158,9 @@ class NamesrvProcessor:
 
     # ---- routes and lists ------------------------------------------------------------------------
     def get_route_info(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+        if "topic" not in cmd.ext_fields:  # RocketMQ's NameServer: the route of topic "null"
+            return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
+                                     f"No topic route info in name server for the topic: null{_FAQ_SUFFIX}")
         h = GetRouteInfoRequestHeader.from_ext(cmd.ext_fields)
         standard = cmd.version >= Version.V4_9_4 or bool(h.acceptStandardJsonOnly)
         key = (h.topic, standard)

@@ -1,7 +1,8 @@
 /*
  * shmq/native/layout.h -- the document of record for every shared-memory structure and
- * for the on-disk record written by the C append. store/layout.py mirrors the constants and
- * tests/layout checks each against ffi.offsetof / ffi.sizeof.
+ * for the on-disk record written by the C append. shmq/message/layout.py mirrors the record
+ * constants and tests/layout/test_layout.py checks each against this header (and the struct
+ * geometry against ffi.offsetof / ffi.sizeof).
  *
  * The text between CDEF-BEGIN and CDEF-END is also fed verbatim to cffi's cdef (lines that
  * start with '#' other than integer #defines are dropped), so it holds only fixed-width types,

@@ -189,8 +189,10 @@ def encode_cluster_info(info: ClusterInfo) -> bytes:
     return fastjson_dumps(info)
 
 
-class TopicList(msgspec.Struct, kw_only=True):
-    topicList: list[str] = msgspec.field(default_factory=list)
+class TopicList(msgspec.Struct, kw_only=True, omit_defaults=True):
+    # fastjson leaves out a null field: no "brokerAddr" unless it is set (the list is required,
+    # so an empty one is still written)
+    topicList: list[str]
     brokerAddr: str | None = None
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import enum
 
+from shmq.message.names import PERM_INHERIT, PERM_PRIORITY, PERM_READ, PERM_WRITE
+
 
 class RequestCode(enum.IntEnum):
     # broker: produce
@@ -193,16 +195,16 @@ FLAG_ONEWAY = 0x2
 
 class Perm(enum.IntFlag):
     """``PermName``: a topic's or broker's permission bits."""
-    INHERIT = 1
-    WRITE = 2
-    READ = 4
-    PRIORITY = 8
+    INHERIT = PERM_INHERIT
+    WRITE = PERM_WRITE
+    READ = PERM_READ
+    PRIORITY = PERM_PRIORITY
 
 
 #: brokerId of a master in ``BrokerData.brokerAddrs``.
 MASTER_ID = 0
 
-#: shmq's own request (DESIGN §4), sent by a local client to a broker's public port: the answer's
+#: shmq's own request (the local transport's attach), sent by a local client to a broker's public port: the answer's
 #: extFields (storeRoot, generation, flushDiskType, brokerName, storeHost, ...) say how to map the
 #: store. Other clients never send it; a RocketMQ broker answers it REQUEST_CODE_NOT_SUPPORTED,
 #: which a local client takes as "stay on TCP".

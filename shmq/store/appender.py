@@ -1,5 +1,5 @@
 """The Python side of the C append: one ``shmq_writer`` per process, the mappings it needs,
-and the translation of C status codes into exceptions (the one table lives here).
+and the translation of C status codes into exceptions (through the one table in shmq.errors).
 
 The hot path is ``Appender.put`` / ``put_batch``: one cffi call per message or batch. The C
 core answers ENEEDLOG / ENEEDCQ (after releasing the lock) when the append needs a file this
@@ -12,8 +12,7 @@ import os
 import threading
 import weakref
 
-from shmq.errors import (InvalidMessage, LockTimeout, MessageTooLarge, SlaveStore, StaleSegment,
-                         StoreError, StoreReadOnly, TableFull)
+from shmq.errors import error_for_status
 from shmq.native import ffi, lib
 
 from .commitlog import CommitLog
@@ -39,28 +38,8 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def raise_for_status(rc: int, what: str = "append", size: int = 0, limit: int = 0):
-    if rc == lib.SHMQ_ETIMEDOUT:
-        raise LockTimeout("the append lock is held by a live process that did not release it in time")
-    if rc == lib.SHMQ_ESTALE:
-        raise StaleSegment("the store's control block was fenced by a newer broker; re-attach")
-    if rc == lib.SHMQ_EREADONLY:
-        raise StoreReadOnly("the store is read-only after a failed flush")
-    if rc == lib.SHMQ_ETOOBIG:
-        raise MessageTooLarge(size, limit)
-    if rc == lib.SHMQ_EBADBATCH:
-        raise InvalidMessage("malformed batch body")
-    if rc == lib.SHMQ_EINVAL:
-        raise InvalidMessage(f"{what}: invalid argument (properties over 32767 bytes, or unknown queue)")
-    if rc == lib.SHMQ_EFULL:
-        raise TableFull(f"{what}: the shared table is full")
-    if rc == lib.SHMQ_EIO:
-        raise StoreReadOnly("flush failed with an I/O error; the store is read-only")
-    if rc == lib.SHMQ_ESLAVE:
-        # RocketMQ's answer to a put on a slave (SERVICE_NOT_AVAILABLE and this remark)
-        raise SlaveStore("service not available now. It may be caused by one of the following reasons: "
-                         "the broker's disk is full, messages are put to the slave, message store has been "
-                         "shut down, etc. (the broker role is slave)")
-    raise StoreError(f"{what} failed with status {rc}")
+    """Raise the exception of the C status ``rc`` (the table is shmq.errors.error_for_status)."""
+    raise error_for_status(rc, what, size, limit)
 
 
 class Appender:
@@ -208,12 +187,6 @@ class QueueRegistry:
                 if q.lstrip("-").isdigit():
                     out.append((t, int(q)))
         return out
-
-    def drop(self, topic: str, queue_id: int) -> None:
-        with self._lock:
-            cq = self._queues.pop((topic, queue_id), None)
-        if cq:
-            cq.close()
 
     def close(self) -> None:
         with self._lock:

@@ -12,13 +12,12 @@ import os
 import struct
 
 from shmq.errors import StoreError
+from shmq.message.layout import MESSAGE_MAGIC
 from shmq.native import ffi, lib
 
 from . import files
 from .config import StoreConfig
-from .record import BLANK_MAGIC, MESSAGE_MAGIC
 
-_U32 = struct.Struct(">I")
 _TOTAL_MAGIC = struct.Struct(">iI")
 
 
@@ -117,10 +116,6 @@ class CommitLog(files.MappedSet):
             return lib.shmq_check_record(ffi.cast("uint8_t *", buf) + off, self.file_size - off, phys, 1)
         finally:
             ffi.release(buf)
-
-    def is_blank(self, phys: int) -> bool:
-        index, off = divmod(phys, self.file_size)
-        return _U32.unpack_from(self.map(index), off + 4)[0] == BLANK_MAGIC
 
     def delete(self, index: int) -> None:
         self.delete_file(index)

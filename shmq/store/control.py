@@ -177,9 +177,6 @@ class ControlBlock:
     def min_pos(self) -> int:
         return self.ctl.pos.min_pos
 
-    def queue_slot(self, index: int):
-        return self.ctl.queues[index]
-
     def iter_queue_slots(self):
         """(index, topic, queue id, next offset, min offset) of every used slot."""
         c = self.ctl

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 
+from shmq.message.names import DELAY, SCHEDULE_TOPIC
+from shmq.message.properties import decode_properties
 from shmq.native import lib
 
-from .record import decode_properties
-
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
 DEFAULT_TEXT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # RocketMQ knows s m h d; "ms" is ours, so tests (and impatient users) can use short levels.
@@ -82,17 +81,13 @@ class DelayLevels:
     def queue_id(level: int) -> int:
         return level - 1
 
-    @staticmethod
-    def level_of_queue(queue_id: int) -> int:
-        return queue_id + 1
-
     def tag_code(self, topic: str, props: bytes, store_ts: int) -> int:
         """The ConsumeQueue tag code of a record, for ``MessageStore.open(tag_code=...)``:
         the due time for SCHEDULE_TOPIC_XXXX records, else the hash of TAGS."""
         if topic != SCHEDULE_TOPIC:
             return lib.shmq_tag_code_of_props(props, len(props))
         try:
-            level = int(decode_properties(props).get("DELAY", ""))
+            level = int(decode_properties(props).get(DELAY, ""))
             return store_ts + self.delay_ms(level)
         except ValueError:
             return store_ts + _FALLBACK_DELAY_MS

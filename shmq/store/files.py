@@ -1,6 +1,6 @@
 """File primitives shared by the store: preallocated creation, atomic replacement, mapping.
 
-Rules (DESIGN §3, reliability.md): files are created whole with posix_fallocate (a full
+Rules (what a crash or power loss may leave behind decides them): files are created whole with posix_fallocate (a full
 disk is ENOSPC at creation, not SIGBUS inside an append); a file appears under its final
 name only once complete (link(2) from a temp name, so two creators never clobber each
 other); permissions are set with fchmod so no umask weakens them; small files (checkpoint,

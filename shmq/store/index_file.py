@@ -1,7 +1,7 @@
 """One IndexFile: RocketMQ's hash index from message key to commit-log offset.
 
 The file is RocketMQ 4.x's ``store/index/<yyyyMMddHHmmssSSS>`` byte for byte
-(``IndexFile.java``, ``IndexHeader.java``; ``docs/remoting-protocol.md`` §8), so a RocketMQ
+(``IndexFile.java``, ``IndexHeader.java``, described below), so a RocketMQ
 broker can read an shmq store and the other way round. All integers are big-endian and signed.
 Because the format is RocketMQ's, it has no magic or fingerprint header (style rule 2 yields
 to compatibility); ``IndexFile.open`` checks the file size against the configured geometry.
@@ -59,8 +59,7 @@ import struct
 from typing import Iterable
 
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
-
-from .javahash import java_string_hash
+from shmq.message.javahash import java_string_hash
 
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",

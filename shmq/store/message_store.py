@@ -15,15 +15,18 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import secrets
 import socket
 import struct
 import time
 
-from shmq.errors import (FlushDiskTimeout, StaleSegment, StoreClosed, StoreError, StoreLocked)
+from shmq.errors import FlushDiskTimeout, StaleSegment, StoreClosed, StoreLocked
+from shmq.message.layout import HOST
+from shmq.message.msgid import offset_msg_id
+from shmq.message.names import UNIQ_KEY
+from shmq.message.properties import encode_properties
 from shmq.native import ffi, lib
 
-from . import files, validate
+from . import files, ownership, validate
 from .appender import Appender, QueueRegistry, raise_for_status
 from .checkpoint import Checkpoint, path_of
 from .commitlog import CommitLog
@@ -32,7 +35,6 @@ from .ha.sync import wait_replicated
 from .control import ControlBlock
 from .offsets_file import load_offsets, save_offsets
 from .reader import Reader
-from .record import encode_properties
 from .recovery import default_tag_code, recover
 
 log = logging.getLogger("shmq.store")
@@ -40,24 +42,23 @@ log = logging.getLogger("shmq.store")
 
 class PutResult:
     __slots__ = ("phys_offset", "queue_offset", "size", "store_timestamp", "count", "end",
-                 "_store_ip", "_store_port", "topic", "queue_id")
+                 "_store_host", "topic", "queue_id")
 
-    def __init__(self, out, store_ip: bytes, store_port: int, topic: str, queue_id: int):
+    def __init__(self, out, store_host: bytes, topic: str, queue_id: int):
         self.phys_offset = out.phys_offset
         self.queue_offset = out.queue_offset
         self.size = out.size
         self.store_timestamp = out.store_ts
         self.count = out.count
         self.end = out.end
-        self._store_ip = store_ip
-        self._store_port = store_port
+        self._store_host = store_host
         self.topic = topic
         self.queue_id = queue_id
 
     @property
     def msg_id(self) -> str:
         """Offset msgId of the first record (MessageDecoder.createMessageId)."""
-        return (self._store_ip + struct.pack(">iq", self._store_port, self.phys_offset)).hex().upper()
+        return offset_msg_id(self._store_host, self.phys_offset)
 
     def __repr__(self) -> str:
         return (f"PutResult(topic={self.topic!r}, queue_id={self.queue_id}, queue_offset={self.queue_offset}, "
@@ -86,12 +87,12 @@ class MessageStore(Reader):
         cfg.cq_entries_per_file = h.cq_entries_per_file
         cfg.max_message_size = h.max_message_size
         o = cb.ctl.owner
-        self._store_ip = struct.pack(">I", o.store_ip)
-        self._store_port = o.store_port
+        #: the raw STOREHOST of this store's records (IPv4 + port), the head of offset msgIds
+        self.store_host = HOST.pack(o.store_ip.to_bytes(4, "big"), o.store_port)
         self.sync_flush = o.flush_mode != ASYNC_FLUSH
         self.sync_master = o.role == ROLE_SYNC_MASTER
         #: a put is confirmed only after a wait: for the disk (SYNC_FLUSH), for a slave
-        #: (SYNC_MASTER), or both; ``_wait_flushed`` waits for whichever applies
+        #: (SYNC_MASTER), or both; ``wait_flushed`` waits for whichever applies
         self.sync_wait = self.sync_flush or self.sync_master
         self._sync_timeout_ns = o.sync_flush_timeout_ms * 1_000_000
         self._meta = ffi.new("shmq_meta *")
@@ -107,7 +108,10 @@ class MessageStore(Reader):
         lock_fd = os.open(os.path.join(cfg.root, "lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            # and the POSIX record lock on byte 0 that Apache RocketMQ's broker takes
+            # (FileChannel.tryLock(0, 1, false)): on Linux the two kinds do not see each other
+            fcntl.lockf(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        except (BlockingIOError, PermissionError):
             os.close(lock_fd)
             raise StoreLocked(f"another broker owns the store at {cfg.root} (store/lock is held)")
         try:
@@ -118,9 +122,9 @@ class MessageStore(Reader):
 
     @classmethod
     def _open_locked(cls, cfg, lock_fd, tag_code, start_services):
-        nonce = _read_or_make_nonce(cfg)
-        _fence_previous(cfg, nonce)
-        generation = _bump_generation(cfg)
+        nonce = ownership.read_or_make_nonce(cfg)
+        ownership.fence_previous(cfg, nonce)
+        generation = ownership.bump_generation(cfg)
         abort_path = os.path.join(cfg.root, "abort")
         crashed = os.path.exists(abort_path)
         files.write_atomic(abort_path, b"")
@@ -198,7 +202,7 @@ class MessageStore(Reader):
         not confirmed)."""
         self._check_open()
         validate.check_topic(topic)
-        props = encode_properties(properties) if isinstance(properties, dict) else bytes(properties)
+        props = encode_properties(properties).encode() if isinstance(properties, dict) else bytes(properties)
         validate.check_sizes(len(body), len(props), self.cfg.max_message_size)
         a = self.appender
         m, out = self._meta, self._out
@@ -207,9 +211,9 @@ class MessageStore(Reader):
             _fill_meta(m, flag, sysflag, born_timestamp, born_host, reconsume_times, prepared_offset,
                        tag_code, deliver_delay_ms)
             a.put(slot, m, body, props, out)
-            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+            res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_wait and wait_flush:
-            self._wait_flushed(res)
+            self.wait_flushed(res)
         return res
 
     def put_batch(self, topic: str, queue_id: int, batch_body: bytes, extra_properties: dict | bytes = b"", *,
@@ -219,7 +223,8 @@ class MessageStore(Reader):
         one queue under one lock. ``extra_properties`` are appended to every entry's."""
         self._check_open()
         validate.check_topic(topic)
-        extra = encode_properties(extra_properties) if isinstance(extra_properties, dict) else bytes(extra_properties)
+        extra = (encode_properties(extra_properties).encode() if isinstance(extra_properties, dict)
+                 else bytes(extra_properties))
         if len(batch_body) > self.cfg.max_message_size:
             validate.check_sizes(len(batch_body), 0, self.cfg.max_message_size)
         a = self.appender
@@ -228,9 +233,9 @@ class MessageStore(Reader):
             slot = a.slot(topic, queue_id)
             _fill_meta(m, 0, sysflag, born_timestamp, born_host, 0, 0, None, None)
             a.put_batch(slot, m, batch_body, extra, out)
-            res = PutResult(out, self._store_ip, self._store_port, topic, queue_id)
+            res = PutResult(out, self.store_host, topic, queue_id)
         if self.sync_wait and wait_flush:
-            self._wait_flushed(res)
+            self.wait_flushed(res)
         return res
 
     def queue_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "QueueWriter":
@@ -239,8 +244,10 @@ class MessageStore(Reader):
         validate.check_topic(topic)
         return QueueWriter(self, topic, queue_id, born_host)
 
-    def _wait_flushed(self, res: PutResult) -> None:
-        """The wait before a put is confirmed (RocketMQ's handleDiskFlush, then handleHA)."""
+    def wait_flushed(self, res: PutResult) -> None:
+        """The wait before the put that answered ``res`` is confirmed (RocketMQ's
+        handleDiskFlush, then handleHA): FlushDiskTimeout / ReplicationError, carrying ``res``,
+        when it takes longer than the sync flush timeout."""
         if self.sync_flush:
             rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
             if rc == lib.SHMQ_ETIMEDOUT:
@@ -297,14 +304,14 @@ class MessageStore(Reader):
                      end_ms: int = 2**62) -> list:
         """Records (memoryviews) whose KEYS or UNIQ_KEY holds ``key``, newest first. Index
         hash collisions are filtered out by reading the record back."""
-        from .record import decode_record
+        from shmq.message.record import decode_record
         out = []
         for phys in self._index().query(topic, key, max_num, begin_ms, end_ms):
             rec = self.read_at(phys)
             if rec is None:
                 continue
             m = decode_record(rec)
-            if m.topic == topic and (key in m.keys or m.properties.get("UNIQ_KEY") == key):
+            if m.topic == topic and (key in m.keys or m.properties.get(UNIQ_KEY) == key):
                 out.append(rec)
         return out
 
@@ -404,80 +411,97 @@ class MessageStore(Reader):
 
 
 class QueueWriter:
-    """The hot path for one queue: ``put(body, props)`` is one cffi call (plus a flush wait
-    with SYNC_FLUSH). Not thread-safe: use one QueueWriter per thread (they may share a
-    store and a queue; the C append serialises them)."""
+    """The raw append handle of one queue: ``put(body, props)`` is one cffi call (plus a flush
+    wait with SYNC_FLUSH), with the caller's properties bytes stored as given. Not
+    thread-safe: use one QueueWriter per thread (they may share a store and a queue; the C
+    append serialises them). The put pipeline's writer (``PutPipeline.writer``) builds on it.
 
-    __slots__ = ("store", "topic", "queue_id", "_slot", "_meta", "_out", "_appender", "_w",
-                 "_put", "_put_batch", "_sync", "_ctl", "_timeout")
+    Public fields, for callers that make the C call themselves: ``c_writer`` (shmq_writer *),
+    ``slot``, ``meta`` (shmq_meta *: the record's origin, see ``set_origin``), ``out``
+    (shmq_result *: where the last append went), ``sync`` (SYNC_FLUSH: wait after a put)."""
+
+    __slots__ = ("store", "topic", "queue_id", "slot", "meta", "out", "c_writer", "sync", "_appender",
+                 "_put", "_put_batch", "_ctl", "_timeout")
 
     def __init__(self, store: MessageStore, topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         self.store = store
         self.topic = topic
         self.queue_id = queue_id
         self._appender = store.appender
-        self._w = store.appender.w
-        self._slot = store.appender.slot(topic, queue_id)
-        self._meta = ffi.new("shmq_meta *")
-        _fill_meta(self._meta, 0, 0, 0, born_host, 0, 0, None, None)  # born_ts 0: now
-        self._out = ffi.new("shmq_result *")
+        self.c_writer = store.appender.w
+        self.slot = store.appender.slot(topic, queue_id)
+        self.meta = ffi.new("shmq_meta *")
+        _fill_meta(self.meta, 0, 0, 0, born_host, 0, 0, None, None)  # born_ts 0: now
+        self.out = ffi.new("shmq_result *")
         self._put = lib.shmq_put
         self._put_batch = lib.shmq_put_batch
-        self._sync = store.sync_wait
+        self.sync = store.sync_wait
         self._ctl = store.cb.ctl
         self._timeout = store._sync_timeout_ns
 
+    def set_origin(self, flag: int, sysflag: int, born_ts: int, born_ip: int, born_port: int,
+                   reconsume_times: int) -> None:
+        """The record fields of the next puts that come from the sender (born_ts 0: now;
+        born_ip the IPv4 address as an int)."""
+        m = self.meta
+        m.flag = flag
+        m.sysflag = sysflag
+        m.born_ts = born_ts
+        m.born_ip = born_ip
+        m.born_port = born_port
+        m.reconsume_times = reconsume_times
+
     def put(self, body: bytes, props: bytes = b"") -> int:
         """Append; returns the queue offset. Limits are checked by the C append."""
-        out = self._out
-        while True:
-            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
-            if rc == 0:
-                break
-            self._appender.recover(rc, len(body))
-        if self._sync:
-            self._wait(out.end)
-        return out.queue_offset
+        self.put_nowait(body, props)
+        if self.sync:
+            self.wait_flushed(self.out.end)
+        return self.out.queue_offset
 
     def put_nowait(self, body: bytes, props: bytes = b"") -> int:
         """Append without waiting for SYNC_FLUSH; returns the commit position to pass to
         ``wait_flushed``. Pipelining many puts and then waiting once is how one thread keeps
         many messages in flight under SYNC_FLUSH (one msync confirms them all)."""
-        out = self._out
+        out = self.out
         while True:
-            rc = self._put(self._w, self._slot, self._meta, body, len(body), props, len(props), out)
+            rc = self._put(self.c_writer, self.slot, self.meta, body, len(body), props, len(props), out)
             if rc == 0:
                 return out.end
             self._appender.recover(rc, len(body))
 
-    def wait_flushed(self, end: int) -> None:
-        """Block until everything below ``end`` is on disk (FlushDiskTimeout otherwise)."""
-        if lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) < end:
-            self._wait(end)
-
     def put_batch(self, batch_body: bytes, extra: bytes = b"") -> tuple[int, int]:
         """Append an encoded batch; returns (first queue offset, count)."""
-        out = self._out
-        while True:
-            rc = self._put_batch(self._w, self._slot, self._meta, batch_body, len(batch_body),
-                                 extra, len(extra), out)
-            if rc == 0:
-                break
-            self._appender.recover(rc, len(batch_body))
-        if self._sync:
-            self._wait(out.end)
-        return out.queue_offset, out.count
+        self.put_batch_nowait(batch_body, extra)
+        if self.sync:
+            self.wait_flushed(self.out.end)
+        return self.out.queue_offset, self.out.count
 
-    def _wait(self, end: int) -> None:
-        if self.store.sync_flush:
+    def put_batch_nowait(self, batch_body: bytes, extra: bytes = b"") -> int:
+        """``put_batch`` without the confirmation wait; returns the commit position after it."""
+        out = self.out
+        while True:
+            rc = self._put_batch(self.c_writer, self.slot, self.meta, batch_body, len(batch_body), extra, len(extra),
+                                 out)
+            if rc == 0:
+                return out.end
+            self._appender.recover(rc, len(batch_body))
+
+    def recover(self, rc: int, size: int) -> None:
+        """After a C append answered ``rc``: map what it asked for (the caller calls again) or raise."""
+        self._appender.recover(rc, size)
+
+    def wait_flushed(self, end: int) -> None:
+        """Block until everything below ``end`` is confirmed: on disk with SYNC_FLUSH
+        (FlushDiskTimeout otherwise), on a slave with SYNC_MASTER (ReplicationError)."""
+        store = self.store
+        if store.sync_flush and lib.shmq_load_i64(ffi.addressof(self._ctl.pos, "flushed_pos")) < end:
             rc = lib.shmq_wait_flushed(self._ctl, end, self._timeout)
             if rc == lib.SHMQ_ETIMEDOUT:
                 raise FlushDiskTimeout("not flushed within the sync flush timeout")
             if rc:
                 raise_for_status(rc)
-        if self.store.sync_master:
+        if store.sync_master:
             wait_replicated(self._ctl, end, self._timeout)
-
 
 
 # ====================================================================== helpers ==
@@ -495,71 +519,6 @@ def _fill_meta(m, flag, sysflag, born_ts, born_host, reconsume, prepared, tag_co
         m.tag_mode, m.tag_code = lib.SHMQ_TAG_GIVEN, tag_code
     else:
         m.tag_mode, m.tag_code = lib.SHMQ_TAG_FROM_PROPS, 0
-
-
-def _read_or_make_nonce(cfg: StoreConfig) -> int:
-    path = os.path.join(cfg.root, "nonce")
-    try:
-        with open(path) as f:
-            return int(f.read().strip(), 16)
-    except (FileNotFoundError, ValueError):
-        nonce = secrets.randbits(63)
-        files.write_atomic(path, f"{nonce:016x}\n".encode(), cfg.file_mode, cfg.group)
-        return nonce
-
-
-def _bump_generation(cfg: StoreConfig) -> int:
-    path = os.path.join(cfg.root, "generation")
-    try:
-        with open(path) as f:
-            gen = int(f.read().strip()) + 1
-    except (FileNotFoundError, ValueError):
-        gen = 1
-    files.write_atomic(path, f"{gen}\n".encode(), cfg.file_mode, cfg.group)
-    return gen
-
-
-def _fence_previous(cfg: StoreConfig, nonce: int) -> None:
-    """Stop every process still attached to the previous owner's control block: take its
-    lock (repairing a dead holder's append on the way) and mark it FENCED. A live holder
-    that never lets go means a stopped writer could resume and write: refuse to start."""
-    try:
-        old = ControlBlock.attach(cfg.root, nonce)
-    except StaleSegment:
-        _unlink_quietly(cfg)
-        return
-    except StoreError as e:
-        log.warning("discarding the previous control block of %s: %s", cfg.root, e)
-        _unlink_quietly(cfg)
-        return
-    try:
-        w = ffi.new("shmq_writer *")
-        w.ctl = old.ctl
-        w.token = lib.shmq_self_token()
-        w.lock_timeout_ms = max(cfg.lock_timeout_ms, 1000)
-        rc = lib.shmq_lock(w)
-        if rc == lib.SHMQ_ETIMEDOUT:
-            holder = old.ctl.lock.word >> 32
-            raise StoreLocked(f"process {holder} holds the store's append lock and does not release it "
-                              f"(stopped?); not starting beside it")
-        lib.shmq_fence(old.ctl)  # also wakes every sleeper on it, so they notice
-        lib.shmq_unlock(w)
-    finally:
-        old.close()
-    _unlink_quietly(cfg)
-
-
-#: Public for segment_gc: the fencing a broker start does, then the segment's unlink.
-fence_previous = _fence_previous
-
-
-def _unlink_quietly(cfg: StoreConfig) -> None:
-    from .control import segment_name
-    import posix_ipc
-    try:
-        posix_ipc.unlink_shared_memory(segment_name(cfg.root))
-    except posix_ipc.ExistentialError:
-        pass
 
 
 def _sync_range(commitlog: CommitLog, start: int, end: int) -> None:

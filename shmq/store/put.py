@@ -1,7 +1,7 @@
 """The put pipeline: what happens to a message between "a producer sent it" and "the C append
 wrote it". Broker workers (SEND_MESSAGE, SEND_BATCH_MESSAGE, CONSUMER_SEND_MSG_BACK), the
 supervisor's schedule and transaction services, and local producers all put through here, so
-a message is stored the same whichever way it came (DESIGN §4).
+a message is stored the same whichever way it came.
 
 Two stages, as in RocketMQ, where they live in two places:
 
@@ -35,45 +35,24 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from shmq.errors import FlushDiskTimeout, InvalidMessage, ReplicationError, ShmqError
+from shmq.message import classify as kinds
+from shmq.message.classify import classify
+from shmq.message.layout import TX_TYPE_MASK
+from shmq.message.names import (CLUSTER, DELAY, HALF_TOPIC, PGROUP, REAL_QID, REAL_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC,
+                                WAIT, dlq_topic)
+from shmq.message.properties import (PROPERTY_SEP, decode_properties, encode_properties, pair, properties_bytes,
+                                     stored_properties)
 from shmq.native import ffi, lib
 
 from . import validate
-from .delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
-from .record import (NAME_VALUE_SEP, PROPERTY_SEP, TX_COMMIT_TYPE, TX_NOT_TYPE, TX_TYPE_MASK,
-                     decode_properties, encode_properties)
+from .delay_levels import DEFAULT_LEVELS, DelayLevels
 
-# ---- names (MessageConst, MixAll, TopicValidator) ------------------------------------------
-P_TAGS = "TAGS"
-P_KEYS = "KEYS"
-P_UNIQ_KEY = "UNIQ_KEY"
-P_WAIT = "WAIT"
-P_DELAY = "DELAY"
-P_CLUSTER = "CLUSTER"
-P_REAL_TOPIC = "REAL_TOPIC"
-P_REAL_QID = "REAL_QID"
-P_TRAN_MSG = "TRAN_MSG"
-P_PGROUP = "PGROUP"
-P_RETRY_TOPIC = "RETRY_TOPIC"
-P_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
-P_RECONSUME_TIME = "RECONSUME_TIME"
-P_MAX_RECONSUME_TIMES = "MAX_RECONSUME_TIMES"
-
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
 DEFAULT_MAX_RECONSUME_TIMES = 16   # subscription group retryMaxTimes
 DLQ_QUEUE_NUMS = 1                 # DLQ_NUMS_PER_GROUP
 DEFAULT_CLUSTER = "DefaultCluster"
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 def tag_code(topic: str, props: bytes, store_ts: int, levels: DelayLevels = DEFAULT_LEVELS) -> int:
@@ -83,73 +62,12 @@ def tag_code(topic: str, props: bytes, store_ts: int, levels: DelayLevels = DEFA
     return levels.tag_code(topic, props, store_ts)
 
 
-# ---- properties as bytes -------------------------------------------------------------------
-# The common send (no DELAY, no TRAN_MSG) never builds a dict: WAIT is cut out of the bytes and
-# CLUSTER appended. A name counts only at the start of a pair (start of text or after \2).
-_SEP = PROPERTY_SEP.encode()
-_NV = NAME_VALUE_SEP.encode()
-
-
-def _pair_start(raw: bytes, name: bytes) -> int:
-    """Index of the pair ``name\\1...`` in raw, or -1. ``name`` ends with \\1."""
-    if raw.startswith(name):
-        return 0
-    i = raw.find(_SEP + name)
-    return -1 if i < 0 else i + 1
-
-
-def _drop_pair(raw: bytes, name: bytes) -> bytes:
-    while (i := _pair_start(raw, name)) >= 0:
-        j = raw.find(_SEP, i)
-        if j < 0:
-            raw = raw[:max(i - 1, 0)]
-        else:
-            raw = raw[:i] + raw[j + 1:]
-    return raw
-
-
-def _append_pair(raw: bytes, pair: bytes) -> bytes:
-    if not raw:
-        return pair
-    return raw + pair if raw.endswith(_SEP) else raw + _SEP + pair
-
-
-_W, _C, _D, _T = (n.encode() + _NV for n in (P_WAIT, P_CLUSTER, P_DELAY, P_TRAN_MSG))
-
-
-def properties_bytes(props) -> bytes:
-    """The stored text of ``props`` (dict, str or bytes), checked: names and values of a dict
-    may not hold the separators \\1 and \\2; text must be UTF-8."""
-    if isinstance(props, dict):
-        for k, v in props.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                raise InvalidMessage(f"property {k!r}: names and values must be strings")
-            if NAME_VALUE_SEP in k or PROPERTY_SEP in k or NAME_VALUE_SEP in v or PROPERTY_SEP in v:
-                raise InvalidMessage(f"property {k!r} holds a separator character (\\1 or \\2)")
-        return encode_properties(props)
-    if isinstance(props, str):
-        return props.encode()
-    raw = bytes(props) if props else b""
-    try:
-        raw.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise InvalidMessage(f"properties are not UTF-8 text: {e}") from None
-    return raw
-
-
 def _delay_level(props: dict) -> int:
     """DELAY as an int (Message.getDelayTimeLevel); 0 when absent."""
-    v = props.get(P_DELAY)
-    if v is None:
-        return 0
     try:
-        return int(v.strip())
+        return kinds.delay_level(props.get(DELAY))
     except ValueError:
-        raise InvalidMessage(f"DELAY must be an integer delay level, not {v!r}") from None
-
-
-def _is_true(v: str | None) -> bool:
-    return v is not None and v.strip().lower() == "true"  # Boolean.parseBoolean
+        raise InvalidMessage(f"DELAY must be an integer delay level, not {props.get(DELAY)!r}") from None
 
 
 # ---- request and result --------------------------------------------------------------------
@@ -224,7 +142,8 @@ class PutPipeline:
         self.levels = delay_levels or DEFAULT_LEVELS
         self.default_max_reconsume_times = default_max_reconsume_times
         self.on_new_topic = on_new_topic
-        self._cluster_pair = _C + cluster_name.encode()
+        self.cluster_pair = pair(CLUSTER, cluster_name)  # the stored CLUSTER pair
+        self._batch_props: dict[str, bytes] = {}
         self._rand = random.Random()
 
     def fast_writer(self, topic: str, queue_id: int, born_host=("127.0.0.1", 0)) -> "FastWriter":
@@ -244,25 +163,25 @@ class PutPipeline:
         validate.check_sizes(len(req.body), 0, self.store.cfg.max_message_size)
         qid = self._choose_queue(req)
         raw = properties_bytes(req.properties)
-        max_times = (self.default_max_reconsume_times if req.max_reconsume_times is None
-                     else req.max_reconsume_times)
-        to_dlq = topic.startswith(RETRY_PREFIX) and req.reconsume_times >= max_times
-        if not to_dlq and _pair_start(raw, _D) < 0 and _pair_start(raw, _T) < 0:
-            # the common case: no rewrite beyond WAIT and CLUSTER, no dict
-            raw = _append_pair(_drop_pair(_drop_pair(raw, _W), _C), self._cluster_pair)
-            return self._append(topic, qid, req.body, raw, req, topic, qid, qid, 0, False,
-                                wait_flush=wait_flush)
+        kind = classify(topic, raw, req.sysflag)
+        if kind is kinds.PLAIN or kind in kinds.AS_SENT:  # the common case: no rewrite beyond WAIT and CLUSTER, no dict
+            return self._append(topic, qid, req.body, stored_properties(raw, self.cluster_pair), req, topic, qid,
+                                qid, 0, False, wait_flush=wait_flush)
         props = decode_properties(raw)
-        props.pop(P_WAIT, None)
-        props[P_CLUSTER] = self.cluster_name
+        props.pop(WAIT, None)
+        props[CLUSTER] = self.cluster_name
         dest, dest_qid = topic, qid
-        if to_dlq:
-            dest, dest_qid = dlq_topic(topic[len(RETRY_PREFIX):]), 0
-            props.pop(P_DELAY, None)  # a dead letter waits for nobody
-            self.announce_topic(dest, DLQ_QUEUE_NUMS)
-        if _is_true(props.get(P_TRAN_MSG)):
-            if req.producer_group and P_PGROUP not in props:
-                props[P_PGROUP] = req.producer_group
+        if kind is kinds.RETRY:
+            max_times = (self.default_max_reconsume_times if req.max_reconsume_times is None
+                         else req.max_reconsume_times)
+            if req.reconsume_times >= max_times:
+                dest, dest_qid = dlq_topic(topic[len(RETRY_PREFIX):]), 0
+                props.pop(DELAY, None)  # a dead letter waits for nobody
+                self.announce_topic(dest, DLQ_QUEUE_NUMS)
+            kind = kinds.kind_of(props, req.sysflag)
+        if kind is kinds.HALF:
+            if req.producer_group and PGROUP not in props:
+                props[PGROUP] = req.producer_group
             return self.put_half(dest, dest_qid, req.body, props, flag=req.flag, sysflag=req.sysflag,
                                  born_timestamp=req.born_timestamp, born_host=req.born_host,
                                  reconsume_times=req.reconsume_times, request_queue_id=qid,
@@ -279,22 +198,34 @@ class PutPipeline:
         if not req.body:
             raise InvalidMessage("empty batch")
         validate.check_sizes(len(req.body), 0, self.store.cfg.max_message_size)
-        props = decode_properties(properties_bytes(req.properties))
-        if _delay_level(props) > 0:
-            raise InvalidMessage("a batch cannot be delayed (DELAY is not supported for batch messages)")
-        if req.sysflag & TX_TYPE_MASK or _is_true(props.get(P_TRAN_MSG)):
-            raise InvalidMessage("a batch cannot be a transactional message")
+        if req.sysflag & TX_TYPE_MASK:
+            raise InvalidMessage("batch message does not support delay or transaction")
+        extra = self.batch_properties(properties_bytes(req.properties).decode())
         qid = self._choose_queue(req)
-        props.pop(P_WAIT, None)
-        props[P_CLUSTER] = self.cluster_name
         try:
-            res = self.store.put_batch(topic, qid, req.body, encode_properties(props), sysflag=req.sysflag,
+            res = self.store.put_batch(topic, qid, req.body, extra, sysflag=req.sysflag,
                                        born_timestamp=req.born_timestamp, born_host=req.born_host,
                                        wait_flush=wait_flush)
         except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, qid)
             raise
         return PipelineResult(res, topic, qid, qid)
+
+    def batch_properties(self, text: str) -> bytes:
+        """The properties stored with every entry of a batch, from the batch-level text:
+        WAIT dropped, CLUSTER set. A delayed or transactional batch is MESSAGE_ILLEGAL (as in
+        RocketMQ). Cached by text: producers repeat the same few."""
+        extra = self._batch_props.get(text)
+        if extra is None:
+            props = decode_properties(text)
+            if kinds.kind_of(props) is not kinds.PLAIN and kinds.kind_of(props) is not kinds.TIMER:
+                raise InvalidMessage("batch message does not support delay or transaction")
+            props.pop(WAIT, None)
+            props[CLUSTER] = self.cluster_name
+            extra = encode_properties(props).encode()
+            if len(self._batch_props) < 1024:
+                self._batch_props[text] = extra
+        return extra
 
     # ---- the store's stage -----------------------------------------------------------
     def put_inner(self, topic: str, queue_id: int, body, properties, *, flag: int = 0, sysflag: int = 0,
@@ -310,16 +241,12 @@ class PutPipeline:
         props = properties if isinstance(properties, dict) else None
         if props is None:
             raw = properties_bytes(properties)
-            if _pair_start(raw, _D) >= 0:
-                props = decode_properties(raw)
-        tx = sysflag & TX_TYPE_MASK
-        level = _delay_level(props) if props is not None and tx in (TX_NOT_TYPE, TX_COMMIT_TYPE) else 0
-        if level > 0:
-            level = self.levels.clamp(level)
-            props = dict(props)
-            props[P_DELAY] = str(level)
-            props[P_REAL_TOPIC] = topic
-            props[P_REAL_QID] = str(queue_id)
+        if kinds.kind_of(raw if props is None else props, sysflag) is kinds.DELAYED:
+            props = decode_properties(raw) if props is None else dict(props)
+            level = self.levels.clamp(_delay_level(props))
+            props[DELAY] = str(level)
+            props[REAL_TOPIC] = topic
+            props[REAL_QID] = str(queue_id)
             return self._append(SCHEDULE_TOPIC, level - 1, body, properties_bytes(props), None, topic, queue_id,
                                 rq, level, False, flag=flag, sysflag=sysflag, born_timestamp=born_timestamp,
                                 born_host=born_host, reconsume_times=reconsume_times,
@@ -339,8 +266,8 @@ class PutPipeline:
         RMQ_SYS_TRANS_HALF_TOPIC queue 0, REAL_TOPIC/REAL_QID, transaction type cleared so the
         record gets a ConsumeQueue entry the check-back service can scan."""
         props = dict(props)
-        props[P_REAL_TOPIC] = topic
-        props[P_REAL_QID] = str(queue_id)
+        props[REAL_TOPIC] = topic
+        props[REAL_QID] = str(queue_id)
         rq = queue_id if request_queue_id is None else request_queue_id
         return self._append(HALF_TOPIC, 0, body, properties_bytes(props), None, topic, queue_id, rq, 0, True,
                             flag=flag, sysflag=sysflag & ~TX_TYPE_MASK, born_timestamp=born_timestamp,
@@ -382,84 +309,127 @@ class PutPipeline:
         return PipelineResult(res, topic, qid, request_qid, level, half)
 
 
-# ---- the common case, fast --------------------------------------------------------------
+# ---- the one per-queue writer ------------------------------------------------------------
+_put = lib.shmq_put
 _put_local = lib.shmq_put_local
 _put_local_batch = lib.shmq_put_local_batch
 
 
-class FastWriter:
-    """``PutPipeline.fast_writer(topic, qid)``: the pipeline's common case (a client send to
-    an ordinary topic with no DELAY, no TRAN_MSG, no WAIT) as one C append: the only rewrite
-    is CLUSTER appended, which is what ``put`` does too. The caller keeps anything else on
-    the full pipeline, so a message is stored the same whichever way it went. Not
-    thread-safe (one per thread), like the store's QueueWriter it wraps."""
+class PlainCall(NamedTuple):
+    """What a caller makes the ``shmq_put_local`` call with itself (see FastWriter.plain_call)."""
+    c_writer: object
+    slot: int
+    meta: object
+    tail: bytes        # \x02 + the CLUSTER pair: appended after the drawn UNIQ_KEY
+    tail_len: int
+    out: object        # shmq_result *: where the append went
+    sync: bool         # SYNC_FLUSH: every append then goes to finish_plain
 
-    __slots__ = ("pipeline", "topic", "queue_id", "_qw", "_suffix", "_out", "_plain", "_scratch")
+
+class FastWriter:
+    """``PutPipeline.fast_writer(topic, qid)``: the store's one writer of one queue for the
+    messages ``classify`` stores as sent (PLAIN, TIMER, COMMIT, ROLLBACK), used by the broker's
+    send processor (``put_sent``, ``put_sent_batch``) and by the local producer
+    (``plain_call``/``finish_plain``, ``put_plain_batch``). Whichever way, the stored properties
+    are ``stored_properties``' (WAIT dropped, CLUSTER set), which is what ``PutPipeline.put``
+    stores too; callers send every other kind through the full pipeline. Not thread-safe
+    (one per thread, or per event loop), like the QueueWriter it wraps."""
+
+    __slots__ = ("pipeline", "topic", "queue_id", "out", "_qw", "_suffix", "_plain", "_scratch", "_max_size",
+                 "_cluster")
 
     def __init__(self, pipeline: "PutPipeline", topic: str, queue_id: int, born_host=("127.0.0.1", 0)):
         validate.check_sendable_topic(topic)
-        if topic.startswith(RETRY_PREFIX):
+        if classify(topic) is kinds.RETRY:
             raise ShmqError("retry topics go through the full pipeline (DLQ rewrite)")
         self.pipeline = pipeline
         self.topic = topic
         self.queue_id = queue_id
-        self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
-        self._suffix = PROPERTY_SEP.encode() + pipeline._cluster_pair
-        qw = self._qw
-        self._out = qw._out
-        self._plain = (qw._w, qw._slot, qw._meta)
+        qw = self._qw = pipeline.store.queue_writer(topic, queue_id, born_host=born_host)
+        self._suffix = PROPERTY_SEP.encode() + pipeline.cluster_pair
+        self.out = qw.out  # shmq_result *: queue_offset, phys_offset, end, count of the last append
+        self._plain = PlainCall(qw.c_writer, qw.slot, qw.meta, self._suffix, len(self._suffix), qw.out, bool(qw.sync))
         self._scratch = None  # a batch's encoding buffer, made at the first batch
+        self._max_size = pipeline.store.cfg.max_message_size
+        self._cluster = pipeline.cluster_pair
 
-    # ---- plain sends: the client's hot path ---------------------------------------------
+    # ---- a client's message, as it came over the wire (the broker's send) ---------------
+    def put_sent(self, body: bytes, props: bytes | str, flag: int, sysflag: int, born_ts: int, born_ip: int,
+                 born_port: int, reconsume_times: int) -> int:
+        """Store one message with the client's properties text ``props`` (bytes, or the str of
+        a remoting header; its kind is one stored as sent); returns the commit position after
+        it, for ``wait_flushed`` under SYNC_FLUSH (this does not wait). ``out`` then says where
+        it went. (The broker's hot path: the C append is called inline.)"""
+        w, slot, m, _, _, out, _ = self._plain
+        self._qw.set_origin(flag, sysflag, born_ts, born_ip, born_port, reconsume_times)
+        props = stored_properties(props, self._cluster)
+        rc = _put(w, slot, m, body, len(body), props, len(props), out)
+        while rc:
+            self._qw.recover(rc, len(body))
+            rc = _put(w, slot, m, body, len(body), props, len(props), out)
+        return out.end
+
+    def put_sent_batch(self, batch_body: bytes, props_text: str, sysflag: int, born_ts: int, born_ip: int,
+                       born_port: int) -> int:
+        """Store a SEND_BATCH_MESSAGE body with its batch-level properties text (refused with
+        InvalidMessage when delayed or transactional); returns the commit position after it."""
+        if len(batch_body) > self._max_size:
+            validate.check_sizes(len(batch_body), 0, self._max_size)
+        extra = self.pipeline.batch_properties(props_text)
+        qw = self._qw
+        qw.set_origin(0, sysflag, born_ts, born_ip, born_port, 0)
+        return qw.put_batch_nowait(batch_body, extra)
+
+    def wait_flushed(self, end: int) -> None:
+        """SYNC_FLUSH: block until everything below ``end`` is on disk (FlushDiskTimeout)."""
+        self._qw.wait_flushed(end)
+
+    # ---- plain sends: the local producer's hot path -------------------------------------
     # A plain message has no DELAY / TRAN_MSG / WAIT / CLUSTER / UNIQ_KEY of its own (the
     # caller checked). Its UNIQ_KEY is drawn and its properties text assembled inside the one
     # C call (shmq_put_local), from ``head`` (user properties, TAGS, KEYS: empty or ending in
     # \x02) and the pipeline's CLUSTER pair. ``uniq`` is the client's id generator (``.c``:
     # its shmq_uniq; ``.roll()``: move to a new month).
 
-    def plain_call(self) -> tuple:
-        """(writer, slot, meta, tail, tail length, result, sync): what a caller makes the
-        ``shmq_put_local`` call with itself (the client's send: no Python frame between it and
-        the C append); the 32-char id lands in the caller's ``id_out``. Any non-zero status,
-        and every SYNC_FLUSH append, then goes to ``finish_plain``."""
-        w, slot, meta = self._plain
-        return w, slot, meta, self._suffix, len(self._suffix), self._out, bool(self._qw._sync)
+    def plain_call(self) -> PlainCall:
+        """What a caller makes the ``shmq_put_local`` call with itself (the client's send: no
+        Python frame between it and the C append); the 32-char id lands in the caller's
+        ``id_out``. Any non-zero status, and every SYNC_FLUSH append, then goes to
+        ``finish_plain``."""
+        return self._plain
 
     def finish_plain(self, rc: int, body: bytes, head: bytes, uniq, id_out) -> int:
         """After a ``shmq_put_local`` that returned ``rc``: map what it asked for (or raise)
         and append again until it succeeds; wait for SYNC_FLUSH; return the queue offset."""
-        w, slot, meta = self._plain
-        out = self._out
+        w, slot, meta, tail, tail_len, out, sync = self._plain
         while rc:
             self._recover(rc, len(body), uniq)
-            rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, self._suffix, len(self._suffix),
-                            out, id_out)
-        if self._qw._sync:
-            self._qw._wait(out.end)
+            rc = _put_local(w, slot, meta, body, len(body), head, len(head), uniq.c, tail, tail_len, out, id_out)
+        if sync:
+            self._qw.wait_flushed(out.end)
         return out.queue_offset
 
     def put_plain_batch(self, bodies: bytes, body_lens, heads: bytes, head_lens, flags, n: int, size: int,
                         uniq, ids_out) -> int:
         """``n`` plain messages as one batch of at most ``size`` encoded bytes (see
         shmq_put_local_batch for the other arguments); returns the first queue offset."""
-        w, slot, meta = self._plain
-        out = self._out
+        w, slot, meta, _, _, out, sync = self._plain
         if self._scratch is None or len(self._scratch) < size:
             self._scratch = ffi.new("uint8_t[]", max(size * 2, 64 * 1024))
         scratch = self._scratch
-        pair = self.pipeline._cluster_pair
+        cluster = self.pipeline.cluster_pair
         while True:
             rc = _put_local_batch(w, slot, meta, bodies, body_lens, heads, head_lens, len(heads), flags, n, uniq.c,
-                                  pair, len(pair), scratch, len(scratch), out, ids_out)
+                                  cluster, len(cluster), scratch, len(scratch), out, ids_out)
             if rc == 0:
                 break
             self._recover(rc, len(bodies), uniq)
-        if self._qw._sync:
-            self._qw._wait(out.end)
+        if sync:
+            self._qw.wait_flushed(out.end)
         return out.queue_offset
 
     def _recover(self, rc: int, size: int, uniq) -> None:
         if rc == lib.SHMQ_EMONTH:
             uniq.roll()
         else:
-            self._qw._appender.recover(rc, size)
+            self._qw.recover(rc, size)

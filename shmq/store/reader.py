@@ -12,9 +12,8 @@ import struct
 from dataclasses import dataclass, field
 from enum import Enum
 
+from shmq.message.layout import R_STORETS
 from shmq.native import ffi, lib
-
-from .record import R_STORETS
 
 _I64 = struct.Struct(">q")
 
@@ -42,10 +41,6 @@ class GetResult:
     messages: list = field(default_factory=list)       # memoryviews of whole records
     queue_offsets: list = field(default_factory=list)  # the queue offset of each message
     scanned: int = 0
-
-    @property
-    def total_size(self) -> int:
-        return sum(len(m) for m in self.messages)
 
 
 class Reader:
@@ -96,9 +91,6 @@ class Reader:
     def max_offset(self, topic: str, queue_id: int) -> int:
         b = self.queue_bounds(topic, queue_id)
         return b[1] if b else 0
-
-    def queues_of(self, topic: str) -> list[int]:
-        return sorted(qid for _, t, qid, _, _ in self.cb.iter_queue_slots() if t == topic)
 
     def topics(self) -> set[str]:
         return {t for _, t, _, _, _ in self.cb.iter_queue_slots()}
@@ -208,8 +200,4 @@ class Reader:
         if b is None or b[0] >= b[1]:
             return -1
         e = self.queues.get(topic, queue_id).entry(b[0])
-        return self._store_ts(e[0]) if e else -1
-
-    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
-        e = self.queues.get(topic, queue_id).entry(offset)
         return self._store_ts(e[0]) if e else -1

@@ -17,15 +17,15 @@ two near-copies; the clean case is just a scan that finds nothing past the check
 from __future__ import annotations
 
 import logging
-import struct
 from dataclasses import dataclass, field
 
+from shmq.message.layout import I32, has_cq_entry
+from shmq.message.record import unpack_record
 from shmq.native import lib
 
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE
-from .record import HEADER, R_BODYLEN, TX_MASK_NO_CQ
 
 log = logging.getLogger("shmq.store.recovery")
 
@@ -44,26 +44,15 @@ class RecoveryReport:
     stopped_because: str = ""
 
 
-def _topic_qid_props(mm, off: int):
-    """(topic, queue id, queue offset, sysflag, store ts, properties bytes) of a verified record."""
-    h = HEADER.unpack_from(mm, off)
-    qid, qoff, sysflag, store_ts, blen = h[3], h[5], h[7], h[11], h[16]
-    t0 = off + R_BODYLEN + 4 + blen
-    tlen = mm[t0]
-    topic = bytes(mm[t0 + 1:t0 + 1 + tlen]).decode("utf-8", "replace")
-    (plen,) = struct.unpack_from(">h", mm, t0 + 1 + tlen)
-    props = bytes(mm[t0 + 3 + tlen:t0 + 3 + tlen + plen])
-    return topic, qid, qoff, sysflag, store_ts, props
-
-
 def dispatch_record(queues, mm, off: int, pos: int, size: int, tag_code):
     """Give the verified record at ``pos`` (``off`` in its mapped file ``mm``) its
     ConsumeQueue entry unless it has it already. Recovery and a slave's replica writer
     (store/ha) both build queues from CommitLog bytes through this one function. Returns
     ((topic, queue id), queue offset, entries written) or None for a record with no entry
     (prepared / rolled-back transaction)."""
-    topic, qid, qoff, sysflag, store_ts, props = _topic_qid_props(mm, off)
-    if sysflag & 0xC in TX_MASK_NO_CQ:
+    (_, _, qid, _, qoff, _, sysflag, _, _, store_ts, _, _, _, _, topic,
+     props) = unpack_record(memoryview(mm), off)
+    if not has_cq_entry(sysflag):
         return None
     cq = queues.get(topic, qid)
     have = cq.entry(qoff)
@@ -108,7 +97,7 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
         mm = commitlog.map(idx)
         rc = commitlog.check(pos)
         if rc == 0:
-            total = struct.unpack_from(">i", mm, off)[0]
+            (total,) = I32.unpack_from(mm, off)  # a BLANK filler: TOTALSIZE = the rest of the file
             if total != fsize - off:
                 report.stopped_because = f"bad BLANK filler at {pos}"
                 break
@@ -128,19 +117,24 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
     end = report.end = pos
 
     # 3. cut back everything past the end
-    idx, off = divmod(end, fsize)
-    if idx in present:
-        report.bytes_zeroed = _zero_dirty_tail(commitlog.map(idx), off)
-    for i in indexes:
-        if i > idx:
-            commitlog.delete(i)
-            report.files_deleted.append(i)
+    _cut_log(commitlog, indexes, present, end, report)
     tables = {}
     for (topic, qid), n in list(next_of.items()):
         cq = queues.get(topic, qid)
         n = _cut_queue(cq, n, end, report)
         tables[(topic, qid)] = (n, _first_live(cq, n, min_phys))
     return report, tables
+
+
+def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryReport) -> None:
+    """Zero what the last file holds past ``end`` and delete every later file."""
+    idx, off = divmod(end, commitlog.file_size)
+    if idx in present:
+        report.bytes_zeroed = _zero_dirty_tail(commitlog.map(idx), off)
+    for i in indexes:
+        if i > idx:
+            commitlog.delete(i)
+            report.files_deleted.append(i)
 
 
 def _zero_dirty_tail(mm, off: int) -> int:

@@ -80,7 +80,7 @@ def _unlink(name: str) -> None:
 
 
 def _collect_existing(seg: Segment, dry_run: bool) -> None:
-    from .message_store import fence_previous
+    from .ownership import fence_previous
     try:
         lock_fd = os.open(os.path.join(seg.root, "lock"), os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:

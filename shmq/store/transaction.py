@@ -19,19 +19,17 @@ import time
 from dataclasses import dataclass
 
 from shmq.errors import ShmqError
+from shmq.message.layout import TX_COMMIT_TYPE, TX_NOT_TYPE, TX_ROLLBACK_TYPE, TX_TYPE_MASK
+from shmq.message.names import (CHECK_IMMUNITY_TIME_IN_SECONDS as P_IMMUNITY, HALF_TOPIC, OP_HALF_TOPIC as OP_TOPIC,
+                                PGROUP as P_PGROUP, REAL_QID as P_REAL_QID, REAL_TOPIC as P_REAL_TOPIC, TAGS,
+                                TRAN_MSG as P_TRAN_MSG, TRAN_PREPARED_QUEUE_OFFSET as P_PREPARED_QOFF,
+                                TRANS_CHECK_GROUP as CHECK_GROUP, TRANSACTION_CHECK_TIMES as P_CHECK_TIMES)
+from shmq.message.properties import encode_properties
+from shmq.message.record import decode_record
 
-from .record import TX_COMMIT_TYPE, TX_ROLLBACK_TYPE, TX_TYPE_MASK, decode_record, encode_properties
-
-HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-OP_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-CHECK_GROUP = "CID_RMQ_SYS_TRANS"
 OP_TAG = "d"
-P_REAL_TOPIC, P_REAL_QID, P_TRAN_MSG, P_PGROUP = "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "PGROUP"
-P_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
-P_IMMUNITY = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-P_PREPARED_QOFF = "TRAN_PREPARED_QUEUE_OFFSET"
-P_UNIQ_KEY = "UNIQ_KEY"
-COMMIT, ROLLBACK, UNKNOWN = 8, 12, 0
+#: END_TRANSACTION's commitOrRollback values: the sysFlag transaction types
+COMMIT, ROLLBACK, UNKNOWN = TX_COMMIT_TYPE, TX_ROLLBACK_TYPE, TX_NOT_TYPE
 
 
 class TransactionError(ShmqError):
@@ -93,7 +91,7 @@ def end_transaction(pipeline, commit_log_offset: int, tran_state_table_offset: i
 def put_op(pipeline, half_queue_offset: int, *, wait_flush: bool = True):
     """The op record that marks a half message resolved (TransactionalMessageBridge.putOpMessage)."""
     body = str(half_queue_offset).encode()
-    return pipeline.store.put(OP_TOPIC, 0, body, encode_properties({"TAGS": OP_TAG}), wait_flush=wait_flush)
+    return pipeline.store.put(OP_TOPIC, 0, body, encode_properties({TAGS: OP_TAG}).encode(), wait_flush=wait_flush)
 
 
 @dataclass

@@ -5,16 +5,14 @@ from __future__ import annotations
 import re
 
 from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge
+from shmq.message.names import NOT_SENDABLE_TOPICS
 
 TOPIC_RE = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 TOPIC_MAX = 127
 PROPERTIES_MAX = 32767
 
 # Topics a client may not send to (TopicValidator.NOT_ALLOWED_SEND_TOPIC_SET).
-SYSTEM_TOPICS = frozenset({
-    "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRANS_OP_HALF_TOPIC",
-    "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
-})
+SYSTEM_TOPICS = NOT_SENDABLE_TOPICS
 
 _valid_topics: set[str] = set()
 

@@ -5,13 +5,14 @@ same topic, queue id and queue offset; every record with a queue entry is pointe
 Works on a closed store or beside a live one (it reads up to the given end)."""
 from __future__ import annotations
 
-import struct
 from dataclasses import dataclass, field
+
+from shmq.message.layout import has_cq_entry
+from shmq.message.record import unpack_record
 
 from .appender import QueueRegistry
 from .commitlog import CommitLog
 from .config import StoreConfig
-from .record import HEADER, R_BODYLEN, TX_MASK_NO_CQ
 
 
 @dataclass
@@ -51,12 +52,9 @@ def verify_store(cfg: StoreConfig, end: int | None = None, *, check_queues: bool
                 if end is not None:
                     rep.problems.append(f"bad record at {pos} (check {rc}) before the end {end}")
                 break
-            h = HEADER.unpack_from(mm, off)
-            qid, qoff, sysflag, blen = h[3], h[5], h[7], h[16]
-            t0 = off + R_BODYLEN + 4 + blen
-            topic = bytes(mm[t0 + 1:t0 + 1 + mm[t0]]).decode()
+            (_, _, qid, _, qoff, _, sysflag, _, _, _, _, _, _, _, topic, _) = unpack_record(memoryview(mm), off)
             rep.records += 1
-            if sysflag & 0xC not in TX_MASK_NO_CQ:
+            if has_cq_entry(sysflag):
                 q = seen.setdefault((topic, qid), {})
                 if qoff in q:
                     rep.problems.append(f"{topic}:{qid} offset {qoff} stored twice (at {q[qoff]} and {pos})")
@@ -89,4 +87,4 @@ def verify_store(cfg: StoreConfig, end: int | None = None, *, check_queues: bool
         cl.close()
 
 
-__all__ = ["verify_store", "VerifyReport", "struct"]
+__all__ = ["verify_store", "VerifyReport"]

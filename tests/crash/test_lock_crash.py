@@ -10,9 +10,9 @@ import time
 import pytest
 
 from shmq.errors import LockTimeout
+from shmq.message.record import decode_record
 from shmq.native import lib
 from shmq.store import MessageStore
-from shmq.store.record import decode_record
 from shmq.store.verify import verify_store
 
 pytestmark = pytest.mark.crash

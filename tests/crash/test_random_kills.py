@@ -9,8 +9,8 @@ import time
 
 import pytest
 
+from shmq.message.record import decode_record
 from shmq.native import lib
-from shmq.store.record import decode_record
 from shmq.store.verify import verify_store
 
 pytestmark = pytest.mark.crash

@@ -7,8 +7,8 @@ import struct
 
 import pytest
 
+from shmq.message.record import decode_record
 from shmq.store import GetStatus, MessageStore
-from shmq.store.record import decode_record
 from shmq.store.verify import verify_store
 
 from ..conftest import small_config

@@ -8,10 +8,10 @@ target                  decoder                                         document
 ======================  ==============================================  =====================
 frame                   protocol.frame.FrameDecoder (chunked feeds)     FrameError
 command                 protocol.command.decode_command (JSON/binary)   FrameError
-record                  store.record.decode_record / iter_records       StoreCorrupt
-properties              store.record.decode_properties (+ round trip)   none
-batch                   protocol.message.decode_batch (+ round trip)    BodyDecodeError
-sql92                   store.sql_filter.compile, Filter.matches        FilterExpressionError
+record                  message.record.decode_record / iter_records     StoreCorrupt
+properties              message.properties.decode_properties (+ trip)   none
+batch                   message.batch.decode_batch (+ round trip)       BodyDecodeError
+sql92                   message.sql_filter.compile, Filter.matches      FilterExpressionError
 ======================  ==============================================  =====================
 """
 from __future__ import annotations
@@ -19,12 +19,13 @@ from __future__ import annotations
 from shmq.errors import BodyDecodeError, FilterExpressionError, FrameError, StoreCorrupt
 from shmq.protocol import command as _command
 from shmq.protocol import frame as _frame
-from shmq.protocol import message as _message
-from shmq.store import record as _record
-from shmq.store import sql_filter as _sql
+from shmq.message import batch as _batch
+from shmq.message import properties as _props
+from shmq.message import record as _record
+from shmq.message import sql_filter as _sql
 
 #: The modules atheris instruments for coverage feedback.
-MODULES = (_frame, _command, _record, _message, _sql)
+MODULES = (_frame, _command, _record, _props, _batch, _sql)
 
 _MAX_FRAME = 64 * 1024
 
@@ -69,17 +70,17 @@ def record(data: bytes) -> None:
 
 
 def properties(data: bytes) -> None:
-    props = _record.decode_properties(data)
+    props = _props.decode_properties(data)
     assert all(k and v for k, v in props.items())
-    assert _record.decode_properties(_record.encode_properties(props)) == props
+    assert _props.decode_properties(_props.encode_properties(props)) == props
 
 
 def batch(data: bytes) -> None:
     try:
-        entries = _message.decode_batch(data)
+        entries = _batch.decode_batch(data)
     except BodyDecodeError:
         return
-    assert _message.decode_batch(_message.encode_batch(entries)) == entries
+    assert _batch.decode_batch(_batch.encode_batch(entries)) == entries
 
 
 _PROPS = [{}, {"a": "1"}, {"a": "abc", "b": "2.5", "TAGS": "x"}, {"a": "-9223372036854775808", "c": "true"}]
@@ -111,6 +112,6 @@ def seeds() -> dict[str, list[bytes]]:
         "command": [f[4:] for f in frames],
         "record": [_record.encode_record(topic="T", body=b"hello", properties=b"KEYS\x01k\x02TAGS\x01a") * 2],
         "properties": [b"KEYS\x01a b\x02TAGS\x01t\x02UNIQ_KEY\x01ABC\x02"],
-        "batch": [_message.encode_batch([_message.BatchEntry(b"one", "KEYS\x01k"), _message.BatchEntry(b"two")])],
+        "batch": [_batch.encode_batch([_batch.BatchEntry(b"one", "KEYS\x01k"), _batch.BatchEntry(b"two")])],
         "sql92": [b"a > 1 AND b IN ('x', 'y') OR c IS NULL", b"TAGS = 'a' AND NOT (n BETWEEN 1 AND 3.5)"],
     }

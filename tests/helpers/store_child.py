@@ -18,15 +18,16 @@ from __future__ import annotations
 import os
 import sys
 
+from shmq.message.batch import encode_batch
 from shmq.native import lib
 from shmq.store import MessageStore
-from shmq.store.record import encode_batch
 
 
 def own(root: str, argv: list[str]) -> int:
     """Owner mode: open the store as its broker would, put N messages, report, then wait to be
     killed (crash tests)."""
     import time
+
     from shmq.store import StoreConfig
     fsize, per, n, queues = (int(a) for a in argv[:4])
     sync = len(argv) > 4 and argv[4] == "sync"

@@ -43,7 +43,7 @@ def ha_port(addr: str) -> int:
 
 def pull_all(addr: str, topic: str, queues: int, group: str = "cg") -> list[bytes]:
     """Every message body of ``topic`` on the broker at ``addr``, queue by queue."""
-    from shmq.store.record import decode_record
+    from shmq.message.record import decode_record
     out: list[bytes] = []
     with SyncRemotingClient(addr, timeout=5) as c:
         for q in range(queues):

@@ -8,10 +8,10 @@ import time
 import pytest
 
 from shmq.errors import RemotingClosed, RemotingTimeout
+from shmq.message.record import iter_records
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
 from shmq.store import StoreConfig
-from shmq.store.record import iter_records
 from shmq.store.verify import verify_store
 
 from .broker_helpers import TEST_SETTINGS, create_topic, pull, send, start_broker  # noqa: F401

@@ -10,14 +10,14 @@ import time
 import pytest
 
 from shmq.errors import RemotingTimeout
+from shmq.message.batch import BatchEntry, encode_batch
+from shmq.message.record import decode_record, iter_records
 from shmq.protocol import RequestCode, SyncRemotingClient, request
-from shmq.protocol.bodies import decode_json, KVTable
-from shmq.protocol.message import encode_batch, BatchEntry
+from shmq.protocol.bodies import KVTable, decode_json
 from shmq.protocol.headers import SendMessageRequestHeader, send_header_to_v2
-from shmq.store.record import decode_record, iter_records
 
 from .broker_helpers import clients_on_two_workers, create_topic, pull, send, start_broker  # noqa: F401
-from .conftest import processes, start_namesrv, namesrv  # noqa: F401
+from .conftest import namesrv, processes, start_namesrv  # noqa: F401
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from __future__ import annotations
 import json
 import time
 
+from shmq.message.record import iter_records
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.bodies import decode_json
 from shmq.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader, send_header_to_v2
-from shmq.store.record import iter_records
 
 from .broker_helpers import create_topic, pull, send, start_broker  # noqa: F401
 from .conftest import processes  # noqa: F401

@@ -68,8 +68,9 @@ def test_broker_conf_file(tmp_path, processes):
         create_topic(c, "Fresh", queues=1)
         r = send(c, "Fresh", b"x")  # SYNC_FLUSH: answered once flushed
         assert r.code == 0
+        from shmq.message.record import iter_records
+
         from .broker_helpers import pull
-        from shmq.store.record import iter_records
         (m,) = list(iter_records(pull(c, "Fresh", 0, 0).body))
         assert m.properties["CLUSTER"] == "MyCluster"
 

@@ -11,9 +11,9 @@ import time
 import psutil
 
 from shmq.errors import RemotingError
+from shmq.message.record import iter_records
 from shmq.protocol import SyncRemotingClient
 from shmq.store import StoreConfig
-from shmq.store.record import iter_records
 from shmq.store.verify import verify_store
 
 from .broker_helpers import TEST_SETTINGS, clients_on_two_workers, create_topic, pull, send, start_broker  # noqa: F401

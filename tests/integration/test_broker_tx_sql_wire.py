@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 
+from shmq.message.record import iter_records
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import PullMessageRequestHeader, SendMessageRequestHeader, send_header_to_v2
-from shmq.store.record import iter_records
 
 from .broker_helpers import create_topic, pull, send, start_broker  # noqa: F401
 from .conftest import processes  # noqa: F401
@@ -22,7 +22,7 @@ def _half(c, topic: str, body: bytes, group: str = "txg"):
 
 
 def _end(c, msg_id: str, queue_offset, what: int, group: str = "txg"):
-    from shmq.store.record import decode_offset_msg_id
+    from shmq.message.msgid import decode_offset_msg_id
     _, _, phys = decode_offset_msg_id(msg_id)
     return c.invoke(request(RequestCode.END_TRANSACTION, producerGroup=group, tranStateTableOffset=queue_offset,
                             commitLogOffset=phys, commitOrRollback=what, fromTransactionCheck="false", msgId=msg_id))

@@ -139,7 +139,9 @@ def _shapes(tag: str) -> tuple[list[Message], list[list[Message]]]:
                Message("T", b"%s-tags" % tag.encode(), tags="A"),
                Message("T", b"%s-keys" % tag.encode(), keys=["k1", "k2"]),
                Message("T", b"%s-props" % tag.encode(), tags="B", keys="k3", properties={"u": "1", "v": "x y"}),
-               Message("T", b"%s-flag" % tag.encode(), flag=7)]
+               Message("T", b"%s-flag" % tag.encode(), flag=7),
+               Message("T", b"%s-compressed" % tag.encode() + b"c" * 8000, tags="C"),  # over compress_over
+               Message("T", b"%s-timer" % tag.encode(), properties={"TIMER_DELAY_SEC": "3"})]
     batches = [[Message("T", b"%s-ub%d" % (tag.encode(), i), tags="U") for i in range(5)],
                [Message("T", b"%s-mb%d" % (tag.encode(), i), tags=None if i % 2 else "M", keys=f"mk{i}",
                         properties={"i": str(i)} if i % 3 == 0 else None, flag=i) for i in range(6)]]

@@ -5,21 +5,12 @@ import time
 
 import pytest
 
+from shmq.message.layout import masked_crc32
 from shmq.protocol import RequestCode, ResponseCode, SerializeType, SyncRemotingClient, request
-from shmq.protocol.bodies import (
-    ClusterInfo,
-    DataVersion,
-    RegisterBrokerBody,
-    TopicConfig,
-    TopicConfigSerializeWrapper,
-    TopicList,
-    decode_json,
-    decode_topic_route,
-    encode_json,
-    encode_register_body,
-)
+from shmq.protocol.bodies import (ClusterInfo, DataVersion, RegisterBrokerBody, TopicConfig,
+                                  TopicConfigSerializeWrapper, TopicList, decode_json, decode_topic_route, encode_json,
+                                  encode_register_body)
 from shmq.protocol.headers import QueryDataVersionRequestHeader, RegisterBrokerRequestHeader
-from shmq.protocol.message import masked_crc32
 
 SHORT = {"brokerChannelExpiredTime": 1200, "scanNotActiveBrokerInterval": 100}
 

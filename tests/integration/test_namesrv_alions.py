@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from shmq.message.layout import masked_crc32
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.bodies import RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper, encode_register_body
 from shmq.protocol.headers import RegisterBrokerRequestHeader
-from shmq.protocol.message import masked_crc32
 
 from .conftest import run_ons_client as ons
 
@@ -71,11 +71,11 @@ def test_ali_ons_produces_through_shmq_remoting_to_a_stand_in_broker(namesrv):
     the send answer against a client nobody here wrote (the real broker comes later)."""
     import asyncio
 
+    from shmq.message.msgid import create_offset_msg_id
+    from shmq.message.properties import decode_properties
     from shmq.protocol import RemotingClient, RemotingServer
     from shmq.protocol.bodies import decode_heartbeat
     from shmq.protocol.headers import SendMessageResponseHeader, decode_send_header
-    from shmq.protocol.message import create_offset_msg_id, decode_properties
-
     sent: list[tuple] = []
     heartbeats: list = []
 

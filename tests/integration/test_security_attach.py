@@ -1,4 +1,4 @@
-"""The local attach request (9900) and the doors DESIGN §7 keeps shut (CVE-2023-33246 /
+"""The local attach request (9900) and the doors kept shut by default (CVE-2023-33246 /
 CVE-2023-37582): attach info only for a caller on loopback that proves it can read the store's
 key; config-changing requests refused; a non-loopback listen address needs ACL or an override."""
 from __future__ import annotations

@@ -2,7 +2,7 @@
 each queue's offsets dense from 0, every ConsumeQueue entry pointing at its record."""
 import collections
 
-from shmq.store.record import decode_record
+from shmq.message.record import decode_record
 from shmq.store.verify import verify_store
 
 

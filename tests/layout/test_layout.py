@@ -1,23 +1,41 @@
-"""Every constant the Python side uses matches the C layout (layout.h is the source)."""
+"""Every constant the Python side uses matches the C layout (shmq/native/layout.h is the
+source; shmq/message/layout.py is its Python mirror)."""
+import struct
+import zlib
+
+from shmq.message import layout
 from shmq.native import ffi, lib
-from shmq.store import record
 from shmq.store.consume_queue import ENTRY, ENTRY_SIZE
+
+_OFFSETS = ("TOTALSIZE", "MAGIC", "BODYCRC", "QUEUEID", "FLAG", "QUEUEOFFSET", "PHYSOFFSET", "SYSFLAG", "BORNTS",
+            "BORNHOST", "STORETS", "STOREHOST", "RECONSUME", "PREPARED", "BODYLEN")
 
 
 def test_record_offsets_match_layout_h():
-    pairs = {
-        "R_TOTALSIZE": "SHMQ_R_TOTALSIZE", "R_MAGIC": "SHMQ_R_MAGIC", "R_BODYCRC": "SHMQ_R_BODYCRC",
-        "R_QUEUEID": "SHMQ_R_QUEUEID", "R_FLAG": "SHMQ_R_FLAG", "R_QUEUEOFFSET": "SHMQ_R_QUEUEOFFSET",
-        "R_PHYSOFFSET": "SHMQ_R_PHYSOFFSET", "R_SYSFLAG": "SHMQ_R_SYSFLAG", "R_BORNTS": "SHMQ_R_BORNTS",
-        "R_BORNHOST": "SHMQ_R_BORNHOST", "R_STORETS": "SHMQ_R_STORETS", "R_STOREHOST": "SHMQ_R_STOREHOST",
-        "R_RECONSUME": "SHMQ_R_RECONSUME", "R_PREPARED": "SHMQ_R_PREPARED", "R_BODYLEN": "SHMQ_R_BODYLEN",
-    }
-    for py, c in pairs.items():
-        assert getattr(record, py) == getattr(lib, c), py
-    assert record.MESSAGE_MAGIC == lib.SHMQ_MESSAGE_MAGIC == 0xDAA320A7
-    assert record.BLANK_MAGIC == lib.SHMQ_BLANK_MAGIC == 0xCBD43194
-    assert record.RECORD_FIXED == lib.SHMQ_RECORD_FIXED == 91
-    assert record.HEADER.size == lib.SHMQ_R_BODYLEN + 4
+    for name in _OFFSETS:
+        assert getattr(layout, "R_" + name) == getattr(lib, "SHMQ_R_" + name), name
+    assert layout.MESSAGE_MAGIC == lib.SHMQ_MESSAGE_MAGIC == 0xDAA320A7
+    assert layout.BLANK_MAGIC == lib.SHMQ_BLANK_MAGIC == 0xCBD43194
+    assert layout.RECORD_FIXED == lib.SHMQ_RECORD_FIXED == 91
+    assert layout.BLANK_MIN == lib.SHMQ_BLANK_MIN
+    assert layout.TOPIC_MAX == lib.SHMQ_TOPIC_MAX
+    assert layout.PROPS_MAX == lib.SHMQ_PROPS_MAX
+    assert layout.HEADER.size == layout.R_BODY == lib.SHMQ_R_BODYLEN + 4
+
+
+def test_header_struct_fields_sit_at_the_offsets():
+    """Pack distinct values and find each at its R_* offset (the struct format and the offset
+    table are written separately; this ties them together)."""
+    vals = (1, 2, 3, 4, 5, 6, 7, 8, 9, b"HOSTBORN", 10, b"HOSTSTOR", 11, 12, 13)
+    raw = layout.HEADER.pack(*vals)
+    at = {name: getattr(layout, "R_" + name) for name in _OFFSETS}
+    assert struct.unpack_from(">i", raw, at["TOTALSIZE"])[0] == 1
+    assert struct.unpack_from(">i", raw, at["QUEUEID"])[0] == 4
+    assert struct.unpack_from(">q", raw, at["PHYSOFFSET"])[0] == 7
+    assert raw[at["BORNHOST"]:at["BORNHOST"] + 8] == b"HOSTBORN"
+    assert raw[at["STOREHOST"]:at["STOREHOST"] + 8] == b"HOSTSTOR"
+    assert struct.unpack_from(">q", raw, at["PREPARED"])[0] == 12
+    assert struct.unpack_from(">i", raw, at["BODYLEN"])[0] == 13
 
 
 def test_consume_queue_entry():
@@ -34,4 +52,23 @@ def test_shared_struct_geometry():
     assert ffi.offsetof("shmq_ctl", "queues") == lib.SHMQ_QUEUE_TABLE_OFFSET
     assert ffi.sizeof("shmq_queue_slot") == 160
     assert ffi.sizeof("shmq_offset_slot") == 416
-    assert lib.shmq_layout_fingerprint() == lib.shmq_layout_fingerprint()
+
+
+def test_fingerprint_is_the_crc_of_the_geometry():
+    """The fingerprint recomputed here from cffi's view of the structs (independent of the C
+    function): a build whose struct geometry differs gets a different fingerprint."""
+    parts = (lib.SHMQ_LAYOUT_VERSION, ffi.sizeof("shmq_ctl_header"), ffi.sizeof("shmq_owner"),
+             ffi.sizeof("shmq_lockword"), ffi.sizeof("shmq_intent"), ffi.sizeof("shmq_positions"),
+             ffi.sizeof("shmq_queue_slot"), ffi.sizeof("shmq_offset_slot"), ffi.offsetof("shmq_ctl", "queues"),
+             ffi.offsetof("shmq_ctl", "pos"), ffi.offsetof("shmq_positions", "flushed_pos"),
+             ffi.offsetof("shmq_queue_slot", "topic"), ffi.offsetof("shmq_offset_slot", "key"),
+             ffi.sizeof("void *"))
+    assert lib.shmq_layout_fingerprint() == zlib.crc32(struct.pack(f"={len(parts)}I", *parts))
+
+
+def test_c_status_table_names_the_header_codes():
+    from shmq.errors import C_STATUS_NAMES, MessageTooLarge, error_for_status
+    for value, name in C_STATUS_NAMES.items():
+        assert getattr(lib, name) == value, name
+    e = error_for_status(lib.SHMQ_ETOOBIG, size=10, limit=5)
+    assert isinstance(e, MessageTooLarge) and (e.size, e.limit) == (10, 5)

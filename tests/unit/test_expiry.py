@@ -3,8 +3,8 @@ unlinked whole, so a reader holding a view into a deleted file still reads it.""
 import os
 import time
 
+from shmq.message.record import decode_record
 from shmq.store import GetStatus
-from shmq.store.record import decode_record
 
 
 def fill(s, n):

@@ -57,7 +57,7 @@ def bodies_of(store, topic, qid):
         r = store.get_messages(topic, qid, off, 32)
         if not r.messages:
             return out
-        from shmq.store.record import decode_record
+        from shmq.message.record import decode_record
         out += [decode_record(m).body for m in r.messages]
         off = r.next_begin_offset
 
@@ -100,7 +100,7 @@ def test_slave_follows_master_across_files_and_refuses_puts(stores):
         assert slave.max_offset("T", 0) == master.max_offset("T", 0)
         # the slave's own index dispatcher indexed what it received (query by key)
         assert slave.dispatcher.wait_until(slave.commit_pos)
-        from shmq.store.record import decode_record
+        from shmq.message.record import decode_record
         assert [decode_record(r).body for r in slave.query_by_key("T", "k7")] == [sent[7]]
         # the replicated bytes are the master's, byte for byte
         fsize = master.commitlog.file_size

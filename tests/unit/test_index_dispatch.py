@@ -8,8 +8,10 @@ import random
 import pytest
 
 from shmq.errors import StoreCorrupt
+from shmq.message.layout import BLANK_MAGIC
+from shmq.message.properties import encode_properties
+from shmq.message.record import encode_record
 from shmq.store.index_service import IndexService
-from shmq.store.record import BLANK_MAGIC, encode_properties, encode_record
 
 
 def make_log(n: int, seed: int = 7) -> tuple[bytearray, list[tuple]]:

@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
+from shmq.message.javahash import java_string_hash
 from shmq.store import index_file as index_file_mod
 from shmq.store.index_file import IndexFile, file_size, index_key_hash
 from shmq.store.index_service import IndexService, _name_after, index_file_name
-from shmq.store.javahash import java_string_hash
 
 T0 = 1_700_000_000_000          # a store timestamp (ms)
 ALL = (0, 2**62)                # a time range covering everything

@@ -2,7 +2,7 @@
 import pytest
 from hypothesis import given, strategies as st
 
-from shmq.store.javahash import java_string_hash, java_string_hash_cached
+from shmq.message.javahash import java_string_hash, java_string_hash_cached
 
 
 def reference_hash(s: str) -> int:

@@ -32,7 +32,7 @@ from shmq.protocol.bodies import (
     quote_bare_keys,
 )
 
-# docs/remoting-protocol.md §6, verbatim: a 4.9.8 NameServer's answer to a client below V4_9_4.
+# verbatim: a 4.9.8 NameServer's answer to a client below V4_9_4.
 DOC_ROUTE = ('{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"b1","cluster":"DefaultCluster"}],'
              '"filterServerTable":{},"queueDatas":[{"brokerName":"b1","perm":6,"readQueueNums":4,"topicSysFlag":0,'
              '"writeQueueNums":4}]}')

@@ -5,20 +5,13 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from shmq.errors import BodyDecodeError
-from shmq.protocol.message import (
-    BatchEntry,
-    create_offset_msg_id,
-    decode_batch,
-    decode_offset_msg_id,
-    decode_properties,
-    encode_batch,
-    encode_properties,
-    masked_crc32,
-)
+from shmq.message.batch import BatchEntry, decode_batch, encode_batch
+from shmq.message.layout import masked_crc32
+from shmq.message.msgid import create_offset_msg_id, decode_offset_msg_id
+from shmq.message.properties import decode_properties, encode_properties
 
 
 def test_properties_java_form_and_tolerance():

@@ -6,11 +6,16 @@ import os
 import pytest
 
 from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge, ShmqError
+from shmq.message.batch import encode_batch
+from shmq.message.layout import TX_PREPARED_TYPE, TX_TYPE_MASK
+from shmq.message.names import HALF_TOPIC
+from shmq.message.properties import properties_bytes
+from shmq.message.record import decode_record
 from shmq.native import lib
 from shmq.store import MessageStore
-from shmq.store.delay_levels import DEFAULT_LEVELS, SCHEDULE_TOPIC, DelayLevels
-from shmq.store.put import HALF_TOPIC, PutPipeline, PutRequest, properties_bytes, tag_code
-from shmq.store.record import TX_PREPARED_TYPE, TX_TYPE_MASK, decode_record, encode_batch
+from shmq.message.names import SCHEDULE_TOPIC
+from shmq.store.delay_levels import DEFAULT_LEVELS, DelayLevels
+from shmq.store.put import PutPipeline, PutRequest, tag_code
 from shmq.store.validate import SYSTEM_TOPICS
 
 from ..conftest import small_config

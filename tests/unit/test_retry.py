@@ -8,10 +8,11 @@ import pytest
 from shmq.broker.worker.retry import send_back
 from shmq.broker.supervisor.schedule import ScheduleService
 from shmq.errors import ShmqError
+from shmq.message.names import SCHEDULE_TOPIC
+from shmq.message.record import decode_record
 from shmq.store import MessageStore
-from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
+from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline, PutRequest
-from shmq.store.record import decode_record
 
 from ..conftest import small_config
 

@@ -9,10 +9,11 @@ import time
 import pytest
 
 from shmq.broker.supervisor.schedule import FILE, ScheduleService, dumps_delay_offsets, load_delay_offsets
+from shmq.message.names import SCHEDULE_TOPIC
+from shmq.message.record import decode_record
 from shmq.store import MessageStore
-from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
+from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline, PutRequest
-from shmq.store.record import decode_record
 
 from ..conftest import small_config
 

@@ -6,9 +6,10 @@ import time
 import pytest
 
 from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge, StoreClosed, StoreLocked
+from shmq.message.batch import encode_batch
+from shmq.message.record import decode_record
 from shmq.native import lib
 from shmq.store import GetStatus, MessageStore
-from shmq.store.record import decode_record, encode_batch
 from shmq.store.verify import verify_store
 
 from ..conftest import small_config

@@ -2,9 +2,10 @@
 scan (what is old enough, what is resolved, re-queue and discard after the maximum)."""
 import pytest
 
+from shmq.message.layout import TX_COMMIT_TYPE, TX_TYPE_MASK
+from shmq.message.record import decode_record
 from shmq.store import GetStatus
 from shmq.store.put import PutPipeline, PutRequest
-from shmq.store.record import TX_COMMIT_TYPE, TX_TYPE_MASK, decode_record
 from shmq.store.transaction import (COMMIT, HALF_TOPIC, OP_TOPIC, ROLLBACK, HalfScanner, TransactionError,
                                     end_transaction)
 

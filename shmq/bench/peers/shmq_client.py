@@ -1,4 +1,4 @@
-"""shmq through its public client API (DESIGN §6), against a broker this run started:
+"""shmq through its public client API (shmq.client), against a broker this run started:
 ``Producer(group, namesrv=..., local=...)`` with ``send`` / ``send_batch``, and
 ``PushConsumer(group, namesrv=..., model="CLUSTERING")`` with an ``on_message`` listener
 (consume batches of up to 32, reading from the first offset of a fresh topic).
@@ -14,6 +14,8 @@ from __future__ import annotations
 import itertools
 import os
 import time
+
+from shmq.message.names import PERM_RW, TBW102
 
 from .base import FuncSender, Peer
 
@@ -119,8 +121,8 @@ def create_topic(broker: str, namesrv: str, topic: str, queues: int, timeout: fl
     """UPDATE_AND_CREATE_TOPIC on the broker, then wait until the NameServer routes it."""
     from shmq.protocol import RequestCode, SyncRemotingClient, request
     from shmq.protocol.headers import CreateTopicRequestHeader
-    h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues, writeQueueNums=queues,
-                                 perm=6, topicFilterType="SINGLE_TAG")
+    h = CreateTopicRequestHeader(topic=topic, defaultTopic=TBW102, readQueueNums=queues, writeQueueNums=queues,
+                                 perm=PERM_RW, topicFilterType="SINGLE_TAG")
     with SyncRemotingClient(broker, timeout=5) as c:
         r = c.invoke(request(RequestCode.UPDATE_AND_CREATE_TOPIC, h))
         if r.code != 0:

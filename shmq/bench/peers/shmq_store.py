@@ -13,16 +13,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import signal
-import struct
 import time
+
+from shmq.message.record import record_body
 
 from .base import FuncReceiver, FuncSender, Peer
 
 TOPIC = "BenchTopic"
 SPIN_S = float(os.environ.get("SHMQ_BENCH_SPIN_US", "50")) / 1e6
 COMMITLOG_MIN, COMMITLOG_MAX = 16 << 20, 128 << 20
-_BODYLEN = struct.Struct(">i")
-R_BODYLEN, R_BODY = 84, 88
 
 
 def commitlog_file_size(sc) -> int:
@@ -110,8 +109,8 @@ class ShmqStorePeer(Peer):
 
     @classmethod
     def open_sender(cls, ch, sc, idx):
+        from shmq.message.batch import encode_batch
         from shmq.store import MessageStore
-        from shmq.store.record import encode_batch
         store = MessageStore.attach(ch["root"])
         w = store.queue_writer(TOPIC, idx % ch["queues"])
         put, put_batch = w.put, w.put_batch
@@ -123,7 +122,7 @@ class ShmqStorePeer(Peer):
         store = MessageStore.attach(ch["root"])
         queues = [q for q in range(ch["queues"]) if q % max(sc.consumers, 1) == idx]
         offsets = {q: 0 for q in queues}
-        get, wait, unpack = store.get_messages, store.wait, _BODYLEN.unpack_from
+        get, wait = store.get_messages, store.wait
         cb = store.cb
 
         def recv(timeout):
@@ -133,9 +132,7 @@ class ShmqStorePeer(Peer):
                 res = get(TOPIC, q, offsets[q], 256)
                 if res.messages:
                     offsets[q] = res.next_begin_offset
-                    for rec in res.messages:
-                        n = unpack(rec, R_BODYLEN)[0]
-                        out.append(rec[R_BODY:R_BODY + n])
+                    out += map(record_body, res.messages)
                 elif res.next_begin_offset > offsets[q]:
                     offsets[q] = res.next_begin_offset
             if not out:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from shmq.message.names import RETRY_PREFIX
 from shmq.protocol.acl_sign import signature
 from shmq.service import AsyncService
 
@@ -41,7 +42,6 @@ from .acl_addr import AddressError, Matcher, compile_pattern
 log = logging.getLogger("shmq.broker.acl")
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
-RETRY_PREFIX = "%RETRY%"
 TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 #: Permission.ADMIN_CODE: create/update topic, update broker config, delete topic,
 #: create/update and delete subscription group.

@@ -129,7 +129,7 @@ class BrokerConfig:
     # ---- shmq's own ----
     #: Worker processes serving TCP (0 = min(cpu_count, 4)).
     workers: int = 0
-    #: Address the workers bind (DESIGN §7: loopback unless told otherwise).
+    #: Address the workers bind (loopback unless told otherwise: safe by default).
     listenAddress: str = "127.0.0.1"
     #: Largest frame accepted (16 MiB, as Java).
     maxFrameSize: int = 16 * 1024 * 1024

@@ -22,26 +22,14 @@ import time
 
 import msgspec
 
+from shmq.message.names import (OFFSET_MOVED_EVENT, PERM_INHERIT, PERM_RW, RETRY_PREFIX, SCHEDULE_TOPIC, SELF_TEST_TOPIC,
+                                TBW102)
 from shmq.protocol.bodies import DataVersion, TopicConfig, TopicConfigSerializeWrapper, decode_json
-from shmq.protocol.codes import Perm
 from shmq.store import files
 
 log = logging.getLogger("shmq.broker.topics")
 
 FILE = "topics.json"
-TBW102 = "TBW102"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
-PERM_RW = int(Perm.READ | Perm.WRITE)
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 class TopicTable:
@@ -130,15 +118,15 @@ def default_topics(cluster: str, broker_name: str, auto_create: bool, default_qu
     """The topics a RocketMQ broker creates at start (TopicConfigManager's constructor)."""
     rw = PERM_RW
     out = [
-        TopicConfig(topicName="SELF_TEST_TOPIC", readQueueNums=1, writeQueueNums=1, perm=rw),
-        TopicConfig(topicName="OFFSET_MOVED_EVENT", readQueueNums=1, writeQueueNums=1, perm=rw),
+        TopicConfig(topicName=SELF_TEST_TOPIC, readQueueNums=1, writeQueueNums=1, perm=rw),
+        TopicConfig(topicName=OFFSET_MOVED_EVENT, readQueueNums=1, writeQueueNums=1, perm=rw),
         TopicConfig(topicName=SCHEDULE_TOPIC, readQueueNums=18, writeQueueNums=18, perm=rw),
-        TopicConfig(topicName=broker_name, readQueueNums=1, writeQueueNums=1, perm=rw | int(Perm.INHERIT)),
+        TopicConfig(topicName=broker_name, readQueueNums=1, writeQueueNums=1, perm=rw | PERM_INHERIT),
         TopicConfig(topicName=f"{cluster}_REPLY_TOPIC", readQueueNums=1, writeQueueNums=1, perm=rw),
     ]
     if auto_create:
         out.append(TopicConfig(topicName=TBW102, readQueueNums=default_queues, writeQueueNums=default_queues,
-                               perm=rw | int(Perm.INHERIT)))
+                               perm=rw | PERM_INHERIT))
     return out
 
 
@@ -148,10 +136,10 @@ def derive_from_default(topic: str, default: TopicConfig | None, requested_queue
     (``createTopicInSendMessageMethod``): only when the default has PERM_INHERIT; queues =
     min(requested, the default's write queues); perm without INHERIT. A %RETRY% topic
     falls back to one queue."""
-    if default is not None and default.perm & Perm.INHERIT:
+    if default is not None and default.perm & PERM_INHERIT:
         q = max(1, min(requested_queues, default.writeQueueNums))
         return TopicConfig(topicName=topic, readQueueNums=q, writeQueueNums=q,
-                           perm=default.perm & ~int(Perm.INHERIT), topicSysFlag=sysflag)
+                           perm=default.perm & ~PERM_INHERIT, topicSysFlag=sysflag)
     if topic.startswith(RETRY_PREFIX):
         return TopicConfig(topicName=topic, readQueueNums=1, writeQueueNums=1, perm=PERM_RW)
     return None

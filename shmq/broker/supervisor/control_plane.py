@@ -1,6 +1,6 @@
 """The supervisor's end of the control channel: the per-broker tables and their handlers.
 
-Holds the three things that must be one per broker (DESIGN §1): the topic table (single
+Holds the three things that must be one per broker, whatever the number of workers: the topic table (single
 writer of topics.json), the client registry and the queue-lock table. Workers reach them
 with the requests of :mod:`control_channel`; this module answers them and pushes changes
 back (topic table, NOTIFY_CONSUMER_IDS_CHANGED, channel closes). Everything here runs on
@@ -15,17 +15,18 @@ from collections.abc import Callable
 
 import msgspec
 
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.control_channel import Ctl, ctl
+from shmq.broker.shared.topics import TopicTable, derive_from_default
+from shmq.message.names import PERM_RW, TBW102, retry_topic
 from shmq.protocol import RemotingCommand, ResponseCode
-from shmq.protocol.bodies import (ConsumerListBody, HeartbeatData, LockBatchRequestBody,
-                                  LockBatchResponseBody, TopicConfig, decode_json, encode_json)
+from shmq.protocol.bodies import (ConsumerListBody, HeartbeatData, LockBatchRequestBody, LockBatchResponseBody,
+                                  TopicConfig, decode_json, encode_json)
 from shmq.protocol.codes import Perm
 from shmq.protocol.transport import Connection
 
 from .clients import ChannelInfo, ClientRegistry, worker_of
-from shmq.broker.shared.config import BrokerConfig
-from shmq.broker.shared.control_channel import Ctl, ctl
 from .locks import LockTable
-from shmq.broker.shared.topics import PERM_RW, TBW102, TopicTable, derive_from_default, retry_topic
 
 log = logging.getLogger("shmq.broker.control")
 

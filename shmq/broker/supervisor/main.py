@@ -34,24 +34,26 @@ import sys
 import threading
 import time
 
+from shmq.broker.shared.topics import TopicTable, config_path, default_topics
+from shmq.message.names import PERM_RW
+from shmq.protocol import encode_command
+from shmq.protocol.bodies import TopicConfig
 from shmq.store import MessageStore, segment_gc
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
-from shmq.protocol import encode_command
-from shmq.protocol.bodies import TopicConfig
 from shmq.service import AsyncService
 
 from shmq.broker.shared import attach
-from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared.config import BrokerConfig
+
 from .control_plane import ControlPlane
 from .metrics import exporter as metrics
 from .register import Registrar
 from .replication import Replication
 from .schedule import ScheduleService
 from .transaction_service import TransactionCheckService
-from shmq.broker.shared.topics import TopicTable, config_path, default_topics
 
 log = logging.getLogger("shmq.broker")
 
@@ -159,10 +161,10 @@ class Supervisor:
                 handlers[cc.Ctl.METRICS] = self.metrics.feeds.on_push
             self._ctl_server = await cc.serve(cfg.control_path, handlers,
                                               self.plane.on_connect, self.plane.on_close)
-            # Delayed messages come due in the supervisor, which owns the store (DESIGN §1).
+            # Delayed messages come due in the supervisor, which owns the store.
             loop = asyncio.get_running_loop()
             self.pipeline = cfg.put_pipeline(self.store, lambda t, n: loop.call_soon_threadsafe(
-                self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=6)))
+                self.plane.ensure_topic, TopicConfig(topicName=t, readQueueNums=n, writeQueueNums=n, perm=PERM_RW)))
             if not cfg.is_slave:  # a slave re-puts nothing: its master delivers and checks
                 self._start_master_services(loop, levels)
             for w in self.workers:

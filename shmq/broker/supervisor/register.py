@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from shmq.message.layout import masked_crc32
 from shmq.protocol import RemotingClient, RequestCode, request
 from shmq.protocol.bodies import RegisterBrokerBody, encode_register_body
 from shmq.protocol.headers import RegisterBrokerRequestHeader, UnRegisterBrokerRequestHeader
-from shmq.protocol.message import masked_crc32
 from shmq.service import AsyncService
 
 from shmq.broker.shared.config import BrokerConfig

@@ -30,13 +30,13 @@ import os
 import time
 
 from shmq.errors import InvalidMessage
+from shmq.message.names import DELAY, HALF_TOPIC, REAL_QID, REAL_TOPIC, SCHEDULE_TOPIC
+from shmq.message.record import decode_record
 from shmq.native import lib
 from shmq.service import ThreadService
 from shmq.store import files
-from shmq.store.delay_levels import SCHEDULE_TOPIC, DelayLevels
+from shmq.store.delay_levels import DelayLevels
 from shmq.store.offsets_file import loads_int_keys
-from shmq.store.put import HALF_TOPIC, P_DELAY, P_REAL_QID, P_REAL_TOPIC
-from shmq.store.record import decode_record
 
 log = logging.getLogger("shmq.broker.schedule")
 
@@ -217,20 +217,20 @@ class ScheduleService(ThreadService):
             self.skipped += 1
             return 0
         props = dict(msg.properties)
-        props.pop(P_DELAY, None)
-        topic = props.get(P_REAL_TOPIC)
+        props.pop(DELAY, None)
+        topic = props.get(REAL_TOPIC)
         try:
-            queue_id = int(props.get(P_REAL_QID, ""))
+            queue_id = int(props.get(REAL_QID, ""))
         except ValueError:
             queue_id = -1
         if not topic or queue_id < 0 or topic == HALF_TOPIC:
             log.error("delay level %d offset %d: record at %d has no usable REAL_TOPIC/REAL_QID (%r, %r); "
-                      "discarded", level, off, phys, topic, props.get(P_REAL_QID))
+                      "discarded", level, off, phys, topic, props.get(REAL_QID))
             self.skipped += 1
             return 0
         if not self.keep_real_properties:
-            props.pop(P_REAL_TOPIC, None)
-            props.pop(P_REAL_QID, None)
+            props.pop(REAL_TOPIC, None)
+            props.pop(REAL_QID, None)
         try:
             res = self._put(topic, queue_id, bytes(msg.body), props, flag=msg.flag, sysflag=msg.sysflag,
                             born_timestamp=msg.born_timestamp, born_host=msg.born_host,

@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import logging
 
+from shmq.message.names import REAL_QID, REAL_TOPIC, TRANSACTION_CHECK_TIMES, UNIQ_KEY
+from shmq.message.properties import encode_properties
+from shmq.message.record import encode_record
 from shmq.protocol import RequestCode, request
 from shmq.service import ThreadService
-from shmq.store.record import encode_properties, encode_record
 from shmq.store.transaction import HalfScanner
 
 log = logging.getLogger("shmq.broker.transaction")
@@ -40,7 +42,7 @@ class TransactionCheckService(ThreadService):
                 self.scanner.discard(self.pipeline, cand)
                 self.discarded += 1
                 log.warning("half message %s of group %s checked %d times without an answer: discarded",
-                            cand.msg.properties.get("UNIQ_KEY", cand.commit_log_offset), cand.producer_group,
+                            cand.msg.properties.get(UNIQ_KEY, cand.commit_log_offset), cand.producer_group,
                             cand.check_times)
                 continue
             copy = self.scanner.requeue(self.pipeline, cand)  # a store PutResult
@@ -52,15 +54,15 @@ class TransactionCheckService(ThreadService):
     def _ask(self, cand, copy) -> None:
         m = cand.msg
         props = dict(m.properties)
-        topic = props.get("REAL_TOPIC", m.topic)
-        qid = int(props.get("REAL_QID", m.queue_id) or 0)
-        props["TRANSACTION_CHECK_TIMES"] = str(cand.check_times + 1)
+        topic = props.get(REAL_TOPIC, m.topic)
+        qid = int(props.get(REAL_QID, m.queue_id) or 0)
+        props[TRANSACTION_CHECK_TIMES] = str(cand.check_times + 1)
         body = encode_record(topic=topic, body=bytes(m.body), properties=encode_properties(props), queue_id=qid,
                              flag=m.flag, queue_offset=copy.queue_offset, phys_offset=copy.phys_offset,
                              sysflag=m.sysflag, born_timestamp=m.born_timestamp, born_host=m.born_host,
                              store_timestamp=copy.store_timestamp, store_host=m.store_host,
                              reconsume_times=m.reconsume_times)
-        uniq = props.get("UNIQ_KEY", copy.msg_id)
+        uniq = props.get(UNIQ_KEY, copy.msg_id)
         cmd = request(RequestCode.CHECK_TRANSACTION_STATE, body=body, tranStateTableOffset=copy.queue_offset,
                       commitLogOffset=copy.phys_offset, msgId=uniq, transactionId=uniq, offsetMsgId=copy.msg_id)
         cmd.flag |= 2

@@ -29,6 +29,7 @@ import inspect
 import logging
 
 from shmq.broker.shared.acl import PUB, SUB, AclError, PlainAcl, retry_topic
+from shmq.message.names import RETRY_PREFIX
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import decode_heartbeat
 from shmq.protocol.transport import Handler
@@ -39,7 +40,7 @@ REMARK_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
 
 
 def _send(topic, group):
-    if topic is not None and topic.startswith("%RETRY%"):
+    if topic is not None and topic.startswith(RETRY_PREFIX):
         return {retry_topic(group): SUB}
     return {topic: PUB}
 

@@ -22,8 +22,8 @@ import signal
 import sys
 import time
 
-from shmq.protocol import RemotingCommand, RemotingServer, RequestCode, decode_command, request
-from shmq.protocol import loop as loops
+from shmq.message.names import PERM_RW
+from shmq.protocol import RemotingCommand, RemotingServer, RequestCode, decode_command, loop as loops, request
 from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, encode_json
 from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
@@ -208,7 +208,7 @@ class Worker:
         sure the topic exists (1 queue, perm 6), here at once and at the supervisor."""
         if topic in self.topics.table:
             return
-        tc = TopicConfig(topicName=topic, readQueueNums=queue_nums, writeQueueNums=queue_nums, perm=6)
+        tc = TopicConfig(topicName=topic, readQueueNums=queue_nums, writeQueueNums=queue_nums, perm=PERM_RW)
         self.topics.table[topic] = tc
         if self.ctl is not None and not self.ctl.closed:
             self.ctl.send_oneway(cc.ctl(Ctl.CREATE_TOPIC, encode_json(tc), ifAbsent="true"))

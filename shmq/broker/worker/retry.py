@@ -1,7 +1,7 @@
 """CONSUMER_SEND_MSG_BACK: a consumer could not process a message (RECONSUME_LATER) and hands
 it back to the broker, which stores a copy to be consumed again later from ``%RETRY%<group>``,
 or, once it has been retried often enough, parks it in ``%DLQ%<group>``
-(SendMessageProcessor.asyncConsumerSendMsgBack, docs/remoting-protocol.md §5.5).
+(RocketMQ's SendMessageProcessor.asyncConsumerSendMsgBack).
 
 The copy: the record at the request's commit-log offset, same body, flag, sysflag, born
 timestamp and host and properties, plus
@@ -27,9 +27,9 @@ import random
 from dataclasses import dataclass
 
 from shmq.errors import InvalidMessage, ShmqError, StoreCorrupt
-from shmq.store.put import (DEFAULT_MAX_RECONSUME_TIMES, DLQ_QUEUE_NUMS, P_DELAY, P_ORIGIN_MESSAGE_ID,
-                            P_RETRY_TOPIC, PipelineResult, PutPipeline, dlq_topic, retry_topic)
-from shmq.store.record import decode_record
+from shmq.message.names import DELAY, ORIGIN_MESSAGE_ID, RETRY_TOPIC, dlq_topic, retry_topic
+from shmq.message.record import decode_record
+from shmq.store.put import DEFAULT_MAX_RECONSUME_TIMES, DLQ_QUEUE_NUMS, PipelineResult, PutPipeline
 
 SYSTEM_ERROR = 1
 
@@ -76,20 +76,20 @@ def send_back(pipeline: PutPipeline, record_offset: int, group: str, delay_level
         raise InvalidMessage("CONSUMER_SEND_MSG_BACK needs a consumer group")
 
     props = dict(msg.properties)
-    props.setdefault(P_RETRY_TOPIC, msg.topic)
-    if not props.get(P_ORIGIN_MESSAGE_ID):
-        props[P_ORIGIN_MESSAGE_ID] = msg.offset_msg_id
+    props.setdefault(RETRY_TOPIC, msg.topic)
+    if not props.get(ORIGIN_MESSAGE_ID):
+        props[ORIGIN_MESSAGE_ID] = msg.offset_msg_id
     max_times = DEFAULT_MAX_RECONSUME_TIMES if max_reconsume_times is None else max_reconsume_times
 
     if msg.reconsume_times >= max_times or delay_level < 0:
         topic, queue_id, level, dead = dlq_topic(group), 0, 0, True
-        props.pop(P_DELAY, None)
+        props.pop(DELAY, None)
         pipeline.announce_topic(topic, DLQ_QUEUE_NUMS)
     else:
         nq = max(retry_queue_nums, 1)
         topic, queue_id, dead = retry_topic(group), random.randrange(nq), False
         level = delay_level or FIRST_RETRY_LEVEL + msg.reconsume_times
-        props[P_DELAY] = str(level)
+        props[DELAY] = str(level)
         pipeline.announce_topic(topic, nq)
 
     res = pipeline.put_inner(topic, queue_id, bytes(msg.body), props, flag=msg.flag, sysflag=msg.sysflag,

@@ -19,10 +19,10 @@ import logging
 import struct
 import threading
 
+from shmq.message.layout import BLANK_MAGIC, MESSAGE_MAGIC
 from shmq.native import lib
 
 from ..recovery import dispatch_record
-from ..record import BLANK_MAGIC, MESSAGE_MAGIC
 from .wire import HAProtocolError
 
 log = logging.getLogger("shmq.store.ha")

@@ -2,7 +2,7 @@
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
 QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33), GET_BROKER_RUNTIME_INFO (28),
 INVOKE_BROKER_TO_RESET_OFFSET (222), shmq's
-GET_ATTACH_INFO (9900), and the config-changing requests, which are refused (DESIGN §7:
+GET_ATTACH_INFO (9900), and the config-changing requests, which are refused (safe by default:
 the door of CVE-2023-33246 stays shut; shmq has no setting that opens it).
 
 Topic changes go to the supervisor, the single writer of topics.json, which pushes the new
@@ -13,11 +13,10 @@ from __future__ import annotations
 import os
 import time
 
+from shmq.message.names import PERM_INHERIT, PERM_RW
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, encode_command, request
 from shmq.protocol.bodies import KVTable, TopicConfig, encode_json, encode_reset_offset_body
-from shmq.protocol.codes import Perm
-from shmq.protocol.headers import (CreateTopicRequestHeader, QueryMessageRequestHeader,
-                                   ViewMessageRequestHeader)
+from shmq.protocol.headers import CreateTopicRequestHeader, QueryMessageRequestHeader, ViewMessageRequestHeader
 from shmq.store import validate
 
 from shmq.broker.shared import control_channel as cc
@@ -67,7 +66,7 @@ class Processor:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                      f"queue numbers read {h.readQueueNums} write {h.writeQueueNums} out of range 0..1024")
         tc = TopicConfig(topicName=h.topic, readQueueNums=h.readQueueNums, writeQueueNums=h.writeQueueNums,
-                         perm=h.perm & int(Perm.READ | Perm.WRITE | Perm.INHERIT),
+                         perm=h.perm & (PERM_RW | PERM_INHERIT),
                          topicFilterType=h.topicFilterType or "SINGLE_TAG",
                          topicSysFlag=h.topicSysFlag or 0, order=h.order)
         await self.w.create_topic(tc)
@@ -170,7 +169,7 @@ class Processor:
         return cmd.make_response(body=encode_json(KVTable(table=table)))
 
     def attach_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        """DESIGN §4: what a local client needs to map the store (its root, the generation
+        """The local transport's attach: what a local client needs to map the store (its root, the generation
         of the running owner, the flush mode it must honour), given only to a caller on this
         host that proves it can read the store's key (:mod:`shmq.protocol.attach`)."""
         ok, answer = self.w.attach_guard.check(conn.context, conn.peer, cmd.ext_fields)

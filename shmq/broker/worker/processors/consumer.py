@@ -11,18 +11,17 @@ this worker's pulls need no round trip.
 """
 from __future__ import annotations
 
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import Ctl
+from shmq.errors import FilterExpressionError
+from shmq.message import sql_filter
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
-from shmq.protocol.bodies import ConsumerListBody, decode_heartbeat, decode_json, encode_json, LockBatchRequestBody
+from shmq.protocol.bodies import ConsumerListBody, LockBatchRequestBody, decode_heartbeat, decode_json, encode_json
 from shmq.protocol.headers import (GetConsumerListByGroupRequestHeader, GetEarliestMsgStoretimeRequestHeader,
                                    GetMaxOffsetRequestHeader, GetMinOffsetRequestHeader,
                                    QueryConsumerOffsetRequestHeader, SearchOffsetRequestHeader,
                                    UnregisterClientRequestHeader, UpdateConsumerOffsetRequestHeader)
 
-from shmq.errors import FilterExpressionError
-from shmq.store import sql_filter
-
-from shmq.broker.shared import control_channel as cc
-from shmq.broker.shared.control_channel import Ctl
 from ..context import WorkerContext
 
 

@@ -16,28 +16,26 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import socket
 import struct
 
-from shmq.errors import FlushDiskTimeout, InvalidTopic, ReplicationError
+from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared.control_channel import Ctl
+from shmq.errors import FlushDiskTimeout, InvalidMessage, InvalidTopic, MessageTooLarge, ReplicationError
+from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
+from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
+from shmq.message.names import PERM_WRITE, RETRY_PREFIX
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
-from shmq.protocol.codes import Perm
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
-from shmq.protocol.message import decode_properties, encode_properties
 from shmq.store import transaction, validate
 from shmq.store.put import PutRequest
 
-from shmq.broker.shared import control_channel as cc
 from .. import retry
-from shmq.broker.shared.control_channel import Ctl
-from shmq.broker.shared.topics import RETRY_PREFIX
 from ..confirm import Confirmer
 from ..context import WorkerContext, born_host
 
-_PERM_WRITE = int(Perm.WRITE)  # a plain int: an IntFlag '&' costs about a microsecond per request
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 
@@ -56,10 +54,8 @@ class Processor:
     def __init__(self, worker: WorkerContext):
         self.w = worker
         self.cfg = worker.cfg
-        self.cluster_prop = f"CLUSTER\x01{self.cfg.brokerClusterName}"
         self._id_prefix: str | None = None
         self._writers: dict[tuple[str, int], object] = {}
-        self._batch_props: dict[str, bytes] = {}
         self._confirmer: Confirmer | None = None  # SYNC_FLUSH / SYNC_MASTER waits, made on first use
 
     def handlers(self):
@@ -74,7 +70,7 @@ class Processor:
     # ------------------------------------------------------------------ checks ----
     def _check(self, cmd: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | TopicConfig | None:
         """A refusal, the topic's config, or None when the topic must be looked up/created."""
-        if not self.cfg.brokerPermission & _PERM_WRITE:
+        if not self.cfg.brokerPermission & PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         why = _topic_name_error(h.topic)
@@ -88,7 +84,7 @@ class Processor:
         if tc is None:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic[{h.topic}] not exist, apply first please!{_FAQ}")
-        if not tc.perm & _PERM_WRITE:
+        if not tc.perm & PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
         if h.queueId >= max(tc.writeQueueNums, tc.readQueueNums):
             return cmd.make_response(
@@ -125,30 +121,19 @@ class Processor:
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
             return self._put_batch(conn, cmd, h, qid)
         props = h.properties or ""
-        if "DELAY\x01" in props or "TRAN_MSG\x01" in props or h.topic.startswith(RETRY_PREFIX):
-            # Delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's.
+        kind = classify(h.topic, props, h.sysFlag)
+        if kind is not PLAIN and kind not in AS_SENT:
+            # delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's
             return self._put_pipeline(conn, cmd, h, qid, tc)
-        if "WAIT\x01" in props:  # Java clients always send it; 4.9.x does not store it
-            props = "\x02".join(p for p in props.split("\x02") if p and not p.startswith("WAIT\x01"))
-        props = (props.rstrip("\x02") + "\x02" + self.cluster_prop) if props else self.cluster_prop
-        store = self.w.store
+        fw = self._writer(h.topic, qid)
         self.w.stats["put"] += 1
-        if store.sync_wait:
-            res = store.put(h.topic, qid, cmd.body, props.encode(), flag=h.flag, sysflag=h.sysFlag,
-                            born_timestamp=h.bornTimestamp, born_host=born_host(conn),
-                            reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
-            return self._answer(cmd, res, res.msg_id)
-        qw = self._writer(h.topic, qid)
-        m = qw._meta
-        m.flag = h.flag
-        m.sysflag = h.sysFlag
-        m.born_ts = h.bornTimestamp
-        m.born_ip, m.born_port = _born_ints(conn)
-        m.reconsume_times = h.reconsumeTimes or 0
-        qoff = qw.put(cmd.body, props.encode())
-        return cmd.make_response(ResponseCode.SUCCESS, None, {
-            "msgId": f"{self._prefix()}{qw._out.phys_offset:016X}", "queueId": str(qid), "queueOffset": str(qoff),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"})
+        end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
+        out = fw.out
+        ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
+               "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        if self.w.store.sync_wait:
+            return self._answer_after_flush(cmd, end, ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _put_pipeline(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
         req = PutRequest(
@@ -166,39 +151,24 @@ class Processor:
         return self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
 
     def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
-        if h.topic.startswith(RETRY_PREFIX):
+        if classify(h.topic) is RETRY:
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
-        extra = self._batch_props.get(h.properties or "")
-        if extra is None:
-            pm = decode_properties(h.properties or "")
-            if pm.get("TRAN_MSG", "").lower() == "true" or int(pm.get("DELAY", "0") or 0) > 0:
-                return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL,
-                                         "batch message does not support delay or transaction")
-            pm.pop("WAIT", None)
-            pm["CLUSTER"] = self.cfg.brokerClusterName
-            extra = encode_properties(pm).encode()
-            if len(self._batch_props) < 1024:  # producers repeat the same few batch-level texts
-                self._batch_props[h.properties or ""] = extra
+        fw = self._writer(h.topic, qid)
+        try:
+            end = fw.put_sent_batch(cmd.body, h.properties or "", h.sysFlag, h.bornTimestamp, *_born_ints(conn))
+        except InvalidMessage as e:
+            if isinstance(e, MessageTooLarge):
+                raise
+            return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        out = fw.out
+        self.w.stats["put"] += out.count
         store = self.w.store
+        ids = batch_msg_ids(self._prefix(), store.queues.get(h.topic, qid).phys_hex(out.queue_offset, out.count))
+        ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(out.queue_offset),
+               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if store.sync_wait:
-            res = store.put_batch(h.topic, qid, cmd.body, extra, sysflag=h.sysFlag,
-                                  born_timestamp=h.bornTimestamp, born_host=born_host(conn), wait_flush=False)
-        else:
-            if len(cmd.body) > store.cfg.max_message_size:
-                validate.check_sizes(len(cmd.body), 0, store.cfg.max_message_size)
-            qw = self._writer(h.topic, qid)
-            m = qw._meta
-            m.flag = 0
-            m.sysflag = h.sysFlag
-            m.born_ts = h.bornTimestamp
-            m.born_ip, m.born_port = _born_ints(conn)
-            m.reconsume_times = 0
-            first, count = qw.put_batch(cmd.body, extra)
-            res = _Batch(h.topic, qid, first, count)
-        self.w.stats["put"] += res.count
-        prefix = self._prefix()
-        ids = prefix + ("," + prefix).join(_batch_phys_hex(store, h.topic, qid, res))
-        return self._answer(cmd, res, ids)
+            return self._answer_after_flush(cmd, end, ext)
+        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _register_tx_producer(self, conn, group: str) -> None:
         """A connection that sends half messages of ``group`` is a producer of it, heartbeat
@@ -214,32 +184,35 @@ class Processor:
                                       language=cmd_language(conn), version=0))
 
     def _writer(self, topic: str, qid: int):
-        """A cached QueueWriter: the hot path is one cffi call. Its record metadata (_meta) is
-        set per request; the worker's event loop is its only user, so sharing it is safe."""
-        qw = self._writers.get((topic, qid))
-        if qw is None:
-            qw = self._writers[(topic, qid)] = self.w.store.queue_writer(topic, qid)
-        return qw
+        """The store's writer of the queue, cached: the hot path is one cffi call. The record's
+        origin is set per request; the worker's event loop is its only user, so sharing it is
+        safe."""
+        fw = self._writers.get((topic, qid))
+        if fw is None:
+            fw = self._writers[(topic, qid)] = self.w.pipeline.fast_writer(topic, qid)
+        return fw
 
     def _prefix(self) -> str:
         if self._id_prefix is None:
             st = self.w.store
-            self._id_prefix = st._store_ip.hex().upper() + f"{st._store_port & 0xFFFFFFFF:08X}"
+            self._id_prefix = host_prefix(st.store_host)
         return self._id_prefix
 
-    def _answer(self, cmd, res, msg_id: str, qid: int | None = None, qoff: int | None = None):
-        ext = {"msgId": msg_id, "queueId": str(res.queue_id if qid is None else qid),
-               "queueOffset": str(res.queue_offset if qoff is None else qoff),
+    def _answer(self, cmd, res, msg_id: str, qid: int, qoff: int):
+        ext = {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, res, ext)
+            return self._answer_after_flush(cmd, res.end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
-    async def _answer_after_flush(self, cmd, res, ext):
+    async def _answer_after_flush(self, cmd, end: int, ext):
+        """The answer once everything below ``end`` is confirmed (on disk under SYNC_FLUSH, on a
+        slave under SYNC_MASTER): the worker's one Confirmer thread releases every pending send
+        at once (group commit)."""
         if self._confirmer is None:
             self._confirmer = Confirmer(self.w.store)
         try:
-            await self._confirmer.wait(res.end)
+            await self._confirmer.wait(end)
         except FlushDiskTimeout:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
             # report FLUSH_DISK_TIMEOUT as a status rather than an error.
@@ -254,7 +227,7 @@ class Processor:
     def send_back(self, conn, cmd: RemotingCommand):
         """CONSUMER_SEND_MSG_BACK: the retry copy (or dead letter) is retry.py's."""
         h = ConsumerSendMsgBackRequestHeader.from_ext(cmd.ext_fields)
-        if not self.cfg.brokerPermission & _PERM_WRITE:
+        if not self.cfg.brokerPermission & PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         code, remark = retry.answer_send_back(
@@ -269,7 +242,7 @@ class Processor:
         """END_TRANSACTION (Java sends it oneway): commit re-puts the half message to its real
         topic, rollback only marks it resolved (shmq.store.transaction)."""
         h = EndTransactionRequestHeader.from_ext(cmd.ext_fields)
-        if not self.cfg.brokerPermission & _PERM_WRITE:
+        if not self.cfg.brokerPermission & PERM_WRITE:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         res = transaction.end_transaction(self.w.pipeline, h.commitLogOffset, h.tranStateTableOffset,
@@ -304,30 +277,6 @@ def _born_ints(conn) -> tuple[int, int]:
         ip, port = born_host(conn)
         bi = conn.context["born_int"] = (struct.unpack(">I", socket.inet_aton(ip))[0], port)
     return bi
-
-
-class _Batch:
-    """Where a batch went (what _batch_phys_hex and _answer need of a PutResult)."""
-    __slots__ = ("topic", "queue_id", "queue_offset", "count")
-
-    def __init__(self, topic: str, queue_id: int, queue_offset: int, count: int):
-        self.topic, self.queue_id, self.queue_offset, self.count = topic, queue_id, queue_offset, count
-
-
-_PHYS_HEX = re.compile(r"([0-9A-F]{16})[0-9A-F]{24}")
-
-
-def _batch_phys_hex(store, topic: str, qid: int, res) -> list[str]:
-    """Commit-log offsets of a batch's records as 16 hex digits each, read from its
-    ConsumeQueue entries (20 bytes: offset i64, size i32, tag i64) without a Python loop."""
-    cq = store.queues.get(topic, qid)
-    fi, n = divmod(res.queue_offset, cq.per_file)
-    if n + res.count <= cq.per_file:
-        mm = cq.map(fi)
-        if mm is not None:
-            return _PHYS_HEX.findall(mm[n * 20:(n + res.count) * 20].hex().upper())
-    # the batch spans two ConsumeQueue files
-    return [f"{phys:016X}" for _, phys, _, _ in cq.entries(res.queue_offset, res.count)]
 
 
 __all__ = ["Processor", "InvalidTopic"]

@@ -1,8 +1,8 @@
 """Java's ``String.hashCode()`` in Python, bit for bit.
 
 RocketMQ stores this hash on disk in two places, so shmq must compute exactly what a JVM does:
-the tag code of a ConsumeQueue entry and the key hash of an IndexFile entry
-(``docs/remoting-protocol.md`` §7.3, §8).
+the tag code of a ConsumeQueue entry (the hash of the TAGS property) and the key hash of an
+IndexFile entry (the hash of "topic#key"); a store written by RocketMQ must read the same.
 
 Java defines it over the string's UTF-16 code units, not over code points:
 

@@ -47,12 +47,13 @@ import functools
 import math
 import operator
 import re
-import struct
 
 from shmq.errors import FilterExpressionError
-from shmq.store.record import R_BODYLEN, decode_properties
 
-__all__ = ["Filter", "compile", "compile_cached", "record_properties"]
+from .properties import decode_properties
+from .record import record_properties
+
+__all__ = ["Filter", "compile", "compile_cached"]
 
 _INT_MIN, _INT_MAX, _LONG_MIN, _LONG_MAX = -(1 << 31), (1 << 31) - 1, -(1 << 63), (1 << 63) - 1
 # Parentheses and prefix operators recurse in the parser (about eight frames a level) and a
@@ -548,22 +549,6 @@ def _build_cmp(op: str, left: _Node, right: _Node):
 
 
 # ---- public API -----------------------------------------------------------------------
-_PROPS_LEN = struct.Struct(">h")
-_BODY_LEN = struct.Struct(">i")
-
-
-def record_properties(record) -> dict[str, str]:
-    """The properties of one stored CommitLog record (bytes or memoryview), nothing else
-    decoded: BODYLEN at R_BODYLEN, then body, topic length byte, topic, properties length."""
-    (blen,) = _BODY_LEN.unpack_from(record, R_BODYLEN)
-    t0 = R_BODYLEN + 4 + blen
-    p0 = t0 + 1 + record[t0]
-    (plen,) = _PROPS_LEN.unpack_from(record, p0)
-    if plen <= 0:
-        return {}
-    return decode_properties(record[p0 + 2:p0 + 2 + plen])
-
-
 class Filter:
     """A compiled SQL92 expression. Immutable and shareable between threads."""
     __slots__ = ("expression", "_root")
@@ -580,7 +565,7 @@ class Filter:
 
     def matches_record(self, record) -> bool:
         """``matches`` on the properties of a stored record: a ``record_filter`` for the store."""
-        return self.matches(record_properties(record))
+        return self.matches(decode_properties(record_properties(record)))
 
     def __repr__(self) -> str:
         return f"Filter({self.expression!r})"

@@ -1,0 +1,103 @@
+"""One write path: a message is stored as the same bytes whether the broker's send processor
+took it (classify, then the store's FastWriter or the full pipeline) or the put pipeline did,
+for every shape of message (plain, tags, keys, user properties, flag, compressed, batch,
+delayed, transactional half, retry, dead letter)."""
+import zlib
+
+import pytest
+
+from shmq.message.batch import BatchEntry, encode_batch
+from shmq.message.classify import AS_SENT, classify
+from shmq.message.layout import FLAG_COMPRESSED, TX_PREPARED_TYPE
+from shmq.message.properties import encode_properties
+from shmq.message.record import iter_records
+from shmq.store import MessageStore
+from shmq.store.delay_levels import DelayLevels
+from shmq.store.put import PutPipeline, PutRequest
+
+from ..conftest import small_config
+
+LEVELS = DelayLevels.parse("1s 5s 10s")
+BORN = ("10.0.0.7", 4321)
+BORN_INT = (10 << 24 | 7, 4321)
+
+SHAPES = {
+    "plain": ("T", b"p", {}, 0, 0),
+    "tags": ("T", b"t", {"TAGS": "A"}, 0, 0),
+    "keys": ("T", b"k", {"KEYS": "k1 k2", "UNIQ_KEY": "ABC"}, 0, 0),
+    "user properties": ("T", b"u", {"TAGS": "B", "u": "1", "v": "x y", "WAIT": "true"}, 0, 0),
+    "flag": ("T", b"f", {"CLUSTER": "Other"}, 9, 0),
+    "compressed": ("T", zlib.compress(b"z" * 10000), {"TAGS": "Z"}, 0, FLAG_COMPRESSED),
+    "timer": ("T", b"tm", {"TIMER_DELAY_SEC": "5"}, 0, 0),
+    "delayed": ("T", b"d", {"DELAY": "2", "WAIT": "false"}, 0, 0),
+    "half": ("T", b"h", {"TRAN_MSG": "true", "PGROUP": "pg"}, 0, TX_PREPARED_TYPE),
+    "retry": ("%RETRY%G", b"r", {"RETRY_TOPIC": "T"}, 0, 0),
+    "dead letter": ("%RETRY%G", b"dl", {"RETRY_TOPIC": "T"}, 0, 0),
+}
+
+
+@pytest.fixture
+def roads(store_root):
+    store = MessageStore.open(small_config(store_root), tag_code=LEVELS.tag_code)
+    pipe = PutPipeline(store, "TestCluster", LEVELS)
+    yield pipe
+    store.close()
+
+
+def _request(name, shape, **kw):
+    topic, body, props, flag, sysflag = shape
+    return PutRequest(topic, body, encode_properties(props).encode(), queue_id=1, flag=flag, sysflag=sysflag,
+                      born_timestamp=1000, born_host=BORN, reconsume_times=5 if name == "dead letter" else 0,
+                      max_reconsume_times=3, write_queues=4, **kw)
+
+
+def _broker_road(pipe, req):
+    """What the broker's send processor does with a SEND_MESSAGE (see processors/send.py)."""
+    if classify(req.topic, req.properties, req.sysflag) not in AS_SENT:
+        return pipe.put(req, wait_flush=False)
+    fw = pipe.fast_writer(req.topic, req.queue_id)
+    fw.put_sent(req.body, req.properties, req.flag, req.sysflag, req.born_timestamp, *BORN_INT, req.reconsume_times)
+    return fw.out
+
+
+def _last_record(pipe):
+    """(topic, queue id, flag, sysflag, born, body, properties) of the newest record."""
+    log = pipe.store.commitlog
+    mv = memoryview(log.map(0))[:pipe.store.commit_pos]
+    m = list(iter_records(mv))[-1]
+    return (m.topic, m.queue_id, m.flag, m.sysflag, m.born_timestamp, m.born_host, m.reconsume_times, bytes(m.body),
+            dict(m.properties))
+
+
+@pytest.mark.parametrize("name", SHAPES)
+def test_broker_and_pipeline_store_the_same_record(roads, name):
+    roads.put(_request(name, SHAPES[name]), wait_flush=False)
+    by_pipeline = _last_record(roads)
+    _broker_road(roads, _request(name, SHAPES[name]))
+    by_broker = _last_record(roads)
+    assert by_broker == by_pipeline
+    props = by_broker[-1]
+    assert props.get("CLUSTER") == "TestCluster" and "WAIT" not in props
+
+
+def test_the_roads_are_the_classify_kinds(roads):
+    kinds = {name: classify(s[0], encode_properties(s[2]), s[4]).value for name, s in SHAPES.items()}
+    assert kinds == {"plain": "plain", "tags": "plain", "keys": "plain", "user properties": "plain",
+                     "flag": "plain", "compressed": "plain", "timer": "timer", "delayed": "delayed",
+                     "half": "half", "retry": "retry", "dead letter": "retry"}
+
+
+def test_batch_same_either_way(roads):
+    body = encode_batch([BatchEntry(b"b0", "TAGS\x01x", 0), BatchEntry(b"b1", "KEYS\x01k", 3)])
+    text = "WAIT\x01true\x02u\x011"
+    roads.put(PutRequest("T", body, text, queue_id=0, sysflag=0, born_timestamp=1000, born_host=BORN, batch=True,
+                         write_queues=4), wait_flush=False)
+    n = pipe_records = list(iter_records(memoryview(roads.store.commitlog.map(0))[:roads.store.commit_pos]))
+    fw = roads.fast_writer("T", 0)
+    fw.put_sent_batch(body, text, 0, 1000, *BORN_INT)
+    both = list(iter_records(memoryview(roads.store.commitlog.map(0))[:roads.store.commit_pos]))[len(n):]
+
+    def shape(m):
+        return (m.topic, m.flag, m.born_host, bytes(m.body), m.properties)
+    assert [shape(m) for m in both] == [shape(m) for m in pipe_records]
+    assert both[0].properties == {"TAGS": "x", "u": "1", "CLUSTER": "TestCluster"}
