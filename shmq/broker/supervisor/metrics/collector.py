@@ -7,17 +7,18 @@ milliseconds); shmq's own metrics are prefixed ``shmq_`` and follow Prometheus' 
 """
 from __future__ import annotations
 
+import struct
 import time
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 
 from shmq.protocol.rpc_stats import BOUNDS_MS, cumulative
 
-from shmq.store.record import HEADER
+from shmq.message.layout import R_STORETS
 
 from .tail import SIZE_BOUNDS
 
-R_STORE_TS = 11  # STORETIMESTAMP's place in the record header
+_I64 = struct.Struct(">q")
 
 BASE = ("cluster", "node_type", "node_id")
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
@@ -136,8 +137,12 @@ class BrokerCollector:
         yield b_out
 
     def _store_time(self, topic: str, qid: int, offset: int) -> int:
+        """Store time of the message at a queue offset: one ConsumeQueue entry and one record
+        header read (0 when the file expired or the entry is not there)."""
         try:
-            return self.store.store_time_at(topic, qid, offset)
+            e = self.store.queues.get(topic, qid).entry(offset)
+            rec = self.store.read_at(e[0]) if e else None
+            return _I64.unpack_from(rec, R_STORETS)[0] if rec is not None else 0
         except Exception:  # an expired or racing file: no latency rather than a failed scrape
             return 0
 
@@ -181,10 +186,10 @@ class BrokerCollector:
     def _reserve_ms(self) -> int:
         s = self.store
         try:
-            rec = s.read_at(s.cb.min_pos)
+            rec = s.read_at(s.cb.min_pos)  # the first record of the oldest file
             if rec is None:
                 return 0
-            return max(int(self.clock() * 1000) - HEADER.unpack_from(rec)[R_STORE_TS], 0)
+            return max(int(self.clock() * 1000) - _I64.unpack_from(rec, R_STORETS)[0], 0)
         except Exception:  # the first file just expired: no value rather than a failed scrape
             return 0
 
