@@ -136,6 +136,8 @@ def case_clients(t, n):
 
 def case_admin(t, n):
     b = Recorder(t)
+    b("commit offset", R.UPDATE_CONSUMER_OFFSET,  # so that the offset table is not empty
+      {"consumerGroup": n["group"], "topic": n["topic"], "queueId": 0, "commitOffset": 0})
     b("runtime info", R.GET_BROKER_RUNTIME_INFO)
     b("all topic config", R.GET_ALL_TOPIC_CONFIG)
     b("all consumer offsets", R.GET_ALL_CONSUMER_OFFSET)
@@ -249,9 +251,8 @@ KNOWN: dict[tuple[str, str], str] = {
         "shmq's NameServer answers REQUEST_CODE_NOT_SUPPORTED, RocketMQ's stays silent (issue 11 part A)",
     ("admin", "runtime info"):
         "GET_BROKER_RUNTIME_INFO keys: shmq has fewer statistics (issue 11 part A adds the ones clusterList reads)",
-    ("admin", "all consumer offsets"): "slave-sync code, not served by shmq (no slaves: issue 12)",
-    ("admin", "all delay offsets"): "slave-sync code, not served by shmq (no slaves: issue 12)",
-    ("admin", "all subscription groups"): "slave-sync code, not served by shmq (no slaves: issue 12)",
+    ("admin", "all subscription groups"):
+        "shmq keeps no subscription-group configs: RocketMQ has built-in ones and creates one per consuming group",
     ("consumer_extras", "pull with a bad SQL92 expression"):
         "RocketMQ delivers unfiltered messages when a pull's SQL92 does not compile; shmq answers 23",
 }
