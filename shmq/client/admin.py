@@ -39,11 +39,11 @@ class QueueProgress:
 
 class Admin(AdminStats):
     def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0, *,
-                 access_key: str | None = None, secret_key: str | None = None):
+                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
         self.timeout = timeout
-        #: ACL account (RocketMQ 4.x plain ACL): every request is signed when given
-        self.credentials = credentials(access_key, secret_key)
+        creds = credentials(access_key, secret_key, security_token)  # ACL: sign every request
+        self._rpc_hook = creds.sign if creds is not None else None
         self._conns: dict[str, SyncRemotingClient] = {}
 
     def close(self) -> None:
@@ -61,8 +61,7 @@ class Admin(AdminStats):
     def _invoke(self, addr: str, cmd):
         c = self._conns.get(addr)
         if c is None:
-            c = self._conns[addr] = SyncRemotingClient(
-                addr, timeout=self.timeout, rpc_hook=self.credentials.sign if self.credentials else None)
+            c = self._conns[addr] = SyncRemotingClient(addr, timeout=self.timeout, rpc_hook=self._rpc_hook)
         try:
             return c.invoke(cmd)
         except ShmqError:

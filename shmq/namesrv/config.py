@@ -47,6 +47,9 @@ class NamesrvConfig:
     maxFrameSize: int = 16 * 1024 * 1024
     #: A connection whose started frame stays incomplete this long is closed (shmq's own key).
     partialFrameTimeoutMillis: int = 30_000
+    #: Connections at most, and per remote IP (0 = no per-IP bound); shmq's keys, as the broker's.
+    serverMaxConnections: int = 10_000
+    serverMaxConnectionsPerPeer: int = 1000
     #: RocketMQ 5's metrics keys: PROM serves Prometheus metrics (shmq/namesrv/metrics.py).
     metricsExporterType: str = "DISABLE"
     metricsPromExporterHost: str = "127.0.0.1"

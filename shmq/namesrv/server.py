@@ -45,6 +45,8 @@ class NameServer:
             max_frame_size=self.config.maxFrameSize,
             idle_timeout=float(self.config.serverChannelMaxIdleTimeSeconds) or None,
             frame_timeout=self.config.partialFrameTimeoutMillis / 1000.0,
+            max_connections=self.config.serverMaxConnections,
+            max_connections_per_peer=self.config.serverMaxConnectionsPerPeer or None,
             on_close=self._connection_closed,
             name="namesrv",
         )

@@ -136,10 +136,12 @@ def collect(*, existing: bool = True, under: str | None = None, dry_run: bool = 
         try:
             hdr = _read_header(os.path.join(shm_dir, n))
         except OSError as e:
-            out.append(Segment(name, "", 0, "skipped", f"unreadable: {e.strerror}"))
+            if under is None:
+                out.append(Segment(name, "", 0, "skipped", f"unreadable: {e.strerror}"))
             continue
         if hdr is None:
-            out.append(Segment(name, "", 0, "skipped", "not a control block of this shmq build"))
+            if under is None:
+                out.append(Segment(name, "", 0, "skipped", "not a control block of this shmq build"))
             continue
         root, pid, dead = hdr
         if under is not None and not (root + os.sep).startswith(under):

@@ -141,6 +141,15 @@ def test_shmq_client_with_credentials(acl_broker, namesrv):
             p.send(Message("AclT", b"unsigned"))
 
 
+def test_admin_client_with_credentials(acl_broker, namesrv):
+    from shmq.client.admin import Admin
+    with Admin(namesrv.addr, access_key=ADMIN.access_key, secret_key=ADMIN.secret_key) as a:
+        a.create_topic("MadeByAdmin", 2)
+    with Admin(namesrv.addr, access_key=USER.access_key, secret_key=USER.secret_key) as a:
+        with pytest.raises(ShmqError, match="Need admin permission"):
+            a.create_topic("NotByUser", 2)
+
+
 def test_security_token_is_signed(acl_broker):
     br, _ = acl_broker
     tok = Credentials(USER.access_key, USER.secret_key, security_token="tok-1")

@@ -1,6 +1,7 @@
 """Connection hygiene against hostile clients on a real broker, while a good client is served:
 slowloris (many connections each holding a partial frame), a flood of connections from one
-peer, a huge length prefix, idle connections. The hostile peers use their own loopback
+peer, a huge length prefix, idle connections, a client that writes requests and never reads
+the answers (bytes in flight). The hostile peers use their own loopback
 addresses (127.0.0.2-5) so the per-peer cap applies to them and not to the good client.
 
 Bounds asserted are generous (closing happens within seconds, not milliseconds); the good
@@ -13,7 +14,9 @@ import struct
 import threading
 import time
 
-from shmq.protocol import SyncRemotingClient
+from shmq.protocol import RequestCode, SyncRemotingClient, request
+from shmq.protocol.command import encode_command
+from shmq.protocol.headers import PullMessageRequestHeader
 
 from .broker_helpers import send, start_broker  # noqa: F401  (fixture)
 from .client_helpers import make_topic
@@ -45,6 +48,33 @@ def _closed_by_peer(s: socket.socket, wait: float) -> bool:
         return e.errno in (errno.ECONNRESET, errno.EPIPE)
 
 
+def _workers_rss(br) -> int:
+    import psutil
+    return sum(psutil.Process(pid).memory_info().rss for pid in br.worker_pids())
+
+
+def _firehose(s: socket.socket, limit: int, seconds: float) -> int:
+    """Write pulls (each answered with ~3 MB of messages) for ``seconds``, never reading an
+    answer; returns the request bytes the kernel took."""
+    h = PullMessageRequestHeader(consumerGroup="hose", topic="HOSE", queueId=0, queueOffset=0, maxMsgNums=32,
+                                 sysFlag=0, commitOffset=0, suspendTimeoutMillis=0, subVersion=0)
+    frame = encode_command(request(RequestCode.PULL_MESSAGE, h))
+    s.setblocking(False)
+    sent, deadline = 0, time.monotonic() + seconds
+    view = memoryview(frame)
+    while sent < limit and time.monotonic() < deadline:
+        try:
+            n = s.send(view)
+        except BlockingIOError:
+            time.sleep(0.01)
+            continue
+        except OSError:
+            break
+        sent += n
+        view = view[n:] or memoryview(frame)
+    return sent
+
+
 class GoodClient(threading.Thread):
     def __init__(self, addr: str):
         super().__init__(daemon=True)
@@ -68,6 +98,10 @@ def test_hostile_clients_do_not_starve_a_good_one(namesrv, start_broker):
         "partialFrameTimeoutMillis": 1000, "serverMaxConnectionsPerPeer": CAP,
         "serverChannelMaxIdleTimeSeconds": 2, "maxFrameSize": 1024 * 1024})
     make_topic(br, "HY", 1)
+    make_topic(br, "HOSE", 1)
+    with SyncRemotingClient(br.addr, timeout=10) as c:
+        for i in range(16):
+            assert send(c, "HOSE", b"%03d" % i + b"h" * 200_000).code == 0
     good = GoodClient(br.addr)
     good.start()
     try:
@@ -88,6 +122,11 @@ def test_hostile_clients_do_not_starve_a_good_one(namesrv, start_broker):
         huge.sendall(struct.pack(">i", 0x7FFFFFF0) + b"\x00" * 12)
         # one idle connection
         idle = _connect("127.0.0.5", br.addr)
+        # a firehose: requests written without ever reading an answer; the broker stops reading
+        # from it once its answers back up (bytes in flight), so its memory stays bounded
+        hose = _connect("127.0.0.8", br.addr)
+        rss_before = _workers_rss(br)
+        pushed = _firehose(hose, 256 * 1024 * 1024, 3.0)
 
         assert _closed_by_peer(huge, 10), "a frame beyond maxFrameSize closes at once"
         time.sleep(1.0)
@@ -99,6 +138,12 @@ def test_hostile_clients_do_not_starve_a_good_one(namesrv, start_broker):
         assert _closed_by_peer(idle, 20), "idle connection never closed"
         during = len(good.lat)
         served_during = during - base
+        grew = _workers_rss(br) - rss_before
+        print(f"\nfirehose: {pushed} request bytes taken, workers grew {grew >> 20} MiB")
+        # unthrottled, 3 s of pulls would be ~10^5 requests and ~10^11 bytes of answers
+        assert pushed < 64 * 1024 * 1024, f"the broker kept reading a client that never reads ({pushed} bytes)"
+        assert grew < 256 * 1024 * 1024, f"workers grew {grew >> 20} MiB for a client that never reads"
+        hose.close()
         for s in slow + flood + [huge, idle]:
             s.close()
         # the broker still takes new connections

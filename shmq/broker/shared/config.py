@@ -155,6 +155,8 @@ class BrokerConfig:
     allowUnauthenticatedListen: bool = False
     #: Group (name or gid) given rw on store files and shared memory (0660); empty: 0600.
     storeGroup: str = ""
+    #: At start, remove shared-memory segments of deleted stores whose owner is dead.
+    segmentGcOnStart: bool = True
     #: A worker that dies is restarted after this delay (doubling while it keeps dying).
     workerRestartDelayMillis: int = 200
     #: At SIGTERM, workers wait this long for in-flight requests before closing connections.

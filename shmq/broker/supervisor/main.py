@@ -145,8 +145,9 @@ class Supervisor:
             scfg = self.store.cfg
             attach.write_key(cfg.store_root, scfg.file_mode, scfg.group)  # before any worker reads it
             # segments of deleted stores whose broker was killed: nothing else ever removes them
-            threading.Thread(target=segment_gc.collect, kwargs={"existing": False},
-                             name="segment-gc", daemon=True).start()
+            if cfg.segmentGcOnStart:
+                threading.Thread(target=segment_gc.collect, kwargs={"existing": False},
+                                 name="segment-gc", daemon=True).start()
             self.topics.load()
             self.topics.put_many([t for t in default_topics(cfg.brokerClusterName, cfg.brokerName,
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)

@@ -26,7 +26,16 @@ public class AclClient {
         return s == null ? "null" : "\"" + s.replace("\\", "\\\\").replace("\"", "\\\"").replace("\n", " ") + "\"";
     }
 
-    public static void main(String[] a) throws Exception {
+    public static void main(String[] a) {
+        try {
+            run(a);
+        } catch (Throwable t) {  // the client's threads are not daemons: exit, say why
+            System.out.println("{\"event\":\"error\",\"message\":" + q(t.toString()) + "}");
+            System.exit(1);
+        }
+    }
+
+    static void run(String[] a) throws Exception {
         String ns = a[0], topic = a[3], forbidden = a[4];
         int count = Integer.parseInt(a[5]);
         RPCHook hook = new AclClientRPCHook(new SessionCredentials(a[1], a[2]));
@@ -34,6 +43,7 @@ public class AclClient {
         DefaultMQProducer producer = new DefaultMQProducer("javaAclPG", hook);
         producer.setNamesrvAddr(ns);
         producer.setRetryTimesWhenSendFailed(0);
+        producer.setSendMsgTimeout(20000);  // generous: a loaded CI machine, not a timing test
         producer.start();
         for (int i = 0; i < count; i++) {
             SendResult r = producer.send(new Message(topic, "TagA", ("java-" + i).getBytes("UTF-8")));
