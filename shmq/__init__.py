@@ -5,7 +5,7 @@ __version__ = "0.1.0"
 
 _CLIENT_NAMES = ("Producer", "PushConsumer", "PullConsumer", "Message", "MessageExt", "MessageQueue",
                  "MessageSelector", "SendResult", "SendStatus", "ConsumeResult", "LocalTransactionState",
-                 "TransactionProducer")
+                 "TransactionProducer", "SimpleConsumer")
 
 __all__ = ["ShmqError", *_CLIENT_NAMES]
 

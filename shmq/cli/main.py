@@ -11,6 +11,7 @@ import sys
 COMMANDS: dict[str, str] = {
     "up": "shmq.cli.up",
     "dashboard": "shmq.cli.dashboard",
+    "timer": "shmq.cli.timer",
     "store": "shmq.cli.store_gc",
 }
 

@@ -5,7 +5,8 @@ from .message import (ConsumeResult, LocalTransactionState, Message, MessageExt,
 from .producer import Producer
 from .pull_consumer import PullConsumer
 from .push_consumer import PushConsumer
+from .simple_consumer import SimpleConsumer
 from .transaction_producer import TransactionProducer
 
-__all__ = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "Message", "MessageExt", "MessageQueue",
+__all__ = ["Producer", "TransactionProducer", "PushConsumer", "PullConsumer", "SimpleConsumer", "Message", "MessageExt", "MessageQueue",
            "MessageSelector", "SendResult", "SendStatus", "ConsumeResult", "LocalTransactionState"]

@@ -18,9 +18,20 @@ from shmq.protocol import RemotingCommand, attach
 from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO
 from shmq.store import MessageStore
 from shmq.store.put import PutPipeline
+from shmq.store.timer_rules import DEFAULT_TIMER, TimerSettings
 
 log = logging.getLogger("shmq.client.local")
 
+
+
+def _timer_settings(info: dict[str, str]) -> TimerSettings:
+    """The broker's timer keys from its attach info (defaults for an older broker)."""
+    try:
+        return TimerSettings(info.get("timerWheelEnable", "true").lower() == "true",
+                             int(info.get("timerMaxDelaySec", DEFAULT_TIMER.max_delay_sec)),
+                             int(info.get("timerPrecisionMs", DEFAULT_TIMER.precision_ms)))
+    except ValueError:
+        return DEFAULT_TIMER
 
 
 class LocalLink:
@@ -35,7 +46,7 @@ class LocalLink:
         if self.store.cb.generation != self.generation:
             self.store.close()
             raise StaleSegment(f"store of {broker_name} changed generation while attaching")
-        self.pipeline = PutPipeline(self.store, cluster_name=cluster)
+        self.pipeline = PutPipeline(self.store, cluster_name=cluster, timer=_timer_settings(info))
         self.lock = threading.Lock()
 
     @property

@@ -33,8 +33,8 @@ from .uniq_id import generator
 
 #: a message carrying one of these takes the general path: the properties that can make it
 #: anything but PLAIN (classify), and those the one C call writes itself (CLUSTER, UNIQ_KEY) or
-#: must drop (WAIT)
-REWRITE_KEYS = kinds.DECISIVE | {WAIT, CLUSTER, UNIQ_KEY}
+#: must drop (WAIT); a recall marker and the timer service's own mark too
+REWRITE_KEYS = kinds.DECISIVE | {WAIT, CLUSTER, UNIQ_KEY, "TIMER_DEL_UNIQKEY", "SHMQ_TIMER_SRC"}
 _TAGS_KEY = TAGS + NAME_VALUE_SEP
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 _SEND_OK = SendStatus.SEND_OK

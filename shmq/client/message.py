@@ -2,6 +2,7 @@
 to wire form at the edge; a consumed record is decoded by shmq.message.record."""
 from __future__ import annotations
 
+import datetime
 import enum
 import re
 import zlib
@@ -22,12 +23,17 @@ COMPRESS_LEVEL = 5
 
 class Message:
     """A message to send. ``keys`` may be a string ("k1 k2") or a list; ``properties`` are
-    user properties (also what SQL92 filters see)."""
+    user properties (also what SQL92 filters see).
+
+    A timer message (RocketMQ 5): ``deliver_at`` is when it becomes visible (a datetime, or
+    epoch milliseconds as an int), ``delay`` how long from the broker's receipt (a timedelta,
+    or seconds as a number); they become TIMER_DELIVER_MS / TIMER_DELAY_MS."""
 
     __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
 
     def __init__(self, topic: str, body: bytes, tags: str | None = None, keys=None,
-                 properties: dict[str, str] | None = None, delay_level: int = 0, flag: int = 0):
+                 properties: dict[str, str] | None = None, delay_level: int = 0, flag: int = 0, *,
+                 deliver_at=None, delay=None):
         if body.__class__ is not bytes:
             if isinstance(body, str):
                 raise TypeError("body must be bytes (encode text yourself)")
@@ -39,6 +45,8 @@ class Message:
         self.properties = dict(properties) if properties else {}
         self.delay_level = delay_level
         self.flag = flag
+        if deliver_at is not None or delay is not None:
+            self.properties.update(_timer_properties(deliver_at, delay))
 
     def key_list(self) -> list[str]:
         if not self.keys:
@@ -76,6 +84,30 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, {len(self.body)} bytes)"
+
+
+def _timer_properties(deliver_at, delay) -> dict[str, str]:
+    if deliver_at is not None and delay is not None:
+        raise ValueError("give deliver_at or delay, not both")
+    if deliver_at is not None:
+        if isinstance(deliver_at, datetime.datetime):
+            if deliver_at.tzinfo is None:
+                raise ValueError("deliver_at must be an aware datetime (with a tzinfo) or epoch milliseconds")
+            ms = round(deliver_at.timestamp() * 1000)
+        elif isinstance(deliver_at, int) and not isinstance(deliver_at, bool):
+            ms = deliver_at
+        else:
+            raise TypeError("deliver_at must be a datetime or epoch milliseconds (int)")
+        return {"TIMER_DELIVER_MS": str(ms)}
+    if isinstance(delay, datetime.timedelta):
+        ms = round(delay.total_seconds() * 1000)
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        ms = round(delay * 1000)
+    else:
+        raise TypeError("delay must be a timedelta or seconds (a number)")
+    if ms < 0:
+        raise ValueError(f"delay must not be negative: {delay!r}")
+    return {"TIMER_DELAY_MS": str(ms)}
 
 
 class SendStatus(str, enum.Enum):
@@ -157,11 +189,12 @@ class SendResult:
     when first read: most callers of a fast send never read them."""
 
     __slots__ = ("status", "_msg_id", "_offset_msg_id", "queue", "queue_offset", "transaction_id",
-                 "local_transaction_state", "_store_host")
+                 "local_transaction_state", "_store_host", "recall_handle")
 
     def __init__(self, status: SendStatus, msg_id, offset_msg_id, queue: MessageQueue, queue_offset: int,
                  transaction_id: str | None = None, local_transaction_state: "LocalTransactionState | None" = None,
-                 store_host: bytes = b""):
+                 store_host: bytes = b"", recall_handle: str | None = None):
+        self.recall_handle = recall_handle  # a timer message's: what Producer.recall takes
         self.status = status
         self._msg_id = msg_id
         self._offset_msg_id = offset_msg_id

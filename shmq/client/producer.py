@@ -23,7 +23,7 @@ from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
 from shmq.message.properties import encode_properties
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.acl_sign import credentials
-from shmq.store import validate
+from shmq.store import recall, validate
 from shmq.store.put import PutRequest
 
 from .instance import ClientInstance
@@ -243,7 +243,7 @@ class Producer:
         qid = int(ext.get("queueId", mq.queue_id))
         return SendResult(status, uniq or ext.get("msgId", ""), ext.get("msgId", ""),
                           MessageQueue(mq.topic, mq.broker_name, qid), int(ext.get("queueOffset", -1)),
-                          transaction_id=ext.get("transactionId"))
+                          transaction_id=ext.get("transactionId"), recall_handle=ext.get("recallHandle"))
 
     def _send_local(self, link, mq, msg, body, props, sysflag, info, *, batch_ids: str | None = None) -> SendResult:
         batch = batch_ids is not None
@@ -263,8 +263,42 @@ class Producer:
         except ReplicationError as e:  # SYNC_MASTER, no slave confirmed: a status, as on TCP
             pr, status = e.result, STATUS_OF_CODE[e.code]
         uniq = batch_ids if batch else props.get(UNIQ_KEY)
+        handle = None
+        if pr.deliver_ms and uniq and not batch:  # as the broker answers a timer send (recallHandle)
+            handle = recall.build_handle(mq.topic, mq.broker_name, pr.deliver_ms + 1, uniq)
         return SendResult(status, uniq or pr.msg_id, pr.msg_id,
-                          MessageQueue(mq.topic, mq.broker_name, pr.request_queue_id), pr.queue_offset)
+                          MessageQueue(mq.topic, mq.broker_name, pr.request_queue_id), pr.queue_offset,
+                          recall_handle=handle)
+
+    # ---- recall (RocketMQ 5.3 RECALL_MESSAGE) ------------------------------------------------
+    def recall(self, topic: str, handle) -> str:
+        """Cancel a timer message before it is due. ``handle`` is its SendResult (or that
+        result's ``recall_handle``). Returns the recalled message's id; raises BrokerError
+        (ILLEGAL_OPERATION, 604) when the handle is bad or its time has passed."""
+        if isinstance(handle, SendResult):
+            handle = handle.recall_handle
+        if not handle:
+            raise ValueError("no recall handle: only a timer message sent to its own topic has one")
+        _topic, broker, _ts, _id = recall.decode_handle(handle)
+        link = self.links.get(broker)
+        if link is not None:
+            try:
+                with link.lock:
+                    return recall.recall(link.pipeline, topic, handle, broker, self.group)
+            except ShmqError as e:
+                if isinstance(e, BrokerError) or not e.code:
+                    raise
+                raise BrokerError(e.code, str(e)) from None
+        inst = self._inst()
+        self._publish_info(topic)
+        addr = inst.master_addr(broker)
+        if addr is None:
+            raise RemotingError(f"no address for broker {broker}")
+        resp = self._invoke_sync(addr, request(RequestCode.RECALL_MESSAGE, topic=topic, recallHandle=handle,
+                                               producerGroup=self.group), self.send_timeout)
+        if resp.code != 0:
+            raise BrokerError(resp.code, resp.remark)
+        return resp.ext_fields.get("msgId", _id)
 
     # ---- async and oneway ------------------------------------------------------------------
     def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> concurrent.futures.Future:

@@ -13,8 +13,9 @@ HALF       TRAN_MSG=true: a transaction's half message, stored in RMQ_SYS_TRANS_
            with REAL_TOPIC / REAL_QID until the producer commits or rolls back
 DELAYED    DELAY > 0 on a non-transactional or committed message: stored in
            SCHEDULE_TOPIC_XXXX queue level-1 until due
-TIMER      TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS (RocketMQ 5.x): stored as a plain
-           message until shmq has a timer store (a client's general path, never the fast one)
+TIMER      TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS (RocketMQ 5.x) and no
+           TIMER_OUT_MS (a fired timer carries it and is PLAIN): the pipeline stores it in
+           rmq_sys_wheel_timer until due (shmq.store.timer_rules)
 COMMIT     sysFlag transaction type COMMIT, not delayed: stored in its topic
 ROLLBACK   sysFlag transaction type ROLLBACK: stored without a ConsumeQueue entry
 =========  ==============================================================================
@@ -30,7 +31,8 @@ import enum
 from collections.abc import Mapping
 
 from .layout import TX_COMMIT_TYPE, TX_PREPARED_TYPE, TX_ROLLBACK_TYPE, TX_TYPE_MASK
-from .names import DELAY, RETRY_PREFIX, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TRAN_MSG
+from .names import (DELAY, RETRY_PREFIX, TIMER_DELAY_MS, TIMER_DELAY_SEC, TIMER_DELIVER_MS, TIMER_OUT_MS,
+                    TRAN_MSG)
 from .properties import pair_key, pair_value
 
 
@@ -50,6 +52,7 @@ TIMER, COMMIT, ROLLBACK = Kind.TIMER, Kind.COMMIT, Kind.ROLLBACK
 #: properties that can make a message anything but PLAIN: a text without any of them is PLAIN
 #: (unless the topic is a retry topic or the sysFlag carries a transaction type)
 DECISIVE = frozenset({TRAN_MSG, DELAY, TIMER_DELIVER_MS, TIMER_DELAY_SEC, TIMER_DELAY_MS})
+_KEY_OUT = pair_key(TIMER_OUT_MS)
 _KEYS = {name: pair_key(name) for name in DECISIVE}
 
 
@@ -100,10 +103,17 @@ def kind_of(props=None, sysflag: int = 0) -> Kind:
                         return DELAYED
                 except ValueError:
                     return DELAYED
-            if _get(props, TIMER_DELIVER_MS) is not None or _get(props, TIMER_DELAY_SEC) is not None \
-                    or _get(props, TIMER_DELAY_MS) is not None:
+            if (_get(props, TIMER_DELIVER_MS) is not None or _get(props, TIMER_DELAY_SEC) is not None
+                    or _get(props, TIMER_DELAY_MS) is not None) and not _fired(props):
                 return TIMER
     return COMMIT if tx == TX_COMMIT_TYPE else PLAIN
+
+
+def _fired(props) -> bool:
+    """TIMER_OUT_MS present: a timer the wheel fired (or rolled), never timed again."""
+    if isinstance(props, Mapping):
+        return TIMER_OUT_MS in props
+    return pair_value(props, _KEY_OUT) is not None
 
 
 def _may_decide(raw: bytes) -> bool:
@@ -118,4 +128,4 @@ def _may_decide_text(text: str) -> bool:
 
 
 #: the kinds stored in the topic and queue they were sent to, with their properties as sent
-AS_SENT = frozenset({PLAIN, TIMER, COMMIT, ROLLBACK})
+AS_SENT = frozenset({PLAIN, COMMIT, ROLLBACK})

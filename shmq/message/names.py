@@ -25,8 +25,7 @@ MIN_OFFSET = "MIN_OFFSET"
 TRANSACTION_CHECK_TIMES = "TRANSACTION_CHECK_TIMES"
 TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 CHECK_IMMUNITY_TIME_IN_SECONDS = "CHECK_IMMUNITY_TIME_IN_SECONDS"
-# timer messages (RocketMQ 5.x; the put pipeline stores them as plain messages until the timer
-# store exists, so the names are here for classify and the future timer work)
+# timer messages (RocketMQ 5.x; the put pipeline sends them to the timer wheel: shmq.store.timer_rules)
 TIMER_DELIVER_MS = "TIMER_DELIVER_MS"
 TIMER_DELAY_SEC = "TIMER_DELAY_SEC"
 TIMER_DELAY_MS = "TIMER_DELAY_MS"

@@ -65,6 +65,8 @@ class CleanupService(ThreadService):
                 continue
             if mtime > keep_after and not force:
                 break  # files are in age order: the rest are younger
+            if not store.expiry_allowed((idx + 1) * fsize):
+                break  # a guard (the timer wheel) still needs records in this file
             # readers must stop using the file before it goes: raise min_pos first
             store.cb.ctl.pos.min_pos = (idx + 1) * fsize
             cl.delete(idx)

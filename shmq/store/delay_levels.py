@@ -15,6 +15,7 @@ from shmq.message.names import DELAY, SCHEDULE_TOPIC
 from shmq.message.properties import decode_properties
 from shmq.native import lib
 
+from .timer_rules import TIMER_TOPIC, timer_tag_code
 DEFAULT_TEXT = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 
 # RocketMQ knows s m h d; "ms" is ours, so tests (and impatient users) can use short levels.
@@ -84,6 +85,9 @@ class DelayLevels:
     def tag_code(self, topic: str, props: bytes, store_ts: int) -> int:
         """The ConsumeQueue tag code of a record, for ``MessageStore.open(tag_code=...)``:
         the due time for SCHEDULE_TOPIC_XXXX records, else the hash of TAGS."""
+        if topic == TIMER_TOPIC:  # a timer record: its due time (timer_rules)
+            due = timer_tag_code(decode_properties(props))
+            return store_ts if due is None else due
         if topic != SCHEDULE_TOPIC:
             return lib.shmq_tag_code_of_props(props, len(props))
         try:

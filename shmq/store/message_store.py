@@ -315,6 +315,18 @@ class MessageStore(Reader):
                 out.append(rec)
         return out
 
+    # ================================================================== expiry ==
+    def add_expiry_guard(self, guard) -> None:
+        """``guard(end) -> bool`` is asked before the CommitLog below ``end`` is deleted; False
+        keeps the file for now (the timer wheel re-appends the timers it still needs first)."""
+        self._expiry_guards = [*getattr(self, "_expiry_guards", ()), guard]
+
+    def remove_expiry_guard(self, guard) -> None:
+        self._expiry_guards = [g for g in getattr(self, "_expiry_guards", ()) if g is not guard]
+
+    def expiry_allowed(self, end: int) -> bool:
+        return all(g(end) for g in getattr(self, "_expiry_guards", ()))
+
     # ================================================================== waiting ==
     @property
     def commit_pos(self) -> int:

@@ -42,11 +42,12 @@ from shmq.message import classify as kinds
 from shmq.message.classify import classify
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.names import (CLUSTER, DELAY, HALF_TOPIC, PGROUP, REAL_QID, REAL_TOPIC, RETRY_PREFIX, SCHEDULE_TOPIC,
-                                WAIT, dlq_topic)
+                                UNIQ_KEY, WAIT, dlq_topic)
 from shmq.message.properties import (PROPERTY_SEP, decode_properties, encode_properties, pair, properties_bytes,
                                      stored_properties)
 from shmq.native import ffi, lib
 
+from . import timer_rules as tr
 from . import validate
 from .delay_levels import DEFAULT_LEVELS, DelayLevels
 
@@ -100,10 +101,13 @@ class PipelineResult:
     ``request_queue_id`` the queue the send asked for or was given (RocketMQ answers that one
     in the response header's queueId); ``delay_level`` 0 when not delayed."""
 
-    __slots__ = ("result", "topic", "queue_id", "request_queue_id", "delay_level", "half")
+    __slots__ = ("result", "topic", "queue_id", "request_queue_id", "delay_level", "half", "deliver_ms",
+                 "uniq_key")
 
     def __init__(self, result, topic: str, queue_id: int, request_queue_id: int,
                  delay_level: int = 0, half: bool = False):
+        self.deliver_ms = 0      # a timer message: its due time (TIMER_OUT_MS)
+        self.uniq_key = None
         self.result = result
         self.topic = topic
         self.queue_id = queue_id
@@ -136,8 +140,10 @@ class PutPipeline:
     register it. It is called on every such put; keep it cheap (a dict lookup)."""
 
     def __init__(self, store, cluster_name: str = DEFAULT_CLUSTER, delay_levels: DelayLevels | None = None,
-                 *, default_max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES, on_new_topic=None):
+                 *, default_max_reconsume_times: int = DEFAULT_MAX_RECONSUME_TIMES, on_new_topic=None,
+                 timer: tr.TimerSettings = tr.DEFAULT_TIMER):
         self.store = store
+        self.timer = timer
         self.cluster_name = cluster_name
         self.levels = delay_levels or DEFAULT_LEVELS
         self.default_max_reconsume_times = default_max_reconsume_times
@@ -218,8 +224,8 @@ class PutPipeline:
         extra = self._batch_props.get(text)
         if extra is None:
             props = decode_properties(text)
-            if kinds.kind_of(props) is not kinds.PLAIN and kinds.kind_of(props) is not kinds.TIMER:
-                raise InvalidMessage("batch message does not support delay or transaction")
+            if kinds.kind_of(props) is not kinds.PLAIN:
+                raise InvalidMessage("batch message does not support delay, timer or transaction")
             props.pop(WAIT, None)
             props[CLUSTER] = self.cluster_name
             extra = encode_properties(props).encode()
@@ -241,8 +247,15 @@ class PutPipeline:
         props = properties if isinstance(properties, dict) else None
         if props is None:
             raw = properties_bytes(properties)
-        if kinds.kind_of(raw if props is None else props, sysflag) is kinds.DELAYED:
+        kind = kinds.kind_of(raw if props is None else props, sysflag)
+        if kind is kinds.TIMER:
             props = decode_properties(raw) if props is None else dict(props)
+            return self._put_timer(topic, queue_id, body, props, rq, dict(
+                flag=flag, sysflag=sysflag, born_timestamp=born_timestamp, born_host=born_host,
+                reconsume_times=reconsume_times, prepared_offset=prepared_offset, wait_flush=wait_flush))
+        if kind is kinds.DELAYED:
+            props = decode_properties(raw) if props is None else dict(props)
+            tr.drop_timer_properties(props)  # a DELAY level wins over TIMER_* (checkIfTimerMessage)
             level = self.levels.clamp(_delay_level(props))
             props[DELAY] = str(level)
             props[REAL_TOPIC] = topic
@@ -257,6 +270,19 @@ class PutPipeline:
                             sysflag=sysflag, born_timestamp=born_timestamp, born_host=born_host,
                             reconsume_times=reconsume_times, prepared_offset=prepared_offset,
                             wait_flush=wait_flush)
+
+    def _put_timer(self, topic, queue_id, body, props: dict, rq: int, kw: dict) -> PipelineResult:
+        """transformTimerMessage (timer_rules): to rmq_sys_wheel_timer, due time as tag code."""
+        got = tr.rewrite(topic, queue_id, props, lib.shmq_now_ms(), self.timer)
+        if got is None:  # due already: an ordinary message of its topic
+            return self._append(topic, queue_id, body, properties_bytes(props), None, topic, queue_id, rq,
+                                0, False, **kw)
+        tqid, due = got
+        res = self._append(tr.TIMER_TOPIC, tqid, body, properties_bytes(props), None, topic, queue_id, rq, 0,
+                           False, tag_code=due, **kw)
+        res.deliver_ms = due
+        res.uniq_key = props.get(UNIQ_KEY)
+        return res
 
     def put_half(self, topic: str, queue_id: int, body, props: dict, *, flag: int = 0, sysflag: int = 0,
                  born_timestamp: int | None = None, born_host: tuple[str, int] = ("127.0.0.1", 0),
@@ -294,7 +320,7 @@ class PutPipeline:
 
     def _append(self, stored_topic, stored_qid, body, raw, req, topic, qid, request_qid, level, half, *,
                 flag=None, sysflag=None, born_timestamp=None, born_host=None, reconsume_times=None,
-                prepared_offset=0, deliver_delay_ms=None, wait_flush=True) -> PipelineResult:
+                prepared_offset=0, deliver_delay_ms=None, tag_code=None, wait_flush=True) -> PipelineResult:
         if req is not None:
             flag, sysflag, born_timestamp = req.flag, req.sysflag, req.born_timestamp
             born_host, reconsume_times = req.born_host, req.reconsume_times
@@ -302,7 +328,7 @@ class PutPipeline:
             res = self.store.put(stored_topic, stored_qid, body, raw, flag=flag, sysflag=sysflag,
                                  born_timestamp=born_timestamp, born_host=born_host,
                                  reconsume_times=reconsume_times, prepared_offset=prepared_offset,
-                                 deliver_delay_ms=deliver_delay_ms, wait_flush=wait_flush)
+                                 deliver_delay_ms=deliver_delay_ms, tag_code=tag_code, wait_flush=wait_flush)
         except (FlushDiskTimeout, ReplicationError) as e:
             e.result = PipelineResult(e.result, topic, qid, request_qid, level, half)
             raise

@@ -2,6 +2,7 @@
 took it (classify, then the store's FastWriter or the full pipeline) or the put pipeline did,
 for every shape of message (plain, tags, keys, user properties, flag, compressed, batch,
 delayed, transactional half, retry, dead letter)."""
+import time
 import zlib
 
 import pytest
@@ -28,7 +29,8 @@ SHAPES = {
     "user properties": ("T", b"u", {"TAGS": "B", "u": "1", "v": "x y", "WAIT": "true"}, 0, 0),
     "flag": ("T", b"f", {"CLUSTER": "Other"}, 9, 0),
     "compressed": ("T", zlib.compress(b"z" * 10000), {"TAGS": "Z"}, 0, FLAG_COMPRESSED),
-    "timer": ("T", b"tm", {"TIMER_DELAY_SEC": "5"}, 0, 0),
+    # an absolute time, so both roads store the same TIMER_OUT_MS (a relative delay counts from each put)
+    "timer": ("T", b"tm", {"TIMER_DELIVER_MS": str(int(time.time() * 1000) + 600_000)}, 0, 0),
     "delayed": ("T", b"d", {"DELAY": "2", "WAIT": "false"}, 0, 0),
     "half": ("T", b"h", {"TRAN_MSG": "true", "PGROUP": "pg"}, 0, TX_PREPARED_TYPE),
     "retry": ("%RETRY%G", b"r", {"RETRY_TOPIC": "T"}, 0, 0),

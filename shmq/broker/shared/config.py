@@ -23,6 +23,7 @@ from shmq.store import StoreConfig
 from shmq.store.config import FLUSH_MODES, ROLES
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
+from shmq.store.timer_rules import TimerSettings
 
 log = logging.getLogger("shmq.broker")
 
@@ -100,6 +101,15 @@ class BrokerConfig:
     defaultTopicQueueNums: int = 4
     enablePropertyFilter: bool = False
     maxReconsumeTimes: int = 16
+    #: RocketMQ 5's timer wheel keys (TIMER_DELIVER_MS / TIMER_DELAY_SEC / TIMER_DELAY_MS). shmq
+    #: fires at the millisecond by default (RocketMQ: 1000) and never before the asked time.
+    timerWheelEnable: bool = True
+    timerMaxDelaySec: int = 3 * 24 * 3600
+    timerPrecisionMs: int = 1
+    #: POP (RocketMQ 5): the request mode QUERY_ASSIGNMENT answers for a group no
+    #: SET_MESSAGE_REQUEST_MODE named, and how many consumers share a queue in POP mode.
+    defaultMessageRequestMode: str = "PULL"
+    defaultPopShareQueueNum: int = -1
     notifyConsumerIdsChangedEnable: bool = True
     #: Transactions (RocketMQ's keys): how often half messages are checked, how old one must
     #: be before it is checked, and how many checks before it is discarded.
@@ -249,7 +259,12 @@ class BrokerConfig:
         supervisor (schedule service) and every worker build the same one, so a message is
         stored alike whoever puts it."""
         return PutPipeline(store, self.brokerClusterName, DelayLevels.parse(self.messageDelayLevel),
-                           default_max_reconsume_times=self.maxReconsumeTimes, on_new_topic=on_new_topic)
+                           default_max_reconsume_times=self.maxReconsumeTimes, on_new_topic=on_new_topic,
+                           timer=self.timer_settings)
+
+    @property
+    def timer_settings(self) -> TimerSettings:
+        return TimerSettings(self.timerWheelEnable, self.timerMaxDelaySec, self.timerPrecisionMs)
 
     def store_config(self) -> StoreConfig:
         return StoreConfig(

@@ -34,6 +34,8 @@ LOCK / UNLOCK          w -> s       body LockBatchRequestBody; LOCK answers Lock
 FORWARD_TO_GROUP       w -> s       ext group, kind (consumer|producer), one (true: one live channel);
                                     body a remoting frame; answer ext count (channels it went to)
 METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/worker/metrics.py)
+POP_RESERVE/ACK/CHANGE w -> s       POP state (supervisor/pop_service.py documents the fields)
+MODE_GET / MODE_SET    w -> s       SET_MESSAGE_REQUEST_MODE's table (pop_service.py)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
@@ -72,6 +74,11 @@ class Ctl(enum.IntEnum):
     UNLOCK = 9913
     FORWARD_TO_GROUP = 9914
     METRICS = 9919  # 9915-9918: the admin relays (helper java)
+    POP_RESERVE = 9920      # POP: see supervisor/pop_service.py
+    POP_ACK = 9921
+    POP_CHANGE = 9922
+    MODE_GET = 9923
+    MODE_SET = 9924
     TOPICS_CHANGED = 9951
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953

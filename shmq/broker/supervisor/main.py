@@ -53,6 +53,8 @@ from .metrics import exporter as metrics
 from .register import Registrar
 from .replication import Replication
 from .schedule import ScheduleService
+from .pop_service import PopService
+from .timer_service import TimerService
 from .transaction_service import TransactionCheckService
 
 log = logging.getLogger("shmq.broker")
@@ -116,6 +118,8 @@ class Supervisor:
         self.plane: ControlPlane | None = None
         self.pipeline: PutPipeline | None = None
         self.schedule: ScheduleService | None = None
+        self.timer: TimerService | None = None
+        self.pop: PopService | None = None
         self.tx_check: TransactionCheckService | None = None
         self.metrics: metrics.BrokerMetrics | None = None
         self.replication: Replication | None = None
@@ -156,7 +160,9 @@ class Supervisor:
             self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
             self.replication = Replication(cfg, self.store, self.topics, self.plane.adopt_topics)
             self.replication.start()
-            handlers = self.plane.handlers()
+            # POP state is the supervisor's: every worker asks here (pop_service)
+            self.pop = PopService(cfg, self.store, self.topics, lambda: self.pipeline)
+            handlers = {**self.plane.handlers(), **self.pop.handlers()}
             if metrics.enabled(cfg):
                 self.metrics = metrics.BrokerMetrics(cfg, self.store, self.topics, self.plane.clients)
                 handlers[cc.Ctl.METRICS] = self.metrics.feeds.on_push
@@ -190,6 +196,10 @@ class Supervisor:
     def _start_master_services(self, loop, levels) -> None:
         self.schedule = ScheduleService(self.store, self.pipeline, levels)
         self.schedule.start()
+        # RocketMQ 5's timer messages come due here too (timer_service).
+        self.timer = TimerService(self.store, self.pipeline)
+        self.timer.start()
+        self.pop.start()  # revives POP messages not acked in time
         # Half messages are checked back with one live producer of their group, on its
         # own connection, whichever worker holds it.
         self.tx_check = TransactionCheckService(
@@ -227,6 +237,10 @@ class Supervisor:
             self.tx_check.stop()
         if self.schedule is not None:
             self.schedule.stop()
+        if self.timer is not None:
+            self.timer.stop()
+        if self.pop is not None:
+            self.pop.stop()
         if self.replication is not None:
             await self.replication.close()
         if self.store is not None:
@@ -325,6 +339,10 @@ class Supervisor:
             await asyncio.to_thread(self.tx_check.stop)
         if self.schedule is not None:
             await asyncio.to_thread(self.schedule.stop)  # before the store closes: it flushes and persists its progress
+        if self.timer is not None:
+            await asyncio.to_thread(self.timer.stop)     # likewise: it flushes and writes its checkpoint
+        if self.pop is not None:
+            await asyncio.to_thread(self.pop.stop)       # syncs its journal
         if self.replication is not None:
             await self.replication.close()
             self.replication = None

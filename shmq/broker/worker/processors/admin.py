@@ -190,6 +190,9 @@ class Processor:
             "clusterName": self.cfg.brokerClusterName,
             "messageDelayLevel": self.cfg.messageDelayLevel,
             "maxReconsumeTimes": str(self.cfg.maxReconsumeTimes),
+            "timerWheelEnable": str(self.cfg.timerWheelEnable).lower(),
+            "timerMaxDelaySec": str(self.cfg.timerMaxDelaySec),
+            "timerPrecisionMs": str(self.cfg.timerPrecisionMs),
             "uid": str(os.getuid()),
         }
         return cmd.make_response(ext_fields=ext)

@@ -73,7 +73,8 @@ class Processor:
         self.cfg = worker.cfg
 
     def handlers(self):
-        return {RequestCode.PULL_MESSAGE: self.pull}
+        # LITE_PULL_MESSAGE (5.x DefaultLitePullConsumer) is answered exactly as PULL_MESSAGE
+        return {RequestCode.PULL_MESSAGE: self.pull, RequestCode.LITE_PULL_MESSAGE: self.pull}
 
     def pull(self, conn, cmd: RemotingCommand):
         h = PullMessageRequestHeader.from_ext(cmd.ext_fields)

@@ -29,7 +29,7 @@ from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
-from shmq.store import transaction, validate
+from shmq.store import recall, transaction, validate
 from shmq.store.put import PutRequest
 
 from .. import retry
@@ -123,7 +123,8 @@ class Processor:
         props = h.properties or ""
         kind = classify(h.topic, props, h.sysFlag)
         if kind is not PLAIN and kind not in AS_SENT:
-            # delay (SCHEDULE_TOPIC_XXXX), half messages and retry -> DLQ are the put pipeline's
+            # delay (SCHEDULE_TOPIC_XXXX), timers (rmq_sys_wheel_timer), half messages and
+            # retry -> DLQ are the put pipeline's
             return self._put_pipeline(conn, cmd, h, qid, tc)
         fw = self._writer(h.topic, qid)
         self.w.stats["put"] += 1
@@ -148,7 +149,12 @@ class Processor:
         if pr.half:
             self._register_tx_producer(conn, h.producerGroup)
         # RocketMQ answers the queue the send asked for and the offset where it was stored.
-        return self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
+        r = self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
+        if pr.deliver_ms and pr.uniq_key and not h.topic.startswith(RETRY_PREFIX) and not asyncio.iscoroutine(r):
+            # SendMessageProcessor.attachRecallHandle (5.3.3): what RECALL_MESSAGE takes back
+            r.ext_fields["recallHandle"] = recall.build_handle(h.topic, self.cfg.brokerName, pr.deliver_ms + 1,
+                                                               pr.uniq_key)
+        return r
 
     def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
         if classify(h.topic) is RETRY:

@@ -1,0 +1,125 @@
+"""The timer service: RocketMQ 5's timer wheel (TimerMessageStore), run by the supervisor,
+which owns the store. One thread does everything the wheel does (shmq.store.timer_store):
+ingest new timer records, fire what is due, settle and checkpoint, and roll timers out of a
+CommitLog file the cleanup is about to delete.
+
+Waiting: until the earliest due time, at most ``max_wait``, or until anything is appended
+(the store's "new data" futex, so a short timer put by a worker or a local producer is seen
+at once). A wake-up by data is followed by ``min_wait`` of sleep, so a busy store costs this
+thread at most 1,000 passes a second, not one per append.
+"""
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from shmq.service import ThreadService
+from shmq.store.timer_store import TimerStore
+
+log = logging.getLogger("shmq.broker.timer")
+ROLL_TIMEOUT_S = 30.0
+
+
+class TimerService(ThreadService):
+    """A :class:`shmq.service.ThreadService` whose sleep is the store's new-data futex."""
+
+    def __init__(self, store, pipeline, *, checkpoint_interval: float = 1.0, max_wait: float = 0.05,
+                 min_wait: float = 0.001, batch: int = 2048):
+        super().__init__("shmq-timer", max_wait, log=log, first_delay_s=0, error_delay_s=0.5)
+        self.store = store
+        self.timers = TimerStore(store, pipeline.put_inner)
+        self.checkpoint_interval = checkpoint_interval
+        self.max_wait = max_wait
+        self.min_wait = min_wait
+        self.batch = batch
+        self._rolls: list[list] = []
+        self._lock = threading.Lock()
+        self._last_ck = 0.0
+        self._seen = 0
+        self._opened = False
+
+    def start(self) -> None:
+        if self.running:
+            return
+        if not self._opened:
+            self.timers.open()
+            self._opened = True
+        self.store.add_expiry_guard(self.guard)
+        self._last_ck = time.monotonic()
+        super().start()
+
+    def stop(self, timeout: float = 10.0) -> bool:
+        if not self.running:
+            return True
+        if not super().stop(timeout):
+            log.error("timer thread did not stop within %.1fs; the next start recovers from the CommitLog", timeout)
+            return False
+        self.store.remove_expiry_guard(self.guard)
+        try:
+            self.store.flush()
+            self.timers.checkpoint()
+        except Exception:  # noqa: BLE001 - the next start recovers from the CommitLog tail
+            log.exception("timer checkpoint at stop failed")
+        self.timers.close()
+        self._opened = False
+        return True
+
+    # ---- the round -------------------------------------------------------------------------
+    def round(self) -> float:
+        self._seen = self.store.commit_pos
+        ts = self.timers
+        ts.ingest()
+        busy = ts.fire_due(self.batch) >= self.batch
+        ts.settle()
+        self._serve_rolls()
+        if time.monotonic() - self._last_ck >= self.checkpoint_interval:
+            self._last_ck = time.monotonic()
+            ts.checkpoint()
+        if busy:
+            return 0.0
+        nd = ts.index.next_due()
+        if nd is None:
+            return self.max_wait
+        return min(self.max_wait, max(0.0, (nd - ts.now()) / 1000.0))
+
+    def sleep(self, seconds: float) -> None:
+        if self.store.wait(self._seen, seconds) != self._seen and not self.stopping:
+            time.sleep(self.min_wait)
+
+    def interrupt(self) -> None:
+        pass  # the futex wait is at most max_wait long: stop() and wake() are served by then
+
+    # ---- expiry ----------------------------------------------------------------------------
+    def guard(self, phys_end: int) -> bool:
+        """Called by the cleanup before the CommitLog below ``phys_end`` goes: returns True once
+        every pending timer stored there has been re-appended and flushed."""
+        if not self.running or self.stopping:
+            return False
+        req = [phys_end, threading.Event(), False]
+        with self._lock:
+            self._rolls.append(req)
+        if not req[1].wait(ROLL_TIMEOUT_S):
+            log.error("timer rolls below %d did not finish in %.0fs: the file is kept", phys_end, ROLL_TIMEOUT_S)
+            return False
+        return req[2]
+
+    def _serve_rolls(self) -> None:
+        if not self._rolls:
+            return
+        with self._lock:
+            rolls, self._rolls = self._rolls, []
+        for req in rolls:
+            try:
+                self.timers.ingest()
+                n = self.timers.roll_below(req[0])
+                self.store.flush()
+                req[2] = True
+                if n:
+                    log.info("rolled %d pending timers out of the CommitLog below %d", n, req[0])
+            except Exception:  # noqa: BLE001 - the file is kept; the next cleanup round asks again
+                log.exception("timer roll below %d failed", req[0])
+            req[1].set()
+
+    def stats(self) -> dict[str, int]:
+        return self.timers.stats()
