@@ -32,8 +32,14 @@ class NameServer:
         self.clock = clock
         self.processor = NamesrvProcessor(self.config, clock=clock)
         self.table = self.processor.table
+        handlers = self.processor.handlers()
+        self.metrics = None
+        if str(self.config.metricsExporterType).upper() == "PROM":
+            from shmq.namesrv.metrics import NamesrvMetrics
+            self.metrics = NamesrvMetrics(self.config, self.table)
+            handlers = self.metrics.rpc.wrap(handlers)
         self.server = RemotingServer(
-            self.processor.handlers(),
+            handlers,
             self.config.bindAddress,
             self.config.listenPort,
             max_frame_size=self.config.maxFrameSize,
@@ -60,6 +66,8 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.metrics is not None:
+            self.metrics.start(self.address)
         self._started = True
         self._scan.start()
         log.info(
@@ -75,6 +83,8 @@ class NameServer:
     async def close(self) -> None:
         self._stopped.set()
         await self._scan.stop()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         await self.server.close()
 
     async def __aenter__(self) -> "NameServer":

@@ -18,6 +18,11 @@ FORBIDDEN = {   # package -> shmq packages it must never import
     "namesrv":  {"store", "native", "client", "broker", "cli", "bench"},   # message is allowed
     "client":   {"broker", "namesrv", "cli", "bench"},
     "broker":   {"client", "namesrv", "cli", "bench"},
+    # the dashboard sees a cluster only as a client does (issue 15): client, protocol, message
+    "dashboard": {"native", "store", "broker", "namesrv", "cli", "bench"},
+    # colours and units shared by the dashboard and shmq-bench --plot: imports nothing of shmq
+    "palette":  {"native", "errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli",
+                 "bench", "dashboard", "service"},
     # the background-service pattern: every layer may use it, so it imports no shmq package
     "service":  {"errors", "native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
 }

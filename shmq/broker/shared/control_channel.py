@@ -37,6 +37,7 @@ CONNECTIONS            w -> s       ext group, kind: a group's connections (supe
 GROUPS_OF_TOPIC        w -> s       ext topic: {"groupList": [...]} of the groups subscribing to it
 CALL_CLIENT            w -> s       ext clientId, [group], timeout; body a frame: the client's answer
 SUBGROUP               w -> s       ext op (update|delete|all), [group]; body config; answer the table
+METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/worker/metrics.py)
 POP_RESERVE/ACK/CHANGE w -> s       POP state (supervisor/pop_service.py documents the fields)
 MODE_GET / MODE_SET    w -> s       SET_MESSAGE_REQUEST_MODE's table (pop_service.py)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
@@ -82,6 +83,7 @@ class Ctl(enum.IntEnum):
     GROUPS_OF_TOPIC = 9916
     CALL_CLIENT = 9917
     SUBGROUP = 9918
+    METRICS = 9919
     POP_RESERVE = 9920      # POP: see supervisor/pop_service.py
     POP_ACK = 9921
     POP_CHANGE = 9922

@@ -63,6 +63,7 @@ class Worker:
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
+        self._metrics = None  # MetricsPush when metricsExporterType=PROM
         self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
 
     # ================================================================ life ==
@@ -82,6 +83,14 @@ class Worker:
             self.acl_watch = acl.watcher()
             self.acl_watch.start()
         handlers = dispatch.handlers(self, acl)
+        if self.cfg.metricsExporterType.upper() == "PROM":
+            # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
+            from .metrics import MetricsPush, WorkerStats
+            ws = WorkerStats()
+            handlers = ws.rpc.wrap(handlers)
+            self._metrics = MetricsPush(ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)),
+                                        lambda: self.stats["put"], self.cfg.metricsPushIntervalMillis / 1000.0)
+            self._metrics.start()
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
@@ -97,6 +106,8 @@ class Worker:
         return 0
 
     async def shutdown(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
         if self.acl_watch is not None:
             await self.acl_watch.stop()
         for srv in self.servers:  # stop accepting; keep the open connections for now
