@@ -148,15 +148,24 @@ class ThreadService(_Rounds):
         self._wake_evt.set()
 
     def _run(self) -> None:
+        # Bound once: this loop is the flush thread's, once per group commit. A service that
+        # keeps the default round() runs its job directly (and ignores what the job returns).
+        stopped, woken, sleep = self._stop_evt.is_set, self._wake_evt, self.sleep
+        plain = type(self).round is ThreadService.round
+        round_ = (self._job or self.run_once) if plain else self.round
+        interval = self.interval_s
         wait = self.first_delay_s
-        while not self._stop_evt.is_set():
+        while not stopped():
             if wait > 0:
-                self.sleep(wait)
-                if self._stop_evt.is_set():
+                sleep(wait)
+                if stopped():
                     break
-            self._wake_evt.clear()  # a wake() from now on means "once more after this round"
+            if woken.is_set():
+                woken.clear()  # a wake() from now on means "once more after this round"
             try:
-                wait = self._next_wait(self.round())
+                w = round_()
+                self.rounds += 1
+                wait = interval if plain or w is None else max(0.0, w)
             except Exception as e:  # noqa: BLE001 - a service must not die of its job
                 wait = self._failed(e)
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from shmq import palette
+
 from . import histogram
 from .runner import SHMQ_NAMES, Report
 
@@ -26,12 +28,29 @@ def _latency_scenario(report: Report):
     return None
 
 
+def colors_of(names) -> dict[str, str]:
+    """One colour per system, the same in both panels: shmq's rows get palette.SHMQ, the
+    peers the next palette colours in the order they first appear (as on the dashboard)."""
+    out: dict[str, str] = {}
+    k = 1
+    for n in names:
+        if n in out:
+            continue
+        if n in SHMQ_NAMES or n.startswith("shmq"):
+            out[n] = palette.SHMQ
+        else:
+            out[n] = palette.color(k)
+            k += 1
+    return out
+
+
 def write(report: Report, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.6), dpi=80)
+    colors = colors_of(r.peer for s in report.scenarios for r in report.rows(s))
     sc = _latency_scenario(report)
     if sc is not None:
         for r in report.rows(sc):
@@ -39,7 +58,8 @@ def write(report: Report, path: str) -> None:
                 continue
             pts = histogram.spectrum_us(histogram.decode(r.histogram))
             xs = [1.0 / max(1.0 - p / 100.0, 1e-6) for p, _ in pts]
-            ax1.plot(xs, [v for _, v in pts], label=r.peer, linewidth=1.6 if r.peer.startswith("shmq") else 1.1)
+            ax1.plot(xs, [v for _, v in pts], label=r.peer, color=colors.get(r.peer),
+                     linewidth=1.6 if r.peer.startswith("shmq") else 1.1)
         for other in report.scenarios:  # the same scenario over TCP: shmq's rows, dashed
             if other is sc or other.kind != sc.kind or other.transport == sc.transport:
                 continue
@@ -49,14 +69,14 @@ def write(report: Report, path: str) -> None:
                 if r.histogram and r.peer in SHMQ_NAMES:
                     pts = histogram.spectrum_us(histogram.decode(r.histogram))
                     ax1.plot([1.0 / max(1.0 - p / 100.0, 1e-6) for p, _ in pts], [v for _, v in pts],
-                             linestyle="--", linewidth=1.3, label=f"{r.peer} ({other.transport})")
+                             linestyle="--", linewidth=1.3, color=colors.get(r.peer), label=f"{r.peer} ({other.transport})")
         ax1.set_xscale("log")
         ax1.set_yscale("log")
         ax1.set_xticks([1.0 / (1.0 - p / 100.0) for p in PCT_TICKS])
         ax1.set_xticklabels([f"{p:g}%" for p in PCT_TICKS])
         ax1.set_xlim(1, 1e5)
         ax1.set_xlabel("percentile")
-        ax1.set_ylabel("latency µs (log)")
+        ax1.set_ylabel(f"latency {palette.UNITS['latency']} (log)")
         ax1.set_title(f"latency by percentile\n{sc.label}", fontsize=9)
         ax1.grid(True, which="both", alpha=0.3)
         ax1.legend(fontsize=8)
@@ -78,11 +98,11 @@ def write(report: Report, path: str) -> None:
             if r is not None and r.msgs_per_s:
                 xs.append(i + k * width)
                 ys.append(r.msgs_per_s)
-        ax2.bar(xs, ys, width, label=name)
+        ax2.bar(xs, ys, width, label=name, color=colors.get(name))
     ax2.set_xticks([i + 0.4 - width / 2 for i in range(len(groups))])
     ax2.set_xticklabels([f"{s.kind} {s.transport}" if s.kind != "pull" else s.kind for s in groups], fontsize=8)
     ax2.set_yscale("log")
-    ax2.set_ylabel("msgs/s (log)")
+    ax2.set_ylabel(f"{palette.UNITS['rate']} (log)")
     ax2.set_title(f"throughput ({groups[0].size if groups else '?'} B messages)", fontsize=9)
     ax2.grid(True, axis="y", which="both", alpha=0.3)
     if systems:

@@ -118,8 +118,10 @@ def message_run(args) -> int:
 # ---- dlq ---------------------------------------------------------------------------------
 def dlq_run(args) -> int:
     from shmq.client.producer import Producer
-    with _admin(args) as a, Producer("TOOLS_DLQ_RESEND", args.namesrv, local="never") as p:
-        n = a.dlq_resend(args.group, p, args.msg_id)
+    from .output import Progress
+    with _admin(args) as a, Producer("TOOLS_DLQ_RESEND", args.namesrv, local="never") as p, \
+            Progress(f"resend %DLQ%{args.group}") as bar:
+        n = a.dlq_resend(args.group, p, args.msg_id, progress=bar)
     print(f"re-sent {n} message(s) from %DLQ%{args.group}")
     return 0 if n or not args.msg_id else 1
 

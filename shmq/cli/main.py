@@ -10,6 +10,7 @@ import sys
 #: subcommand -> module implementing ``add_parser(subparsers)`` and ``run(args)``.
 COMMANDS: dict[str, str] = {
     "up": "shmq.cli.up",
+    "dashboard": "shmq.cli.dashboard",
     "timer": "shmq.cli.timer",
     "store": "shmq.cli.store_gc",
 }
@@ -22,8 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
         mod = importlib.import_module(modname)
         sp = mod.add_parser(sub)
         sp.set_defaults(_run=mod.run)
-    from shmq.cli import admin
+    from shmq.cli import admin, mqadmin_parsers
     admin.add_parsers(sub)
+    mqadmin_parsers.add_parsers(sub)
     return p
 
 

@@ -16,9 +16,12 @@ from shmq.protocol.bodies import (ClusterInfo, KVTable, TopicList, TopicRouteDat
                                   decode_reset_offset_body, decode_topic_route)
 from shmq.protocol.headers import CreateTopicRequestHeader
 
+from .admin_stats import AdminStats
 from .message import MessageExt, messages_from_records
 
 PERM_READ_WRITE = 6
+#: CONSUMER_NOT_ONLINE, SUBSCRIPTION_GROUP_NOT_EXIST: no running consumer to tell
+_NOT_ONLINE = (206, 26)
 
 
 @dataclass
@@ -34,7 +37,7 @@ class QueueProgress:
         return max(0, self.broker_offset - max(self.consumer_offset, 0))
 
 
-class Admin:
+class Admin(AdminStats):
     def __init__(self, namesrv: str = "127.0.0.1:9876", timeout: float = 5.0, *,
                  access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
         self.namesrv_addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
@@ -99,8 +102,8 @@ class Admin:
         return decode_topic_route(r.body)
 
     def create_topic(self, topic: str, queues: int = 4, perm: int = PERM_READ_WRITE,
-                     cluster: str | None = None, order: bool = False) -> list[str]:
-        masters = self.masters(cluster)
+                     cluster: str | None = None, order: bool = False, broker_addr: str | None = None) -> list[str]:
+        masters = {broker_addr: broker_addr} if broker_addr else self.masters(cluster)
         if not masters:
             raise ShmqError(f"no broker in {'cluster ' + cluster if cluster else 'any cluster'}")
         h = CreateTopicRequestHeader(topic=topic, defaultTopic=TBW102, readQueueNums=queues,
@@ -115,7 +118,7 @@ class Admin:
         for addr in self.namesrv_addrs:
             self._invoke(addr, request(RequestCode.DELETE_TOPIC_IN_NAMESRV, topic=topic)).raise_for_code()
 
-    def _queues(self, topic: str):
+    def queues(self, topic: str):
         route = self.route(topic)
         addrs = {bd.brokerName: bd.brokerAddrs.get(0) for bd in route.brokerDatas}
         for qd in route.queueDatas:
@@ -132,6 +135,11 @@ class Admin:
         r.raise_for_code()
         return int(r.ext_fields.get("offset", -1))
 
+    def offset_by_time(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        """SEARCH_OFFSET_BY_TIMESTAMP (29): the first offset stored at or after the time."""
+        return max(self._offset(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, topic=topic, queueId=queue_id,
+                                timestamp=timestamp_ms), 0)
+
     def consumer_progress(self, group: str, topics: list[str] | None = None) -> list[QueueProgress]:
         """Per queue: the broker's max offset, the group's committed offset, the lag. Without
         ``topics``: every topic the group has committed offsets on, and its retry topic."""
@@ -139,7 +147,7 @@ class Admin:
         candidates = topics or [t for t in self.topic_list() if not t.startswith(DLQ_PREFIX)]
         for topic in candidates:
             try:
-                queues = list(self._queues(topic))
+                queues = list(self.queues(topic))
             except BrokerError:
                 continue
             found = []
@@ -151,19 +159,38 @@ class Admin:
                 rows += found
         return rows
 
-    def reset_offset(self, group: str, topic: str, timestamp_ms: int) -> dict[tuple[str, int], int]:
+    def reset_offset(self, group: str, topic: str, timestamp_ms: int, progress=None) -> dict[tuple[str, int], int]:
         """Move the group's offsets on every queue of ``topic`` to the first message stored at or
         after ``timestamp_ms`` (forwards or backwards). The broker tells the group's running
-        consumers (RESET_CONSUMER_CLIENT_OFFSET) so they continue from there."""
+        consumers (RESET_CONSUMER_CLIENT_OFFSET) so they continue from there. Where the group
+        has no consumer online (206, or RocketMQ 4.9's "consumer group not exist"), the offsets
+        are committed queue by queue instead, as mqadmin's resetOffsetByTimestampOld does."""
         out = {}
-        brokers = {}
-        for broker, addr, q in self._queues(topic):
+        brokers: dict[str, str] = {}
+        queues = list(self.queues(topic))
+        for broker, addr, q in queues:
             brokers[broker] = addr
+        done = 0
         for broker, addr in brokers.items():
             r = self._invoke(addr, request(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, topic=topic, group=group,
-                                           timestamp=timestamp_ms, isForce=True)).raise_for_code()
+                                           timestamp=timestamp_ms, isForce=True))
+            if r.code in _NOT_ONLINE or (r.code == ResponseCode.SYSTEM_ERROR and "not exist" in (r.remark or "")):
+                for b, a, q in queues:
+                    if b == broker:
+                        off = self.offset_by_time(a, topic, q, timestamp_ms)
+                        self._invoke(a, request(RequestCode.UPDATE_CONSUMER_OFFSET, consumerGroup=group, topic=topic,
+                                                queueId=q, commitOffset=off)).raise_for_code()
+                        out[(b, q)] = off
+                        done += 1
+                        if progress is not None:
+                            progress(done)
+                continue
+            r.raise_for_code()
             for (_, b, qid), off in decode_reset_offset_body(r.body).items():
                 out[(b, qid)] = off
+                done += 1
+            if progress is not None:
+                progress(done)
         return out
 
     # ---- messages -------------------------------------------------------------------------
@@ -215,14 +242,27 @@ class Admin:
             return [], nxt
         return messages_from_records(r.body, ""), nxt
 
-    def dlq_resend(self, group: str, producer, msg_id: str | None = None) -> int:
+    def read_range(self, topic: str, broker_addr: str, queue_id: int, begin: int, end: int | None = None):
+        """Every message of one queue in [begin, end) (end None: up to the queue's end), read
+        32 at a time: mqadmin's consumeMessage and printMsg."""
+        off = begin
+        while end is None or off < end:
+            msgs, nxt = self.read_queue(topic, broker_addr, queue_id, off)
+            if not msgs or nxt <= off:
+                return
+            for m in msgs:
+                if end is None or m.queue_offset < end:
+                    yield m
+            off = nxt
+
+    def dlq_resend(self, group: str, producer, msg_id: str | None = None, progress=None) -> int:
         """Put dead letters of ``group`` back to their original topic (RETRY_TOPIC, or the
         topic they were consumed from). With ``msg_id``: only that message."""
         from .message import Message
         dlq = dlq_topic(group)
         n = 0
         try:
-            queues = list(self._queues(dlq))
+            queues = list(self.queues(dlq))
         except BrokerError:
             return 0
         for broker, addr, q in queues:
@@ -241,5 +281,7 @@ class Admin:
                                   if k not in SYSTEM_PROPERTIES}
                     producer.send(Message(origin, m.body, m.tags, m.keys, user_props))
                     n += 1
+                    if progress is not None:
+                        progress(n)
                 off = nxt
         return n

@@ -101,8 +101,10 @@ def drop_pair(raw, key):
             i = raw.find(key, i + 1)
             continue
         j = raw.find(sep, i)
-        raw = raw[:max(i - 1, 0)] if j < 0 else raw[:i] + raw[j + 1:]
-        i = raw.find(key, max(i - 1, 0))
+        if j < 0:                              # the last pair: nothing follows it
+            return raw[:max(i - 1, 0)]
+        raw = raw[:i] + raw[j + 1:]
+        i = raw.find(key, i)
     return raw
 
 

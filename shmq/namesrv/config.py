@@ -50,6 +50,11 @@ class NamesrvConfig:
     #: Connections at most, and per remote IP (0 = no per-IP bound); shmq's keys, as the broker's.
     serverMaxConnections: int = 10_000
     serverMaxConnectionsPerPeer: int = 1000
+    #: RocketMQ 5's metrics keys: PROM serves Prometheus metrics (shmq/namesrv/metrics.py).
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = "127.0.0.1"
+    #: 0 picks a free port.
+    metricsPromExporterPort: int = 5557
 
     def update(self, props: Mapping[str, str], *, source: str = "config") -> list[str]:
         """Apply ``props`` (strings); returns the unknown keys (each logged as a warning)."""

@@ -32,8 +32,14 @@ class NameServer:
         self.clock = clock
         self.processor = NamesrvProcessor(self.config, clock=clock)
         self.table = self.processor.table
+        handlers = self.processor.handlers()
+        self.metrics = None
+        if str(self.config.metricsExporterType).upper() == "PROM":
+            from shmq.namesrv.metrics import NamesrvMetrics
+            self.metrics = NamesrvMetrics(self.config, self.table)
+            handlers = self.metrics.rpc.wrap(handlers)
         self.server = RemotingServer(
-            self.processor.handlers(),
+            handlers,
             self.config.bindAddress,
             self.config.listenPort,
             max_frame_size=self.config.maxFrameSize,
@@ -42,6 +48,7 @@ class NameServer:
             max_connections=self.config.serverMaxConnections,
             max_connections_per_peer=self.config.serverMaxConnectionsPerPeer or None,
             on_close=self._connection_closed,
+            default_handler=_silent,
             name="namesrv",
         )
         self._scan = AsyncService("shmq-namesrv-scan", self.config.scanNotActiveBrokerInterval / 1000.0,
@@ -59,6 +66,8 @@ class NameServer:
 
     async def start(self) -> None:
         await self.server.start()
+        if self.metrics is not None:
+            self.metrics.start(self.address)
         self._started = True
         self._scan.start()
         log.info(
@@ -74,6 +83,8 @@ class NameServer:
     async def close(self) -> None:
         self._stopped.set()
         await self._scan.stop()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
         await self.server.close()
 
     async def __aenter__(self) -> "NameServer":
@@ -134,3 +145,10 @@ def run(config: NamesrvConfig, *, on_ready: Callable[[NameServer], None] | None 
         return loops.run(serve())
     except KeyboardInterrupt:
         return 0
+
+
+def _silent(conn, cmd):
+    """A request code the NameServer does not know gets no answer: RocketMQ's
+    DefaultRequestProcessor returns null for it, so the caller waits for its own timeout."""
+    log.debug("request code %d from %s: not a NameServer request, not answered", cmd.code, conn.peer)
+    return None

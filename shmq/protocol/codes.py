@@ -18,6 +18,7 @@ class RequestCode(enum.IntEnum):
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
     SEND_REPLY_MESSAGE = 324
+    SEND_REPLY_MESSAGE_V2 = 325
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     # broker: consume

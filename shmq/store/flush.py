@@ -42,6 +42,8 @@ class FlushService(ThreadService):
         self._cq_flushed: dict[int, int] = {}  # slot -> next offset at the last CQ flush
         self._last_cq = time.monotonic()
         self._pins: dict[int, object] = {}
+        #: called with the seconds each CommitLog flush took (the broker's metrics set it)
+        self.on_flush = None
 
     def sleep(self, seconds: float) -> None:
         lib.shmq_flusher_wait(self.cb.ctl, int(seconds * 1e9))
@@ -64,6 +66,7 @@ class FlushService(ThreadService):
         if target <= done or ctl.pos.io_error:
             return done
         fsize = self.store.commitlog.file_size
+        t0 = time.perf_counter()
         pos = done
         while pos < target:
             idx, off = divmod(pos, fsize)
@@ -80,6 +83,9 @@ class FlushService(ThreadService):
                 return done
             pos += n
         lib.shmq_set_flushed(ctl, target, 0)
+        hook = self.on_flush
+        if hook is not None:
+            hook(time.perf_counter() - t0)
         return target
 
     def flush_queues_and_checkpoint(self) -> None:

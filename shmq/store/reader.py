@@ -195,6 +195,12 @@ class Reader:
                 hi = mid
         return lo
 
+    def store_time_at(self, topic: str, queue_id: int, offset: int) -> int:
+        """The store timestamp of the queue's entry at ``offset``, -1 when there is none
+        (GET_TOPIC_STATS_INFO's lastUpdateTimestamp, GET_CONSUME_STATS's lastTimestamp)."""
+        e = self.queues.get(topic, queue_id).entry(offset)
+        return self._store_ts(e[0]) if e else -1
+
     def earliest_store_time(self, topic: str, queue_id: int) -> int:
         b = self.queue_bounds(topic, queue_id)
         if b is None or b[0] >= b[1]:

@@ -25,6 +25,8 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from shmq.errors import StoreError, StoreLocked
@@ -121,14 +123,48 @@ def _collect_existing(seg: Segment, dry_run: bool) -> None:
             os.close(lock_fd)
 
 
+_held = threading.local()
+
+
+@contextmanager
+def gc_lock(shm_dir: str = SHM_DIR):
+    """One collection at a time on this host: every ``collect`` (a broker's start, ``shmq store
+    gc``) runs under an flock of ``<shm_dir>/shmq-gc.lock``, so two never judge the same
+    segment at once. Re-entrant within a thread; the lock file holds nothing."""
+    if getattr(_held, "depth", 0):
+        _held.depth += 1
+        try:
+            yield
+        finally:
+            _held.depth -= 1
+        return
+    fd = os.open(os.path.join(shm_dir, "shmq-gc.lock"), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        _held.depth = 1
+        try:
+            yield
+        finally:
+            _held.depth = 0
+    finally:
+        os.close(fd)  # releases the flock
+
+
 def collect(*, existing: bool = True, under: str | None = None, dry_run: bool = False,
             shm_dir: str = SHM_DIR) -> list[Segment]:
     """Examine every shmq segment (of stores under ``under``, if given) and remove the unusable
     ones (see the module text). Returns what was found and done, one entry per segment."""
+    if not os.path.isdir(shm_dir):
+        return []
+    with gc_lock(shm_dir):
+        return _collect(existing, under, dry_run, shm_dir)
+
+
+def _collect(existing: bool, under: str | None, dry_run: bool, shm_dir: str) -> list[Segment]:
     under = os.path.abspath(under) + os.sep if under else None
     out: list[Segment] = []
     try:
-        names = sorted(n for n in os.listdir(shm_dir) if n.startswith("shmq."))
+        names = sorted(n for n in os.listdir(shm_dir) if n.startswith("shmq.") and not n.endswith(".lock"))
     except FileNotFoundError:
         return out
     for n in names:

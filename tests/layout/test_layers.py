@@ -18,6 +18,13 @@ FORBIDDEN = {   # package -> shmq packages it must never import
     "namesrv":  {"store", "native", "client", "broker", "cli", "bench"},   # message is allowed
     "client":   {"broker", "namesrv", "cli", "bench"},
     "broker":   {"client", "namesrv", "cli", "bench"},
+    # the dashboard sees a cluster only as a client does (issue 15): client, protocol, message
+    "dashboard": {"native", "store", "broker", "namesrv", "cli", "bench"},
+    # colours and units shared by the dashboard and shmq-bench --plot: imports nothing of shmq
+    "palette":  {"native", "errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli",
+                 "bench", "dashboard", "service"},
+    # the background-service pattern: every layer may use it, so it imports no shmq package
+    "service":  {"errors", "native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
 }
 
 
@@ -77,3 +84,46 @@ def test_protocol_does_not_load_the_c_core():
             "shmq.message.classify, shmq.message.sql_filter; "
             "sys.exit(1 if any(m.startswith('shmq.native') or m.startswith('shmq.store') for m in sys.modules) else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ---- inside the broker: which process runs what (shmq/broker/__init__.py) ----------------------
+BROKER_FORBIDDEN = {   # broker subpackage -> broker subpackages it must never import
+    "shared":     {"supervisor", "worker"},
+    "supervisor": {"worker"},
+    "worker":     {"supervisor"},
+}
+#: The request processors see the worker only through worker/context.py (and are registered
+#: by worker/dispatch.py): they never import the process module or the dispatcher.
+PROCESSORS_NEVER = {"shmq.broker.worker.main", "shmq.broker.worker.dispatch"}
+
+
+def _imported_names(tree: ast.AST, path: pathlib.Path):
+    """As _imported, plus ``pkg.name`` for each ``from pkg import name`` (a module may be
+    imported that way: ``from .. import main``)."""
+    rel = path.relative_to(ROOT.parent).with_suffix("")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = (".".join(list(rel.parts[:-node.level]) + ([node.module] if node.module else []))
+                    if node.level else node.module or "")
+            yield base
+            for a in node.names:
+                yield f"{base}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name
+
+
+def test_broker_supervisor_and_worker_never_import_each_other():
+    bad = []
+    broker = ROOT / "broker"
+    for f in sorted(broker.rglob("*.py")):
+        parts = f.relative_to(broker).parts
+        sub = parts[0] if len(parts) > 1 else None
+        for mod in _imported_names(ast.parse(f.read_text()), f):
+            p = mod.split(".")
+            if p[:2] == ["shmq", "broker"] and len(p) > 2 and p[2] in BROKER_FORBIDDEN.get(sub, ()):
+                bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
+            if parts[:2] == ("worker", "processors") and any(mod == m or mod.startswith(m + ".")
+                                                             for m in PROCESSORS_NEVER):
+                bad.append(f"{f.relative_to(ROOT.parent)} imports {mod}")
+    assert not bad, "imports against the broker's process layout:\n" + "\n".join(bad)

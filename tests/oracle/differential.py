@@ -83,7 +83,9 @@ def _body_shape(code: int, body: bytes, target) -> Any:
         try:
             return shape(msgspec.json.decode(text.encode()))
         except Exception:
-            return f"<{len(body)} bytes, not JSON>"
+            if text.startswith("{"):  # fastjson's MessageQueue-keyed maps: compare the text's form
+                return "<not JSON: " + re.sub(r"\d+", "0", text) + ">"
+            return f"<{len(text)} characters, not JSON>"
 
 
 def observe(req_code: int, resp: RemotingCommand | None, target) -> dict:

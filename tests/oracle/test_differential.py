@@ -251,6 +251,10 @@ KNOWN: dict[tuple[str, str], str] = {
         "shmq's NameServer answers REQUEST_CODE_NOT_SUPPORTED, RocketMQ's stays silent (issue 11 part A)",
     ("admin", "runtime info"):
         "GET_BROKER_RUNTIME_INFO keys: shmq has fewer statistics (issue 11 part A adds the ones clusterList reads)",
+    # the tables hold what earlier tests left on each broker (the Apache pair is shared by the
+    # whole run, shmq's by one worker): their entries differ, so their shapes cannot be compared
+    ("admin", "all consumer offsets"): "table contents depend on the tests that ran before",
+    ("admin", "all delay offsets"): "table contents depend on the tests that ran before",
     ("admin", "all subscription groups"):
         "shmq keeps no subscription-group configs: RocketMQ has built-in ones and creates one per consuming group",
     ("consumer_extras", "pull with a bad SQL92 expression"):

@@ -36,6 +36,20 @@ def test_registry_changes_expiry_and_worker_loss():
     assert r.channel_closed("1:3") == [] and r.producer_channels("pg") == []
 
 
+def test_group_keeps_the_newest_subscription_version_any_member_sent():
+    """Members re-version a subscription at every rebalance and pull with it; an older
+    version from another member's heartbeat must not replace it (RocketMQ's
+    ConsumerGroupInfo.updateSubscription), or the newer member's pulls get 25."""
+    r = ClientRegistry()
+    sub = lambda v: ConsumerData(groupName="g", subscriptionDataSet=[SubscriptionData(topic="T", subVersion=v)])  # noqa: E731
+    r.register_consumer(sub(100), _info("1:1", "a"))
+    r.register_consumer(sub(300), _info("1:1", "a"))
+    r.register_consumer(sub(200), _info("2:1", "b"))   # b's heartbeat carries its older version
+    assert r.subscription("g", "T").subVersion == 300
+    assert r.register_consumer(ConsumerData(groupName="g", subscriptionDataSet=[]), _info("1:1", "a")) is True
+    assert r.subscription("g", "T") is None           # a topic no longer subscribed goes
+
+
 def test_locks():
     t = LockTable(max_live_s=60)
     q0, q1 = MessageQueue(topic="T", brokerName="b", queueId=0), MessageQueue(topic="T", brokerName="b", queueId=1)

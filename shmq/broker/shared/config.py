@@ -128,6 +128,14 @@ class BrokerConfig:
     flushConsumerOffsetInterval: int = 5000
     #: A queue lock for orderly consumption lives this long without renewal (RocketMQ: 60 s).
     rebalanceLockMaxLiveTime: int = 60_000
+    # ---- metrics (RocketMQ 5's keys) ----
+    #: PROM serves Prometheus metrics from the supervisor; DISABLE (default) serves none.
+    metricsExporterType: str = "DISABLE"
+    metricsPromExporterHost: str = "127.0.0.1"
+    #: 0 picks a free port.
+    metricsPromExporterPort: int = 5557
+    #: shmq's own: how often workers push their counts to the supervisor (and the queue tail runs).
+    metricsPushIntervalMillis: int = 1000
     # ---- shmq's own ----
     #: Worker processes serving TCP (0 = min(cpu_count, 4)).
     workers: int = 0
@@ -183,6 +191,9 @@ class BrokerConfig:
         if self.brokerRole != "SLAVE":
             self.brokerId = 0  # RocketMQ: a master's brokerId is always MASTER_ID
         DelayLevels.parse(self.messageDelayLevel)  # a bad level refuses to start, naming it
+        if str(self.metricsExporterType).upper() not in ("DISABLE", "PROM"):
+            raise ValueError(f"metricsExporterType must be DISABLE or PROM (shmq has no OTLP exporter), "
+                             f"got {self.metricsExporterType!r}")
         if self.workers < 0:
             raise ValueError("workers must be >= 0")
         if self.listenPort != 0 and not (2 < self.listenPort < 65536):

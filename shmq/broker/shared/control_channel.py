@@ -33,6 +33,11 @@ SUBSCRIPTION           w -> s       ext group, topic; body SubscriptionData or c
 LOCK / UNLOCK          w -> s       body LockBatchRequestBody; LOCK answers LockBatchResponseBody
 FORWARD_TO_GROUP       w -> s       ext group, kind (consumer|producer), one (true: one live channel);
                                     body a remoting frame; answer ext count (channels it went to)
+CONNECTIONS            w -> s       ext group, kind: a group's connections (supervisor/admin_plane.py)
+GROUPS_OF_TOPIC        w -> s       ext topic: {"groupList": [...]} of the groups subscribing to it
+CALL_CLIENT            w -> s       ext clientId, [group], timeout; body a frame: the client's answer
+SUBGROUP               w -> s       ext op (update|delete|all), [group]; body config; answer the table
+METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/worker/metrics.py)
 POP_RESERVE/ACK/CHANGE w -> s       POP state (supervisor/pop_service.py documents the fields)
 MODE_GET / MODE_SET    w -> s       SET_MESSAGE_REQUEST_MODE's table (pop_service.py)
 TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
@@ -40,6 +45,8 @@ NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
 FORWARD                s -> w       ext chans; body a remoting frame (no length word): send it oneway
                                     on each (RESET_CONSUMER_CLIENT_OFFSET, CHECK_TRANSACTION_STATE)
+CALL                   s -> w       ext chan, timeout; body a frame: send it as a request on that
+                                    channel and answer with the client's response frame as body
 =====================  ===========  ================================================================
 """
 from __future__ import annotations
@@ -72,6 +79,11 @@ class Ctl(enum.IntEnum):
     LOCK = 9912
     UNLOCK = 9913
     FORWARD_TO_GROUP = 9914
+    CONNECTIONS = 9915
+    GROUPS_OF_TOPIC = 9916
+    CALL_CLIENT = 9917
+    SUBGROUP = 9918
+    METRICS = 9919
     POP_RESERVE = 9920      # POP: see supervisor/pop_service.py
     POP_ACK = 9921
     POP_CHANGE = 9922
@@ -81,6 +93,7 @@ class Ctl(enum.IntEnum):
     NOTIFY_IDS_CHANGED = 9952
     CLOSE_CHANNEL = 9953
     FORWARD = 9954
+    CALL = 9955
 
 
 def _limits() -> Limits:

@@ -69,13 +69,21 @@ class ClientRegistry:
         new_channel = old is None or old.client_id != info.client_id
         g.channels[info.chan] = info
         subs = {s.topic: s for s in data.subscriptionDataSet}
-        changed_subs = {t: _sub_key(s) for t, s in subs.items()} != {t: _sub_key(s) for t, s in g.subscriptions.items()}
-        if changed_subs:
-            # RocketMQ keeps a subscription's version when only the heartbeat repeats it.
-            g.subscriptions = subs
-        else:
-            for t, s in subs.items():
-                g.subscriptions[t] = s
+        changed_subs = False
+        # RocketMQ's ConsumerGroupInfo.updateSubscription: the group keeps, per topic, the
+        # subscription of the highest subVersion any member sent. Members re-version their
+        # subscription at each rebalance and pull with that version; taking whichever
+        # heartbeat came last would let a member's older version overwrite another's newer
+        # one, and that member's pulls would be answered SUBSCRIPTION_NOT_LATEST until its
+        # next heartbeat.
+        for t, sub in subs.items():
+            old_sub = g.subscriptions.get(t)
+            if old_sub is None or sub.subVersion > old_sub.subVersion:
+                changed_subs |= old_sub is None or _sub_key(old_sub) != _sub_key(sub)
+                g.subscriptions[t] = sub
+        for t in [t for t in g.subscriptions if t not in subs]:
+            del g.subscriptions[t]
+            changed_subs = True
         return new_channel or changed_subs
 
     def register_producer(self, group: str, info: ChannelInfo) -> None:

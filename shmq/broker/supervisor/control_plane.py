@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -26,7 +27,9 @@ from shmq.protocol.codes import Perm
 from shmq.protocol.transport import Connection
 
 from .clients import ChannelInfo, ClientRegistry, worker_of
+from .admin_plane import AdminPlane
 from .locks import LockTable
+from shmq.broker.shared.topics import config_path
 
 log = logging.getLogger("shmq.broker.control")
 
@@ -43,6 +46,7 @@ class ControlPlane:
         self.workers: dict[int, Connection] = {}
         self.ready: dict[int, asyncio.Event] = {}
         self.ports: dict[int, tuple[int, int]] = {}
+        self.admin = AdminPlane(self, os.path.dirname(config_path(cfg.store_root)))
 
     def handlers(self):
         return {
@@ -60,6 +64,7 @@ class ControlPlane:
             Ctl.LOCK: self.lock,
             Ctl.UNLOCK: self.unlock,
             Ctl.FORWARD_TO_GROUP: self.forward_to_group,
+            **self.admin.handlers(),
         }
 
     # ---- workers coming and going ----------------------------------------------------------

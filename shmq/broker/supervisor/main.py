@@ -49,6 +49,7 @@ from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared.config import BrokerConfig
 
 from .control_plane import ControlPlane
+from .metrics import exporter as metrics
 from .register import Registrar
 from .replication import Replication
 from .schedule import ScheduleService
@@ -120,6 +121,7 @@ class Supervisor:
         self.timer: TimerService | None = None
         self.pop: PopService | None = None
         self.tx_check: TransactionCheckService | None = None
+        self.metrics: metrics.BrokerMetrics | None = None
         self.replication: Replication | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
@@ -160,7 +162,11 @@ class Supervisor:
             self.replication.start()
             # POP state is the supervisor's: every worker asks here (pop_service)
             self.pop = PopService(cfg, self.store, self.topics, lambda: self.pipeline)
-            self._ctl_server = await cc.serve(cfg.control_path, {**self.plane.handlers(), **self.pop.handlers()},
+            handlers = {**self.plane.handlers(), **self.pop.handlers()}
+            if metrics.enabled(cfg):
+                self.metrics = metrics.BrokerMetrics(cfg, self.store, self.topics, self.plane.clients)
+                handlers[cc.Ctl.METRICS] = self.metrics.feeds.on_push
+            self._ctl_server = await cc.serve(cfg.control_path, handlers,
                                               self.plane.on_connect, self.plane.on_close)
             # Delayed messages come due in the supervisor, which owns the store.
             loop = asyncio.get_running_loop()
@@ -174,6 +180,8 @@ class Supervisor:
         except BaseException:
             await self._abort_start()
             raise
+        if self.metrics is not None:
+            self.metrics.start()
         await self.registrar.start()
         self._housekeeping = [
             AsyncService("shmq-client-scan", cfg.clientScanInterval / 1000.0, self.plane.scan_clients, log=log),
@@ -220,6 +228,8 @@ class Supervisor:
 
     async def _abort_start(self) -> None:
         self._stopping = True
+        if self.metrics is not None:
+            self.metrics.stop()
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
@@ -314,6 +324,9 @@ class Supervisor:
             self.tx_check = None
         if self.registrar is not None:
             await self.registrar.close()
+        if self.metrics is not None:
+            await asyncio.to_thread(self.metrics.stop)
+            self.metrics = None
         await self._stop_workers()
         if self._ctl_server is not None:
             self._ctl_server.close()
@@ -345,7 +358,8 @@ class Supervisor:
     def describe(self) -> dict:
         return {"address": self.address, "vipPort": self.cfg.vip_port, "workers": len(self.workers),
                 "store": self.cfg.store_root, "pids": self.worker_pids(), "brokerId": self.cfg.brokerId,
-                "ha": self.replication.describe() if self.replication else None}
+                "ha": self.replication.describe() if self.replication else None,
+                "metricsPort": self.metrics.port if self.metrics is not None else None}
 
     def describe_json(self) -> str:
         return json.dumps(self.describe())

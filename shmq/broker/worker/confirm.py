@@ -83,8 +83,11 @@ class Confirmer:
             h = self._heap
             while h and (h[0][0] <= pos or h[0][2] <= now or lost):
                 done.append(heapq.heappop(h))
-        for end, _, _, fut, loop in done:
-            loop.call_soon_threadsafe(_settle, fut, self._outcome(end, pos))
+        if not done:
+            return
+        # one wake-up of the event loop for every send released by this acknowledgement
+        settled = [(fut, self._outcome(end, pos)) for end, _, _, fut, _ in done]
+        done[0][4].call_soon_threadsafe(_settle_all, settled)
 
     def _lost_slaves(self) -> bool:
         return self.store.sync_master and self.ctl.pos.repl_slaves == 0
@@ -97,6 +100,11 @@ class Confirmer:
         if self._lost_slaves():
             return ReplicationError("slave not available (disconnected)", code=11)
         return ReplicationError(f"no slave confirmed within {self.timeout_s * 1000:.0f} ms", code=12)
+
+
+def _settle_all(settled) -> None:
+    for fut, exc in settled:
+        _settle(fut, exc)
 
 
 def _settle(fut: asyncio.Future, exc) -> None:

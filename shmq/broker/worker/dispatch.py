@@ -14,10 +14,10 @@ from shmq.broker.shared.acl import PlainAcl
 
 from . import acl_check
 from .context import WorkerContext
-from .processors import admin, consumer, pop, pull, send, slave_sync, timer
+from .processors import admin, admin_clients, admin_stats, consumer, pop, pull, send, slave_sync, timer
 
 #: Later families win a code two of them name (none does today).
-FAMILIES = (send, pull, consumer, admin, slave_sync, timer, pop)
+FAMILIES = (send, pull, consumer, admin, slave_sync, timer, pop, admin_stats, admin_clients)
 
 
 def handlers(ctx: WorkerContext, acl: PlainAcl | None = None) -> dict[int, Handler]:

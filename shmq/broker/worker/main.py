@@ -22,8 +22,10 @@ import signal
 import sys
 import time
 
+from shmq.errors import RemotingClosed, RemotingTimeout
 from shmq.message.names import PERM_RW
-from shmq.protocol import RemotingCommand, RemotingServer, RequestCode, decode_command, loop as loops, request
+from shmq.protocol import (RemotingCommand, RemotingServer, RequestCode, ResponseCode, decode_command,
+                           encode_command, loop as loops, request)
 from shmq.protocol.bodies import SubscriptionData, TopicConfig, decode_json, encode_json
 from shmq.protocol.transport import Connection
 from shmq.store import MessageStore
@@ -61,6 +63,7 @@ class Worker:
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
+        self._metrics = None  # MetricsPush when metricsExporterType=PROM
         self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
 
     # ================================================================ life ==
@@ -80,6 +83,14 @@ class Worker:
             self.acl_watch = acl.watcher()
             self.acl_watch.start()
         handlers = dispatch.handlers(self, acl)
+        if self.cfg.metricsExporterType.upper() == "PROM":
+            # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
+            from .metrics import MetricsPush, WorkerStats
+            ws = WorkerStats()
+            handlers = ws.rpc.wrap(handlers)
+            self._metrics = MetricsPush(ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)),
+                                        lambda: self.stats["put"], self.cfg.metricsPushIntervalMillis / 1000.0)
+            self._metrics.start()
         for port in (self.cfg.listenPort, self.cfg.vip_port):
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
@@ -95,6 +106,8 @@ class Worker:
         return 0
 
     async def shutdown(self) -> None:
+        if self._metrics is not None:
+            await self._metrics.stop()
         if self.acl_watch is not None:
             await self.acl_watch.stop()
         for srv in self.servers:  # stop accepting; keep the open connections for now
@@ -140,6 +153,7 @@ class Worker:
             Ctl.NOTIFY_IDS_CHANGED: self._notify_ids_changed,
             Ctl.CLOSE_CHANNEL: self._close_channels,
             Ctl.FORWARD: self._forward,
+            Ctl.CALL: self._call,
         }
 
     def _topics_changed(self, conn: Connection, cmd) -> None:
@@ -158,6 +172,23 @@ class Worker:
             c = self.channels.get(chan)
             if c is not None and not c.closed:
                 c.send_oneway(RemotingCommand(code=inner.code, ext_fields=dict(inner.ext_fields), body=inner.body))
+
+    async def _call(self, conn: Connection, cmd) -> RemotingCommand:
+        """Send a request on one client channel and answer with the client's response (as a
+        frame body): GET_CONSUMER_RUNNING_INFO, CONSUME_MESSAGE_DIRECTLY, PUSH_REPLY_MESSAGE_TO_CLIENT."""
+        c = self.channels.get(cmd.ext_fields.get("chan", ""))
+        if c is None or c.closed:
+            return cmd.make_response(ResponseCode.CONSUMER_NOT_ONLINE, "channel closed")
+        inner = decode_command(cmd.body)
+        try:
+            resp = await c.send_request(RemotingCommand(code=inner.code, ext_fields=dict(inner.ext_fields),
+                                                        body=inner.body),
+                                        float(cmd.ext_fields.get("timeout", "10")))
+        except RemotingTimeout as e:
+            return cmd.make_response(ResponseCode.CONSUME_MSG_TIMEOUT, str(e))
+        except RemotingClosed as e:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, str(e))
+        return cmd.make_response(body=encode_command(resp)[4:])
 
     def _close_channels(self, conn: Connection, cmd) -> None:
         for chan in cmd.ext_fields.get("chans", "").split(","):
@@ -207,7 +238,11 @@ class Worker:
         self.topics.table[tc.topicName] = tc
 
     def remember_subscription(self, group: str, sub: SubscriptionData) -> None:
-        self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
+        # the newest version any member of the group sent wins (as at the supervisor, clients.py);
+        # subVersion is an int (SubscriptionData.__post_init__)
+        e = self._subs.get((group, sub.topic))
+        if e is None or sub.subVersion >= e[0].subVersion:
+            self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
 
     def cached_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         e = self._subs.get((group, topic))

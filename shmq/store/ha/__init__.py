@@ -1,4 +1,4 @@
-"""Master/slave replication on RocketMQ 4.x's HA protocol (DESIGN §8).
+"""Master/slave replication on RocketMQ 4.x's HA protocol.
 
 ``wire``     the protocol's two messages, defined once
 ``master``   HAService: accepts slaves, streams them the CommitLog, feeds the replicated

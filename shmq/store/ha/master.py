@@ -117,6 +117,7 @@ class HAConnection:
         self._closed = threading.Event()
         self._first = threading.Event()
         self._exit_lock = threading.Lock()
+        self._ack_lock = threading.Lock()
         self._exits = 0
         self._reader = threading.Thread(target=self._read_loop, name=f"shmq-ha-read-{peer}", daemon=True)
         self._writer = threading.Thread(target=self._write_loop, name=f"shmq-ha-write-{peer}", daemon=True)
@@ -176,10 +177,19 @@ class HAConnection:
             log.info("slave %s requests offset %d", self.peer, offset)
             self._first.set()
             return
-        acked = min(offset, self.sent)
-        if acked > self.acked:
+        self._reack()
+
+    def _reack(self) -> None:
+        """acked = the slave's last report capped at what was sent. Both threads call it: the
+        reader when a report comes, the writer once a frame is sent (a report can overtake
+        the writer's bookkeeping of the frame it acknowledges; without this it would wait
+        for the slave's next heartbeat)."""
+        with self._ack_lock:
+            acked = min(self.reported, self.sent)
+            if acked <= self.acked:
+                return
             self.acked = acked
-            self.service.acked(self)
+        self.service.acked(self)
 
     def _refusal(self, offset: int) -> str | None:
         """Why a slave starting at ``offset`` cannot be served, or None."""
@@ -245,6 +255,8 @@ class HAConnection:
         view = self.store.commitlog.view(pos, n)
         self.sock.sendall(frame_header(pos, n) + view)
         self.sent = pos + n
+        if self.reported > pos:
+            self._reack()
         return True
 
     def _finish(self) -> None:

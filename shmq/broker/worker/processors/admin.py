@@ -1,7 +1,6 @@
 """Topic administration, message queries, runtime info, attach info and refusals:
 UPDATE_AND_CREATE_TOPIC (17), DELETE_TOPIC_IN_BROKER (215), GET_ALL_TOPIC_CONFIG (21),
-QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33), GET_BROKER_RUNTIME_INFO (28),
-INVOKE_BROKER_TO_RESET_OFFSET (222), shmq's
+QUERY_MESSAGE (12), VIEW_MESSAGE_BY_ID (33), INVOKE_BROKER_TO_RESET_OFFSET (222), shmq's
 GET_ATTACH_INFO (9900), and the config-changing requests, which are refused (safe by default:
 the door of CVE-2023-33246 stays shut; shmq has no setting that opens it).
 
@@ -15,14 +14,28 @@ import time
 
 from shmq.message.names import PERM_INHERIT, PERM_RW
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, encode_command, request
-from shmq.protocol.bodies import KVTable, TopicConfig, encode_json, encode_reset_offset_body
+from shmq.protocol.bodies import TopicConfig, encode_reset_offset_body
+from shmq.protocol.admin_bodies import encode_reset_offset_body_for_c
+from shmq.protocol.codes import LanguageCode
 from shmq.protocol.headers import CreateTopicRequestHeader, QueryMessageRequestHeader, ViewMessageRequestHeader
-from shmq.store import validate
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import SHMQ_GET_ATTACH_INFO, Ctl
 from ..context import WorkerContext
 from .send import _topic_name_error
+
+#: TopicValidator's system topics (4.9.8), which mqadmin may neither create nor delete; the
+#: broker adds its cluster's and its own name and the cluster's reply topic (TopicConfigManager).
+SYSTEM_TOPICS = frozenset({
+    "TBW102", "SCHEDULE_TOPIC_XXXX", "BenchmarkTest", "RMQ_SYS_TRANS_HALF_TOPIC", "RMQ_SYS_TRACE_TOPIC",
+    "RMQ_SYS_TRANS_OP_HALF_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT",
+})
+
+
+def is_system_topic(topic: str, cfg) -> bool:
+    return (topic in SYSTEM_TOPICS or topic.startswith("rmq_sys_")
+            or topic in (cfg.brokerClusterName, cfg.brokerName, f"{cfg.brokerClusterName}_REPLY_TOPIC"))
+
 
 #: Requests that change broker or ACL configuration: refused, whatever the caller.
 REFUSED = (
@@ -46,7 +59,6 @@ class Processor:
             RequestCode.GET_ALL_TOPIC_CONFIG: self.all_topics,
             RequestCode.QUERY_MESSAGE: self.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
-            RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             SHMQ_GET_ATTACH_INFO: self.attach_info,
             RequestCode.INVOKE_BROKER_TO_RESET_OFFSET: self.reset_offset,
         }
@@ -60,7 +72,7 @@ class Processor:
         why = _topic_name_error(h.topic)
         if why is not None:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, why)
-        if h.topic in validate.SYSTEM_TOPICS or h.topic == self.cfg.brokerClusterName:
+        if is_system_topic(h.topic, self.cfg):
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{h.topic}] is conflict with system topic.")
         if h.readQueueNums < 0 or h.writeQueueNums < 0 or max(h.readQueueNums, h.writeQueueNums) > 1024:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
@@ -76,6 +88,11 @@ class Processor:
         topic = cmd.ext_fields.get("topic")
         if not topic:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, "the custom field <topic> is null")
+        why = _topic_name_error(topic)
+        if why is not None:
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, why)
+        if is_system_topic(topic, self.cfg):
+            return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"The topic[{topic}] is conflict with system topic.")
         await self.w.ctl_call(cc.ctl(Ctl.DELETE_TOPIC, topic=topic))
         self.w.topics.table.pop(topic, None)
         return cmd.make_response()
@@ -84,10 +101,13 @@ class Processor:
         return cmd.make_response(body=self.w.topics.encode())
 
     async def reset_offset(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        """INVOKE_BROKER_TO_RESET_OFFSET (222, Broker2Client.resetOffset): move a group's offsets
-        on every queue of a topic to the first message stored at or after ``timestamp`` (-1:
-        the end), commit them, and tell the group's consumers (RESET_CONSUMER_CLIENT_OFFSET on
-        each one's own connection). Without ``isForce`` an offset only moves backwards."""
+        """INVOKE_BROKER_TO_RESET_OFFSET (222), RocketMQ's Broker2Client.resetOffset: work out
+        each queue's target (the first message stored at or after ``timestamp``, -1: the end;
+        without ``isForce`` an offset only moves backwards) and tell the group's consumers
+        (RESET_CONSUMER_CLIENT_OFFSET on each one's own connection; a C++ caller's table is a
+        ResetOffsetBodyForC list). The broker commits nothing itself: the consumers do when
+        told. With nobody online the answer is CONSUMER_NOT_ONLINE, on which mqadmin falls
+        back to committing the offsets itself (UPDATE_CONSUMER_OFFSET)."""
         e = cmd.ext_fields
         topic, group = e.get("topic"), e.get("group")
         if not topic or not group or "timestamp" not in e:
@@ -104,13 +124,13 @@ class Processor:
             current = store.query_offset(group, topic, q)
             if current == -1:
                 return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"THe consumer group <{group}> not exist")
-            target = store.max_offset(topic, q) if ts == -1 else store.offset_by_time(topic, q, ts)
-            offset = target if force or target < current else current
-            store.commit_offset(group, topic, q, offset)
-            table[(topic, self.cfg.brokerName, q)] = offset
+            target = store.max_offset(topic, q) if ts == -1 else max(0, store.offset_by_time(topic, q, ts))
+            table[(topic, self.cfg.brokerName, q)] = target if force or target < current else current
         body = encode_reset_offset_body(table)
-        note = request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, None, body, topic=topic, group=group,
-                       timestamp=ts, isForce=force)
+        for_c = str(cmd.language).upper() in ("CPP", str(int(LanguageCode.CPP)))
+        note = request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, None,
+                       encode_reset_offset_body_for_c(table) if for_c else body,
+                       topic=topic, group=group, timestamp=ts, isForce=force)
         resp = await self.w.ctl_call(cc.ctl(Ctl.FORWARD_TO_GROUP, encode_command(note)[4:], group=group,
                                             kind="consumer"))
         if int(resp.ext_fields.get("count", "0")) == 0:
@@ -141,33 +161,7 @@ class Processor:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"can not find message by the offset, {h.offset}")
         return cmd.make_response(body=bytes(rec))
 
-    # ---- runtime ------------------------------------------------------------------------------
-    def runtime_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        store = self.w.store
-        now = int(time.time() * 1000)
-        up = max(0, now - self.w.boot_ms) // 1000
-        table = {
-            "brokerVersionDesc": "V4_9_8",
-            "brokerVersion": "409",
-            "brokerName": self.cfg.brokerName,
-            "brokerRole": self.cfg.brokerRole,
-            "flushDiskType": self.cfg.flushDiskType,
-            "bootTimestamp": str(self.w.boot_ms),
-            "runtime": f"[ {up // 86400} days, {up // 3600 % 24} hours, {up // 60 % 60} minutes, {up % 60} seconds ]",
-            "commitLogMinOffset": str(store.cb.min_pos),
-            "commitLogMaxOffset": str(store.commit_pos),
-            "commitLogFlushedOffset": str(store.flushed_pos),
-            "msgPutTotalTodayNow": str(self.w.stats["put"]),
-            "msgGetTotalTodayNow": str(self.w.stats["get"]),
-            "topicCount": str(len(self.w.topics.table)),
-            "shmqWorkers": str(self.cfg.worker_count),
-            "shmqWorkerId": str(self.w.wid),
-            "shmqWorkerPid": str(os.getpid()),
-            "shmqPullHolds": str(len(self.w.holds) if self.w.holds else 0),
-            "shmqHaListenPort": str(self.cfg.ha_port if not self.cfg.is_slave else 0),
-        }
-        return cmd.make_response(body=encode_json(KVTable(table=table)))
-
+    # ---- attach ---------------------------------------------------------------------------
     def attach_info(self, conn, cmd: RemotingCommand) -> RemotingCommand:
         """The local transport's attach: what a local client needs to map the store (its root, the generation
         of the running owner, the flush mode it must honour), given only to a caller on this

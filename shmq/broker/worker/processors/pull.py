@@ -142,7 +142,7 @@ class Processor:
     async def _held(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None):
         timeout = min(h.suspendTimeoutMillis, self.cfg.longPollingMaxMillis) / 1000.0
         await self.w.holds.wait(h.topic, h.queueId, h.queueOffset, timeout)
-        return self._get(cmd, h, codes)
+        return self._get(cmd, h, codes, rec_filter)  # the same filters as the first look
 
     def _read(self, h: PullMessageRequestHeader, codes, rec_filter=None):
         store = self.w.store

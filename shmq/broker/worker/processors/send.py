@@ -70,9 +70,6 @@ class Processor:
     # ------------------------------------------------------------------ checks ----
     def _check(self, cmd: RemotingCommand, h: SendMessageRequestHeader) -> RemotingCommand | TopicConfig | None:
         """A refusal, the topic's config, or None when the topic must be looked up/created."""
-        if not self.cfg.brokerPermission & PERM_WRITE:
-            return cmd.make_response(ResponseCode.NO_PERMISSION,
-                                     f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         why = _topic_name_error(h.topic)
         if why is not None:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, why)
@@ -84,8 +81,12 @@ class Processor:
         if tc is None:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic[{h.topic}] not exist, apply first please!{_FAQ}")
-        if not tc.perm & PERM_WRITE:
-            return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        # RocketMQ 4.9.8's msgCheck: a broker without write permission refuses order topics
+        # only (clients route around it otherwise); a topic's own permission is not checked
+        # on send (clients leave unwritable queues out of their routes).
+        if not self.cfg.brokerPermission & PERM_WRITE and tc.order:
+            return cmd.make_response(ResponseCode.NO_PERMISSION,
+                                     f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         if h.queueId >= max(tc.writeQueueNums, tc.readQueueNums):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR,

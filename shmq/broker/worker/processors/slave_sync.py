@@ -1,14 +1,13 @@
 """What a slave copies from its master (RocketMQ's AdminBrokerProcessor answers that
 SlaveSynchronize calls; an Apache RocketMQ slave calls them on a shmq master too):
-GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45), GET_ALL_SUBSCRIPTIONGROUP_CONFIG
-(201). GET_ALL_TOPIC_CONFIG (21) is admin.py's.
+GET_ALL_CONSUMER_OFFSET (43), GET_ALL_DELAY_OFFSET (45). GET_ALL_TOPIC_CONFIG (21) is
+admin.py's, GET_ALL_SUBSCRIPTIONGROUP_CONFIG (201) admin_clients.py's (the subscription groups
+mqadmin updateSubGroup creates, config/subscriptionGroup.json, which a slave's replication
+also writes).
 
 Bodies in RocketMQ's shapes: consumerOffset.json's text (``{"offsetTable":{"t@g":{0:5}}}``)
 from the shared offset table; delayOffset.json as the file holds it (the schedule service,
-in the supervisor, is its one writer; RocketMQ also answers the file's text); the
-subscription groups as a SubscriptionGroupWrapper. shmq keeps no subscription-group table
-(groups are created on demand, RocketMQ's autoCreateSubscriptionGroup), so that table is
-empty and its version fixed.
+in the supervisor, is its one writer; RocketMQ also answers the file's text).
 """
 from __future__ import annotations
 
@@ -19,9 +18,6 @@ from shmq.store.offsets_file import dumps_int_keys
 
 from ..context import WorkerContext
 
-EMPTY_GROUPS = b'{"dataVersion":{"counter":0,"timestamp":0},"subscriptionGroupTable":{}}'
-
-
 class Processor:
     def __init__(self, worker: WorkerContext):
         self.w = worker
@@ -30,7 +26,6 @@ class Processor:
         return {
             RequestCode.GET_ALL_CONSUMER_OFFSET: self.consumer_offsets,
             RequestCode.GET_ALL_DELAY_OFFSET: self.delay_offsets,
-            RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: self.subscription_groups,
         }
 
     def consumer_offsets(self, conn, cmd: RemotingCommand) -> RemotingCommand:
@@ -46,6 +41,3 @@ class Processor:
         except OSError as e:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"cannot read delayOffset.json: {e}")
         return cmd.make_response(body=body)
-
-    def subscription_groups(self, conn, cmd: RemotingCommand) -> RemotingCommand:
-        return cmd.make_response(body=EMPTY_GROUPS)
