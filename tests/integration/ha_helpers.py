@@ -28,10 +28,13 @@ def wait_until(cond, timeout: float = 20.0, what: str = "condition", step: float
 
 
 def commit_pos(addr: str) -> int:
-    """The broker's CommitLog end (GET_BROKER_RUNTIME_INFO's commitLogMaxOffset)."""
+    """The broker's CommitLog end (GET_BROKER_RUNTIME_INFO's commitLogMaxOffset); -1 while the
+    broker cannot tell yet (an Apache RocketMQ broker still starting answers with no body)."""
     with SyncRemotingClient(addr, timeout=5) as c:
-        t = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
-    return int(t["commitLogMaxOffset"])
+        r = c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO))
+    if r.code != 0 or not r.body:
+        return -1
+    return int(decode_json(r.body, KVTable).table["commitLogMaxOffset"])
 
 
 def ha_port(addr: str) -> int:

@@ -62,7 +62,7 @@ def test_apache_slave_follows_a_shmq_master(start_broker, namesrv, apache_home, 
                                          brokerRole="SLAVE", brokerIP2="127.0.0.1")
     try:
         bodies = _fill(master.addr, "InteropA", 300)
-        end = commit_pos(master.addr)
+        end = wait_until(lambda: max(commit_pos(master.addr), 0), timeout=30, what="the shmq master's log end")
         wait_until(lambda: commit_pos(slave.addr) == end, timeout=60, what="the Apache slave to catch up")
         _same_log(os.path.join(master.store, "commitlog"), str(store / "commitlog"), end)
         got = wait_until(lambda: pull_all(slave.addr, "InteropA", 2) or None, timeout=60,
@@ -82,8 +82,9 @@ def test_shmq_slave_follows_an_apache_master(start_broker, namesrv, apache_home,
                                                 "mappedFileSizeCommitLog": FILE_SIZE,
                                                 "slaveSynchronizeInterval": 1000})
         bodies = _fill(master.addr, "InteropB", 300)
-        end = commit_pos(master.addr)
-        wait_until(lambda: commit_pos(slave.addr) == end, timeout=60, what="the shmq slave to catch up")
+        end = wait_until(lambda: max(commit_pos(master.addr), 0), timeout=30, what="the Apache master's log end")
+        wait_until(lambda: commit_pos(slave.addr) == end, timeout=60,
+                   what=f"the shmq slave to catch up to {end} (at {commit_pos(slave.addr)})")
         _same_log(str(store / "commitlog"), os.path.join(slave.store, "commitlog"), end)
         got = wait_until(lambda: pull_all(slave.addr, "InteropB", 2) or None, timeout=60,
                          what="the topic on the shmq slave")
