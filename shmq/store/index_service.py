@@ -98,6 +98,10 @@ class IndexService:
             return
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
         names = sorted(n for n in os.listdir(self.directory) if _NAME.match(n))
+        if names and os.path.getsize(os.path.join(self.directory, names[-1])) == 0:
+            # the owner was killed between creating the newest IndexFile and sizing it: it never
+            # held an entry (the index is rebuilt from the CommitLog past the checkpoint)
+            os.unlink(os.path.join(self.directory, names.pop()))
         opened: list[IndexFile] = []
         try:
             for n in names:

@@ -88,7 +88,9 @@ def test_gc_and_broker_start_remove_segments_of_deleted_stores_only_when_the_own
         assert found[str(gone)].action == "removable" and shm_exists(gone)
         assert found[str(alive_gone)].action == "kept"
         found = {seg.root: seg for seg in collect(under=str(tmp_path))}
-        assert found[str(gone)].action == "removed" and found[str(gone)].why == "store directory gone, owner dead"
+        # (the directory is gone; an owner killed mid-checkpoint may have re-created a bare one)
+        assert found[str(gone)].action == "removed" and found[str(gone)].why in (
+            "store directory gone, owner dead", "no store at that path, owner dead")
         assert not shm_exists(gone)
     out = gc_cli("--under", str(tmp_path))
     assert shm_exists(alive_gone), out
