@@ -26,7 +26,7 @@ def apache_home(tmp_path_factory):
     try:
         rocketmq_server.server_classpath()
     except jvm.Unavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
     return rocketmq_server.RocketMQHome(tmp_path_factory.mktemp("rmq-home"))
 
 

@@ -22,7 +22,7 @@ def ha_client_cp():
     try:
         cp = jvm.classpath(jvm.ROCKETMQ_CLIENT)
     except jvm.Unavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
     return f"{jvm.compile_sources([SOURCE], cp)}:{cp}"
 
 

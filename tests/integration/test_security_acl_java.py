@@ -22,7 +22,7 @@ def acl_client_cp():
     try:
         cp = jvm.classpath(jvm.ROCKETMQ_CLIENT, jvm.ROCKETMQ_ACL)
     except jvm.Unavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
     classes = jvm.compile_sources([SOURCE], cp)
     return f"{classes}:{cp}"
 

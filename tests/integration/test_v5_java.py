@@ -26,7 +26,7 @@ def v5_cp():
     try:
         cp = jvm.classpath(jvm.ROCKETMQ_CLIENT_5)
     except jvm.Unavailable as e:
-        pytest.skip(str(e))
+        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
     return f"{jvm.compile_sources([SOURCE], cp)}:{cp}"
 
 
