@@ -179,6 +179,7 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
         raise SystemExit(f"producer printed no summary (exit {prod.returncode}); see {logs / (tag + '-p.err')}")
     summ["per_second"] = [d for d in plines if d["kind"] == "producer"]
     summ["consumer"] = consumer_window(cons_lines, summ["start_ms"], summ["end_ms"])
+    summ["consumer_per_second"] = [d for d in cons_lines if d.get("kind") == "consumer"]
     return summ
 
 
