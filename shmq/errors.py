@@ -238,8 +238,8 @@ def error_for_response(code: int, remark: str | None) -> BrokerError:
 
 # C core status code -> exception, the one table used to raise from a C call's answer. Rows:
 # (name in shmq/native/layout.h, value, make(what, size, limit)); tests/layout checks every value
-# against the compiled header. ENEEDLOG / ENEEDCQ / EMONTH are not errors (the caller maps a
-# file or rolls its id month and calls again), so they are not here.
+# against the compiled header. ENEEDLOG / ENEEDCQ / EMONTH / EBUSY are not errors (the caller maps a
+# file, rolls its id month, or calls again through the path that may sleep), so they are not here.
 _C_STATUS = (
     ("SHMQ_ETIMEDOUT", -3, lambda what, size, limit: LockTimeout(
         "the append lock is held by a live process that did not release it in time")),
