@@ -15,7 +15,7 @@ import os
 import re
 import struct
 
-from . import files
+from . import faults, files
 from .config import StoreConfig
 
 ENTRY = struct.Struct(">qiq")
@@ -155,6 +155,7 @@ class ConsumeQueue(files.MappedSet):
             except FileNotFoundError:
                 continue
             try:
+                faults.hit("msync", self.path(fi))
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

@@ -18,6 +18,8 @@ import threading
 
 from shmq.errors import DiskFull, StoreError
 
+from . import faults
+
 
 def _apply_mode(fd: int, mode: int, group: str | None) -> None:
     os.fchmod(fd, mode)
@@ -68,10 +70,11 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     try:
         _apply_mode(fd, mode, group)
         try:
+            faults.hit("preallocate", path)
             os.posix_fallocate(fd, 0, size)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFull(f"cannot allocate {size} bytes for {path}: {e.strerror}") from e
+                raise DiskFull.at(path, size, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
@@ -92,6 +95,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = 
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         _apply_mode(fd, mode, group)
+        faults.hit("write", path)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
