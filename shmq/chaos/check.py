@@ -63,7 +63,7 @@ def report(acked_lines: list[str], drained: list[bytes], deliveries: dict[str, l
         "stored": sum(stored.values()),
         "stored_unacked": len(stored.keys() - acked),
         "consumers": groups,
-        "unserved_cycles": sum(1 for c in cycles if c.get("served") is False),
+        "unserved_cycles": sum(1 for c in cycles if c.get("served") is False or "start_failed" in c),
         "stragglers": sum(c.get("stragglers", 0) for c in cycles),
         "recovery_ms": recovery(cycles),
     }
