@@ -9,11 +9,14 @@ that "succeeds" would be a lie (PostgreSQL's fsync lesson).
 from __future__ import annotations
 
 import logging
+import os
 import time
 
 from shmq.native import ffi, lib
 from shmq.service import ThreadService
 
+from . import durability_trace as trace
+from . import files
 from .checkpoint import Checkpoint, path_of
 
 log = logging.getLogger("shmq.store.flush")
@@ -42,6 +45,7 @@ class FlushService(ThreadService):
         self._cq_flushed: dict[int, int] = {}  # slot -> next offset at the last CQ flush
         self._last_cq = time.monotonic()
         self._pins: dict[int, object] = {}
+        self._named_upto = -1  # CommitLog files up to this index have a durable name
         #: called with the seconds each CommitLog flush took (the broker's metrics set it)
         self.on_flush = None
 
@@ -71,11 +75,17 @@ class FlushService(ThreadService):
         while pos < target:
             idx, off = divmod(pos, fsize)
             n = min(fsize - off, target - pos)
+            if idx > self._named_upto:
+                # before flushed_pos covers any byte of it: a name lost is the file lost
+                files.make_names_durable(self.store.commitlog.path(idx), os.path.dirname(self.cfg.commitlog_dir))
+                self._named_upto = idx
             buf = self._pins.get(idx)
             if buf is None:
                 if len(self._pins) > 8:
                     self._pins.clear()
                 buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
+            if trace.ON:
+                _trace_msync(self.store.commitlog, idx, buf, off, n)
             err = lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
             if err:
                 log.critical("msync of commitlog failed (errno %d): the store is read-only now", err)
@@ -103,3 +113,10 @@ class FlushService(ThreadService):
         if (new.log_flushed, new.cq_flushed, new.index_flushed) != (cp.log_flushed, cp.cq_flushed, cp.index_flushed):
             new.store(path_of(self.cfg.root))
             self.store.checkpoint = self.checkpoint = new
+
+
+def _trace_msync(commitlog, idx: int, buf, off: int, n: int) -> None:
+    """The pages shmq_msync covers: from the page holding ``off`` to the end of the last."""
+    lo = off - off % trace.PAGE
+    hi = min(len(buf), -(-(off + n) // trace.PAGE) * trace.PAGE)
+    trace.synced_range(commitlog.path(idx), lo, ffi.buffer(buf)[lo:hi])

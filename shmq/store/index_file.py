@@ -61,6 +61,8 @@ from typing import Iterable
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
 from shmq.message.javahash import java_string_hash
 
+from . import durability_trace as trace
+
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_SIZE", "INVALID_INDEX",
@@ -191,6 +193,8 @@ class IndexFile:
                 pass
             raise
         os.close(fd)                          # the mapping keeps the file referenced
+        if trace.ON:
+            trace.created(path)
         b, e = max(begin_timestamp, 0), max(begin_phy_offset, 0)
         _HEADER.pack_into(mm, 0, b, b, e, e, 0, 1)
         f = cls(path, mm, hash_slot_num, index_num)
@@ -405,6 +409,8 @@ class IndexFile:
         if self.readonly:
             return
         self.dirty = False                    # before the msync: see the ``dirty`` comment
+        if trace.ON:
+            trace.synced_file(self.path)
         mm.flush()
 
     def close(self) -> None:

@@ -23,6 +23,7 @@ from shmq.message.layout import I32, has_cq_entry
 from shmq.message.record import unpack_record
 from shmq.native import lib
 
+from . import files
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE
@@ -135,6 +136,10 @@ def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryR
         if i > idx:
             commitlog.delete(i)
             report.files_deleted.append(i)
+    if report.files_deleted:
+        # a deleted file that came back after another power cut would be reused by the
+        # next roll with its old records still in it
+        files.fsync_dir(commitlog.dir)
 
 
 def _zero_dirty_tail(mm, off: int) -> int:

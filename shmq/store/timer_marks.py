@@ -56,6 +56,7 @@ import os
 import struct
 import zlib
 
+from . import durability_trace as trace
 from . import files
 
 DIR = "shmqtimer"
@@ -139,7 +140,9 @@ class TimerMarks:
         return hi
 
     def sync(self) -> None:
-        for mm in self._maps.values():
+        for (qid, index), mm in self._maps.items():
+            if trace.ON:
+                trace.synced_file(self._path(qid, index))
             mm.flush()
 
     def drop_below(self, qid: int, low: int) -> None:

@@ -32,6 +32,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 
+from shmq.store import durability_trace as trace
 from shmq.store import files
 
 log = logging.getLogger("shmq.broker.pop")
@@ -143,6 +144,8 @@ class PopState:
         self._size = os.fstat(self._fd).st_size
 
     def sync(self) -> None:
+        if trace.ON:
+            trace.synced_file(self.path)
         os.fdatasync(self._fd)
 
     def close(self) -> None:
