@@ -41,8 +41,8 @@ class ServiceUnavailable(Exception):
 
 
 class Env:
-    def __init__(self, *, workers: int | None = None, keep: bool = False):
-        self.root = tempfile.mkdtemp(prefix="shmq-bench-run-")
+    def __init__(self, *, workers: int | None = None, keep: bool = False, dir: str | None = None):
+        self.root = tempfile.mkdtemp(prefix="shmq-bench-run-", dir=dir)  # dir: e.g. on disk, not tmpfs
         self.workers = workers
         self.keep = keep
         self._pids: dict[int, subprocess.Popen | None] = {}

@@ -117,6 +117,8 @@
 #define SHMQ_EMONTH -11
 /* the store's role is SLAVE: only replication writes into it (shmq_put* refuse) */
 #define SHMQ_ESLAVE -12
+/* shmq_send with try_lock: the append lock is held by another writer (call again without) */
+#define SHMQ_EBUSY -13
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1
 #define SHMQ_IDX_BLANK 2

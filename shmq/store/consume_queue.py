@@ -15,8 +15,7 @@ import os
 import re
 import struct
 
-from . import durability_trace as trace
-from . import files
+from . import faults, files
 from .config import StoreConfig
 
 ENTRY = struct.Struct(">qiq")
@@ -165,8 +164,7 @@ class ConsumeQueue(files.MappedSet):
             except FileNotFoundError:
                 continue
             try:
-                if trace.ON:
-                    trace.synced_file(self.path(fi))
+                faults.before_sync("msync", self.path(fi))
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

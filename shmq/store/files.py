@@ -18,7 +18,7 @@ import threading
 
 from shmq.errors import DiskFull, StoreError
 
-from . import durability_trace as trace
+from . import faults
 
 
 def _apply_mode(fd: int, mode: int, group: str | None) -> None:
@@ -30,8 +30,7 @@ def _apply_mode(fd: int, mode: int, group: str | None) -> None:
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if trace.ON:
-            trace.synced_dir(path)
+        faults.dir_synced(path)
         os.fsync(fd)
     finally:
         os.close(fd)
@@ -87,17 +86,17 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     try:
         _apply_mode(fd, mode, group)
         try:
+            faults.hit("preallocate", path)
             os.posix_fallocate(fd, 0, size)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFull(f"cannot allocate {size} bytes for {path}: {e.strerror}") from e
+                raise DiskFull.at(path, size, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
         try:
             os.link(tmp, path)
-            if trace.ON:
-                trace.created(path)
+            faults.created(path)
             return True
         except FileExistsError:
             return False
@@ -113,12 +112,12 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = 
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         _apply_mode(fd, mode, group)
+        faults.hit("write", path)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)
             view = view[n:]
-        if trace.ON:
-            trace.synced_file(tmp)
+        faults.synced(tmp)
         os.fsync(fd)
     except BaseException:
         os.close(fd)

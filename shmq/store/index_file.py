@@ -61,7 +61,7 @@ from typing import Iterable
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
 from shmq.message.javahash import java_string_hash
 
-from . import durability_trace as trace
+from . import faults
 
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",
@@ -179,10 +179,11 @@ class IndexFile:
         try:
             try:
                 os.fchmod(fd, 0o600)          # exactly 0600 whatever the umask took away
+                faults.hit("preallocate", path)
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFull(f"no space for index file {path} ({size} bytes): {e}") from e
+                    raise DiskFull.at(path, size, e.strerror) from e
                 raise
             mm = mmap.mmap(fd, size)          # MAP_SHARED, read-write
         except BaseException:
@@ -193,8 +194,7 @@ class IndexFile:
                 pass
             raise
         os.close(fd)                          # the mapping keeps the file referenced
-        if trace.ON:
-            trace.created(path)
+        faults.created(path)
         b, e = max(begin_timestamp, 0), max(begin_phy_offset, 0)
         _HEADER.pack_into(mm, 0, b, b, e, e, 0, 1)
         f = cls(path, mm, hash_slot_num, index_num)
@@ -409,8 +409,7 @@ class IndexFile:
         if self.readonly:
             return
         self.dirty = False                    # before the msync: see the ``dirty`` comment
-        if trace.ON:
-            trace.synced_file(self.path)
+        faults.before_sync("msync", self.path)
         mm.flush()
 
     def close(self) -> None:

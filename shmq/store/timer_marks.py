@@ -56,8 +56,7 @@ import os
 import struct
 import zlib
 
-from . import durability_trace as trace
-from . import files
+from . import faults, files
 
 DIR = "shmqtimer"
 MARKS_PER_FILE = 1 << 20
@@ -141,8 +140,7 @@ class TimerMarks:
 
     def sync(self) -> None:
         for (qid, index), mm in self._maps.items():
-            if trace.ON:
-                trace.synced_file(self._path(qid, index))
+            faults.synced(self._path(qid, index))
             mm.flush()
 
     def drop_below(self, qid: int, low: int) -> None:

@@ -1,6 +1,6 @@
 """What a power cut leaves of a store: built from the live files of a store whose processes
 were all killed with SIGKILL (the page cache as the kernel held it) and the durability trace
-(shmq/store/durability_trace.py: what the store made durable, and when).
+(the durability trace of shmq/store/faults.py: what the store made durable).
 
 The rules, one random (seeded) outcome per call:
 
@@ -23,7 +23,7 @@ import random
 import urllib.parse
 from dataclasses import dataclass, field
 
-from shmq.store import durability_trace as trace
+from shmq.store import faults as trace
 
 PAGE = trace.PAGE
 

@@ -19,7 +19,7 @@ import pytest
 
 from shmq.message.record import decode_record
 from shmq.store import SYNC_FLUSH, MessageStore
-from shmq.store import durability_trace as trace
+from shmq.store import faults
 from shmq.store.control import segment_name
 from shmq.store.offsets_file import FILE as OFFSETS_FILE
 from shmq.store.verify import verify_store
@@ -37,8 +37,9 @@ N = 300
 def traced(tmp_path, monkeypatch):
     d = tmp_path / "trace"
     d.mkdir()
-    monkeypatch.setattr(trace, "DIR", str(d))
-    monkeypatch.setattr(trace, "ON", True)
+    monkeypatch.setattr(faults, "TRACE_DIR", str(d))
+    monkeypatch.setattr(faults, "TRACING", True)
+    monkeypatch.setattr(faults, "ACTIVE", True)
     return d
 
 

@@ -32,8 +32,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 
-from shmq.store import durability_trace as trace
-from shmq.store import files
+from shmq.store import faults, files
 
 log = logging.getLogger("shmq.broker.pop")
 DIR = "shmqpop"
@@ -144,8 +143,7 @@ class PopState:
         self._size = os.fstat(self._fd).st_size
 
     def sync(self) -> None:
-        if trace.ON:
-            trace.synced_file(self.path)
+        faults.synced(self.path)
         os.fdatasync(self._fd)
 
     def close(self) -> None:
