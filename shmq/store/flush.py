@@ -109,6 +109,8 @@ class FlushService(ThreadService):
 
     def flush_queues_and_checkpoint(self) -> None:
         self._last_cq = time.monotonic()
+        if self.cb.ctl.pos.io_error:
+            return  # read-only after a failed flush: never retried (see the module doc)
         cq_upto = self.cb.commit_pos  # every record below has its CQ entry written already
         for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
             last = self._cq_flushed.get(slot, 0)
