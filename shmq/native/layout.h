@@ -67,6 +67,8 @@
 #define SHMQ_RECORD_FIXED 91
 #define SHMQ_BLANK_MIN 8
 #define SHMQ_CQ_ENTRY_SIZE 20
+/* SYSFLAG bit: the body is zlib-compressed (MessageSysFlag.COMPRESSED_FLAG) */
+#define SHMQ_FLAG_COMPRESSED 0x1
 #define SHMQ_TOPIC_MAX 127
 #define SHMQ_PROPS_MAX 32767
 #define SHMQ_OFFSET_KEY_MAX 384
