@@ -118,6 +118,21 @@ class ConsumeQueue(files.MappedSet):
         if deleted:
             files.fsync_dir(self.dir)
 
+    def has_entries_from(self, offset: int) -> bool:
+        """Whether any entry at or past ``offset`` is not empty (recovery after a crash)."""
+        fi, n = divmod(offset, self.per_file)
+        if any(i > fi for i in self.file_indexes()):
+            return True
+        mm = self.map(fi)
+        if mm is None:
+            return False
+        step = 1 << 20
+        for p in range(n * ENTRY_SIZE, self.file_bytes, step):
+            chunk = mm[p:p + step]
+            if chunk.count(0) != len(chunk):
+                return True
+        return False
+
     def last_offset(self) -> int:
         """Number of entries (the next offset) found in the files: entries are dense from the
         queue's start, so the first empty entry of the last file is found by bisection."""

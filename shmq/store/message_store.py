@@ -133,7 +133,7 @@ class MessageStore(Reader):
         store._lock_fd = lock_fd
         store.tag_code = tag_code  # a slave's replica writer dispatches with it too
         store.checkpoint = Checkpoint.load(path_of(cfg.root))
-        report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
+        report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code, crashed=crashed)
         store.recovery = report
         if crashed or report.cq_entries_written or report.cq_entries_cut or report.bytes_zeroed:
             log.warning("recovered %s after %s: scanned %d records from %d, end %d (%s); "

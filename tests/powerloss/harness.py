@@ -120,7 +120,7 @@ def kill_all(p: BrokerProc) -> None:
 
 def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float):
     """Run the load on a fresh traced store and cut it: (live store, trace dir, acks, kill time)."""
-    store, trace = runner.tmp / f"live-{n}", runner.tmp / f"trace-{n}"
+    store, trace = runner.tmp / f"l{n}", runner.tmp / f"t{n}"
     trace.mkdir()
     b = runner.start(store, trace, broken=runner.broken)
     acks = load.Acks()
@@ -139,7 +139,7 @@ def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float):
 
 def check_cut(runner: Runner, live: Path, trace: Path, acks: load.Acks, killed_at: float, seed: int) -> Outcome:
     out = Outcome(seed)
-    image = runner.tmp / f"image-{live.name}-{seed}"
+    image = runner.tmp / f"{live.name}c{seed % 10_000}"   # short: broker.sock lives there
     rep = power_cut(str(live), str(trace), str(image), seed)
     out.image = {"pages_live": rep.pages_live, "pages_durable": rep.pages_durable,
                  "vanished": rep.vanished[:8], "reverted": rep.reverted[:8]}

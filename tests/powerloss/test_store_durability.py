@@ -11,6 +11,7 @@ is stopped where a power cut would stop it, and several cuts (image.py) are open
 3. A consumer offset persisted beyond what the CommitLog recovered (a consumer read records
    the cut took) skipped as many new messages after the restart: it is now capped at the
    queue's recovered max offset.
+4. ConsumeQueue entries a cut left beyond a page of zeros survived recovery (below).
 """
 import os
 
@@ -21,6 +22,7 @@ from shmq.message.record import decode_record
 from shmq.store import SYNC_FLUSH, MessageStore
 from shmq.store import faults
 from shmq.store.control import segment_name
+from shmq.store.consume_queue import ENTRY, ENTRY_SIZE
 from shmq.store.offsets_file import FILE as OFFSETS_FILE
 from shmq.store.verify import verify_store
 
@@ -126,3 +128,31 @@ def test_consumer_offset_past_the_recovered_end_is_capped(stores, tmp_path):
     r = stores(root)
     assert r.query_offset("g", "T", 0) == r.max_offset("T", 0) == 5
     assert r.query_offset("g", "T", 1) == 3
+
+
+def test_queue_entries_past_a_hole_are_cut_after_a_crash(stores, tmp_path):
+    """4. A cut keeps or drops each page of ConsumeQueue entries: entries of records the cut
+    took could survive beyond a page of zeros, past the first empty entry that recovery
+    took for the queue's end: the store kept ConsumeQueue entries past the recovered end of
+    the CommitLog. Once the queue's new appends reached them, a restart would count them and
+    serve whatever the log held at their offsets by then."""
+    root = tmp_path / "live"
+    s = stores(root)
+    put_all(s, 20)                      # queue 0: offsets 0..9
+    end = s.commit_pos
+    cq = s.queues.get("T", 0)
+    s.close()
+    open(os.path.join(s.cfg.root, "abort"), "w").close()   # a crash
+    stale = 10 + 4096 // 20 + 5         # past a zeroed page: a record the cut took
+    mm = cq.map(stale // cq.per_file, create=True)
+    ENTRY.pack_into(mm, (stale % cq.per_file) * ENTRY_SIZE, end + 100, 900, 0)
+    mm.flush()
+    r = stores(root)
+    assert r.max_offset("T", 0) == 10
+    assert r.queues.get("T", 0).entry(stale) is None
+    for _ in range(30):                 # the log grows past the stale entry's position...
+        r.put("T", 0, b"new|" + b"y" * 900)
+    r.close()
+    again = stores(root)                # ...and a clean start finds a consistent store
+    assert again.max_offset("T", 0) == 40
+    assert verify_store(again.cfg, again.commit_pos).ok
