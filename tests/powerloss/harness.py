@@ -228,7 +228,7 @@ def run(processes, tmp: Path, mode: str, *, crashes: int, cuts: int, seed: int, 
 
 def summary(outcomes: list[Outcome]) -> str:
     bad = [o for o in outcomes if not o.ok]
-    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acked, "
+    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acks checked, "
             f"{sum(len(o.acked_lost) for o in outcomes)} acked-lost, "
             f"{sum(o.lost_in_window for o in outcomes)} lost within the flush window, "
             f"oldest loss {max((o.oldest_loss_s for o in outcomes), default=0):.3f}s, "
