@@ -3,26 +3,20 @@ through ``hit`` (or ``errno_at``) just before it touches the disk, so a test can
 fail as a full disk or a failing disk would, in any process (broker supervisor, worker, local
 producer), while the broker runs. The power-loss harness adds its durability trace here too.
 
-Call sites (``point``, and the ``what`` each passes):
+Call sites (``point``: the call; ``what``, passed by every site, is the path of the file):
 
-===============  ===============================================  =========================
-point            the call                                         what
-===============  ===============================================  =========================
-``preallocate``  posix_fallocate of a new CommitLog, ConsumeQueue,  the file's path
-                 timer-marks file (``files.create_preallocated``)
-                 and of a new IndexFile (``IndexFile.create``)
-``write``        an atomic small-file write (``files.write_atomic``:  the file's path
-                 topics.json, subscriptionGroup.json,
-                 consumerOffset.json, checkpoint, ...)
-``msync``        the flush of a mapped file: CommitLog (flush.py),   ``commitlog``,
-                 ConsumeQueue (``flush_range``), IndexFile           ``consumequeue``, or
-                                                                     ``index``
-===============  ===============================================  =========================
+- ``preallocate``: posix_fallocate of a new CommitLog, ConsumeQueue or timer-marks file
+  (``files.create_preallocated``) and of a new IndexFile (``IndexFile.create``);
+- ``write``: an atomic small-file write (``files.write_atomic``: topics.json,
+  subscriptionGroup.json, consumerOffset.json, the checkpoint, ...), before its first byte;
+- ``msync``: the flush of a mapped file: CommitLog (flush.py), ConsumeQueue
+  (``ConsumeQueue.flush_range``, an fdatasync), IndexFile (``IndexFile.flush``).
 
 Rules: ``ERRNO:POINT[:MATCH][:after=N][:count=M]``, several separated by commas or new lines,
-e.g. ``enospc:preallocate:commitlog,eio:msync:commitlog:after=3``. ``ERRNO`` is an errno name
-(``enospc``, ``eio``, ``edquot``, ...); ``MATCH`` a substring of ``what`` (empty: every call of
-the point); ``after=N`` lets the first N matching calls pass; ``count=M`` fails M calls then
+e.g. ``enospc:preallocate:/commitlog/,eio:msync:/commitlog/:after=3``. ``ERRNO`` is an errno
+name (``enospc``, ``eio``, ``edquot``, ...); ``MATCH`` a substring of the path (empty: every call
+of the point; write directories with their slashes, ``/index/``, so a test directory's name
+cannot match); ``after=N`` lets the first N matching calls pass; ``count=M`` fails M calls then
 lets the rest pass. Counters are per process.
 
 Activation, read by ``configure_from_env`` when a store is opened or attached:
@@ -30,8 +24,9 @@ Activation, read by ``configure_from_env`` when a store is opened or attached:
 rules are the file's content, re-read when its mtime/size/inode change (one stat per hook
 call, and the hooks sit on the slow paths only: allocation, small-file writes, flushes,
 never an append). A missing or empty file means no faults, so a test makes the disk "full"
-by writing the file and "free" again by removing it. Unset: ``ACTIVE`` is False and every call
-site skips the hook (``if faults.ACTIVE``): nothing is paid in production.
+by writing the file and "free" again by removing it. Unset: ``ACTIVE`` is False and a hook
+returns at its first line (the CommitLog flush loop tests ``faults.ACTIVE`` before calling in):
+nothing is paid in production.
 
 A malformed rule is refused with ValueError (at configure time for the env, and for the
 file: logged once, then ignored until the file changes), never silently ignored.

@@ -93,7 +93,7 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
                 raise DiskFull.at(path, size, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
+            _write_zeros(fd, path, size)  # a filesystem without fallocate (tmpfs on old kernels)
         try:
             os.link(tmp, path)
             faults.created(path)
@@ -103,6 +103,20 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     finally:
         os.close(fd)
         os.unlink(tmp)
+
+
+def _write_zeros(fd: int, path: str, size: int) -> None:
+    """Allocate by writing zeros: a sparse file (ftruncate) would be allocated at the page
+    fault of a store through the mapping, and a full disk would then be SIGBUS in an append."""
+    chunk = bytes(min(size, 1 << 20))
+    done = 0
+    try:
+        while done < size:
+            done += os.pwrite(fd, chunk[:size - done], done)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFull.at(path, size, e.strerror) from e
+        raise
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = None) -> None:
