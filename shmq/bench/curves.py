@@ -225,7 +225,7 @@ def scenario_point(ctx: CurveContext, series: str, x, label: str, sc, row: str =
         p.extra["cpu_us_per_msg"] = r.cpu_us_per_msg
         if not lat and sc.records_latency and r.messages:
             p.note = (p.note + "; " if p.note else "") + ("no latency: every message the consumers got in the window "
-                                                          "was sent before it (they are further behind than the window)")
+                                                          "was sent (or due, at a fixed rate) before it: they are further behind than the window")
         if r.undelivered and sc.count_mode:
             p.note = (p.note + "; " if p.note else "") + f"{r.undelivered:,} undelivered"
     return p
@@ -237,6 +237,8 @@ def fmt(v) -> str:
         return "-"
     if isinstance(v, str):
         return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 10:
