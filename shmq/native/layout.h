@@ -117,6 +117,9 @@
 #define SHMQ_EMONTH -11
 /* the store's role is SLAVE: only replication writes into it (shmq_put* refuse) */
 #define SHMQ_ESLAVE -12
+/* a ConsumeQueue page could not be allocated ahead of the append (shmq_writer.os_errno: why;
+ * ENOSPC/EDQUOT: the disk is full); nothing was written */
+#define SHMQ_ECQSPACE -13
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1
 #define SHMQ_IDX_BLANK 2
@@ -283,6 +286,7 @@ typedef struct shmq_ctl {
 typedef struct shmq_map {
     int64_t index;                /* file index (start offset / file size); -1 = none */
     uint8_t *addr;
+    int64_t ready;                /* ConsumeQueue: bytes from the file's start known allocated */
 } shmq_map;
 
 typedef struct shmq_meta {
@@ -320,7 +324,7 @@ typedef struct shmq_writer {
     uint32_t *scratch_crc;        /* batch: per-entry CRC, computed before the lock */
     int64_t *scratch_tag;         /* batch: per-entry tag code */
     uint32_t scratch_cap;
-    uint32_t _pad0;
+    int32_t os_errno;             /* out: with SHMQ_ECQSPACE */
 } shmq_writer;
 /* CDEF-END */
 

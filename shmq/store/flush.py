@@ -15,6 +15,7 @@ from shmq.native import ffi, lib
 from shmq.service import ThreadService
 
 from .checkpoint import Checkpoint, path_of
+from .queue_files import prepare_next
 
 log = logging.getLogger("shmq.store.flush")
 
@@ -94,8 +95,10 @@ class FlushService(ThreadService):
         for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
             last = self._cq_flushed.get(slot, 0)
             if nxt > last:
-                self.store.queues.get(topic, qid).flush_range(last, nxt)
+                cq = self.store.queues.get(topic, qid)
+                cq.flush_range(last, nxt)
                 self._cq_flushed[slot] = nxt
+                prepare_next(cq, nxt)  # the queue's next file, before a writer needs it
         log_flushed = self.flush_commitlog()
         cp = self.checkpoint
         new = Checkpoint(log_flushed, min(cq_upto, log_flushed),
