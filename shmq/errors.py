@@ -97,8 +97,34 @@ class FlushDiskTimeout(StoreError):
         self.result = result
 
 
+#: RocketMQ 4.9.8's remark for a put its store refuses (SERVICE_NOT_AVAILABLE); the bracket
+#: says which of the reasons applies here.
+NOT_AVAILABLE_REMARK = ("service not available now. It may be caused by one of the following reasons: the broker's "
+                        "disk is full, messages are put to the slave, message store has been shut down, etc. ({})")
+
+
 class DiskFull(StoreError):
+    """A file the store needs (the next CommitLog or ConsumeQueue file, an IndexFile) could not
+    be allocated: ENOSPC/EDQUOT at posix_fallocate. Nothing was stored; a retry after space
+    returns succeeds. Senders get SERVICE_NOT_AVAILABLE with RocketMQ's remark (the path stays in
+    the message and the log, not in the answer to a peer)."""
     code = 14
+    retriable = True
+
+    @classmethod
+    def at(cls, path: str, size: int, why: str) -> "DiskFull":
+        return cls(f"cannot allocate {size} bytes for {path}: {why}",
+                   remark=NOT_AVAILABLE_REMARK.format(f"the disk is full: {why}"))
+
+
+class FlushFailed(FlushDiskTimeout):
+    """SYNC_FLUSH: the flush that was to cover the message failed (EIO). The record is in the
+    log but not known to be on disk, and the store is read-only from then on: answered as
+    FLUSH_DISK_TIMEOUT (10), what RocketMQ answers a put whose flush did not complete, never
+    SEND_OK."""
+
+    def __init__(self, message: str = "the flush failed with an I/O error; the store is read-only", **kw):
+        super().__init__(message, **kw)
 
 
 class SlaveStore(StoreError):
@@ -212,8 +238,8 @@ def error_for_response(code: int, remark: str | None) -> BrokerError:
 
 # C core status code -> exception, the one table used to raise from a C call's answer. Rows:
 # (name in shmq/native/layout.h, value, make(what, size, limit)); tests/layout checks every value
-# against the compiled header. ENEEDLOG / ENEEDCQ / EMONTH are not errors (the caller maps a
-# file or rolls its id month and calls again), so they are not here.
+# against the compiled header. ENEEDLOG / ENEEDCQ / EMONTH / EBUSY are not errors (the caller maps a
+# file, rolls its id month, or calls again through the path that may sleep), so they are not here.
 _C_STATUS = (
     ("SHMQ_ETIMEDOUT", -3, lambda what, size, limit: LockTimeout(
         "the append lock is held by a live process that did not release it in time")),
@@ -222,10 +248,12 @@ _C_STATUS = (
     ("SHMQ_ETOOBIG", -5, lambda what, size, limit: MessageTooLarge(size, limit)),
     ("SHMQ_EINVAL", -6, lambda what, size, limit: InvalidMessage(
         f"{what}: invalid argument (properties over 32767 bytes, or unknown queue)")),
-    ("SHMQ_EREADONLY", -7, lambda what, size, limit: StoreReadOnly("the store is read-only after a failed flush")),
+    ("SHMQ_EREADONLY", -7, lambda what, size, limit: StoreReadOnly(
+        "the store is read-only after a failed flush (I/O error); restart the broker once the disk is fixed",
+        remark=NOT_AVAILABLE_REMARK.format("the store is read-only after an I/O error on flush"))),
     ("SHMQ_EFULL", -8, lambda what, size, limit: TableFull(f"{what}: the shared table is full")),
     ("SHMQ_EBADBATCH", -9, lambda what, size, limit: InvalidMessage("malformed batch body")),
-    ("SHMQ_EIO", -10, lambda what, size, limit: StoreReadOnly("flush failed with an I/O error; the store is read-only")),
+    ("SHMQ_EIO", -10, lambda what, size, limit: FlushFailed()),
     # RocketMQ's answer to a put on a slave (SERVICE_NOT_AVAILABLE and this remark)
     ("SHMQ_ESLAVE", -12, lambda what, size, limit: SlaveStore(
         "service not available now. It may be caused by one of the following reasons: the broker's disk is full, "

@@ -42,6 +42,7 @@ class Scenario:
     batch: int = 1             # messages per send call (send_batch)
     producers: int = 1         # producer processes
     consumers: int = 1         # consumer processes
+    groups: int = 1            # consumer groups: consumer j is in group j % groups; each group gets every message
     rate: float = 0.0          # total msgs/s over all producers; 0: as fast as possible
     duration: float = 2.0      # measured seconds (duration mode)
     warmup: float = 0.5        # seconds sent before the measured window (not recorded)
@@ -57,6 +58,8 @@ class Scenario:
             raise ValueError(f"--size must be at least {MIN_SIZE} bytes (the timing header)")
         if self.batch < 1 or self.producers < 1 or self.consumers < 0:
             raise ValueError("--batch and --producers must be >= 1, --consumers >= 0")
+        if self.groups < 1 or (self.consumers and self.consumers < self.groups):
+            raise ValueError("--groups must be >= 1 and at most --consumers (each group needs a consumer)")
         if self.kind == "pull" and self.count <= 0:
             raise ValueError("pull needs a backlog: --count N")
         if self.count <= 0 and self.duration <= 0:
@@ -74,6 +77,12 @@ class Scenario:
     def records_latency(self) -> bool:
         return self.kind != "pull"
 
+    def group_of(self, consumer: int) -> tuple[int, int, int]:
+        """(group, member index in it, members in it) of consumer process ``consumer``."""
+        g = consumer % self.groups
+        members = len(range(g, self.consumers, self.groups))
+        return g, consumer // self.groups, max(members, 1)
+
     @property
     def count_mode(self) -> bool:
         return self.count > 0
@@ -87,6 +96,8 @@ class Scenario:
         if self.batch > 1:
             parts.append(f"batch {self.batch}")
         parts.append(f"{self.producers}p->{self.consumers}c")
+        if self.groups > 1:
+            parts.append(f"{self.groups} groups")
         if self.rate:
             parts.append(f"{self.rate:,.0f}/s")
         if self.count_mode:

@@ -41,8 +41,8 @@ class ServiceUnavailable(Exception):
 
 
 class Env:
-    def __init__(self, *, workers: int | None = None, keep: bool = False):
-        self.root = tempfile.mkdtemp(prefix="shmq-bench-run-")
+    def __init__(self, *, workers: int | None = None, keep: bool = False, dir: str | None = None):
+        self.root = tempfile.mkdtemp(prefix="shmq-bench-run-", dir=dir)  # dir: e.g. on disk, not tmpfs
         self.workers = workers
         self.keep = keep
         self._pids: dict[int, subprocess.Popen | None] = {}
@@ -150,24 +150,29 @@ class Env:
         if got:
             return got
         try:
-            if importlib.util.find_spec("shmq.cli.broker") is None:
-                raise ServiceUnavailable("shmq-broker is not installed yet (the broker issue)")
-            ns = self.namesrv()
             store = os.path.join(self.socket_dir(), "store")  # short: the broker binds a Unix socket in it
-            self.track_store(store)
-            argv = [sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store,
-                    "--namesrv", ns, "--log-level", "WARNING"]
-            if self.workers:
-                argv += ["--workers", str(self.workers)]
-            settings = dict(BROKER_SETTINGS, flushDiskType=flush, brokerName=f"bench-{flush.lower()}")
-            for k, v in settings.items():
-                argv += ["--set", f"{k}={v}"]
-            _, m = self.spawn(argv, r"listening on (\S+:\d+)", f"broker-{flush.lower()}.log", timeout=60)
-            self._brokers[flush] = m.group(1)
-            return m.group(1)
+            _, addr = self.start_broker(store, flush, f"bench-{flush.lower()}")
+            self._brokers[flush] = addr
+            return addr
         except ServiceUnavailable as e:
             self._brokers[flush] = e
             raise
+
+    def start_broker(self, store: str, flush: str, name: str, **settings) -> tuple[int, str]:
+        """A broker of this run on ``store`` (created, or reopened after ``stop_process``),
+        registered with this run's NameServer as ``name``: (pid, address)."""
+        if importlib.util.find_spec("shmq.cli.broker") is None:
+            raise ServiceUnavailable("shmq-broker is not installed yet (the broker issue)")
+        ns = self.namesrv()
+        self.track_store(store)
+        argv = [sys.executable, "-m", "shmq.cli.broker", "--port", "0", "--store", store,
+                "--namesrv", ns, "--log-level", "WARNING"]
+        if self.workers:
+            argv += ["--workers", str(self.workers)]
+        for k, v in dict(BROKER_SETTINGS, flushDiskType=flush, brokerName=name, **settings).items():
+            argv += ["--set", f"{k}={v}"]
+        p, m = self.spawn(argv, r"listening on (\S+:\d+)", f"broker-{name}.log", timeout=60)
+        return p.pid, m.group(1)
 
     def broker_pids(self, flush: str = "ASYNC_FLUSH") -> list[int]:
         """Supervisor and workers of the broker for ``flush`` (for CPU accounting)."""

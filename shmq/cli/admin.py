@@ -56,21 +56,10 @@ def topic_run(args) -> int:
 
 # ---- cluster -----------------------------------------------------------------------------
 def cluster_run(args) -> int:
-    with _admin(args) as a:
-        info = a.cluster_info()
-        rows = []
-        for cluster, names in sorted(info.clusterAddrTable.items()):
-            for name in sorted(names):
-                bd = info.brokerAddrTable.get(name)
-                for bid, addr in sorted((bd.brokerAddrs if bd else {}).items()):
-                    try:
-                        rt = a.runtime_info(addr)
-                    except Exception as e:  # a broker that does not answer is shown, not fatal
-                        rt = {"error": str(e)}
-                    rows.append([cluster, name, bid, addr, rt.get("brokerVersionDesc", rt.get("error", "")),
-                                 rt.get("commitLogMaxOffset", ""), rt.get("shmqWorkers", "")])
-        _table(rows, ["cluster", "broker", "id", "address", "version", "commitlog max", "workers"])
-    return 0
+    """The older spelling of mqadmin's ``clusterList``: one implementation, two names."""
+    from .mqadmin import cluster_list
+    from .output import Out
+    return cluster_list(args, Out(False))
 
 
 # ---- consumer ----------------------------------------------------------------------------

@@ -482,6 +482,17 @@ class ConsumerCore:
         mq = pq.mq
         codes = self._filters.get(mq.topic, (None, None))[1]
         sub = self.subscriptions.get(mq.topic)
+        if codes is None and (sub is None or sub.expressionType != "SQL92") and not mq.topic.startswith(RETRY_PREFIX):
+            # no filter, no retry topic: the C record walk (what get_messages answers FOUND for)
+            msgs, nxt = store.read_decoded(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size,
+                                           mq.topic.encode(), mq.broker_name)
+            if msgs:
+                msgs = self._accept(mq.topic, msgs)
+                pq.next_offset = nxt
+                if msgs:
+                    pq.put(msgs)
+                    self._deliver(pq, msgs)
+                return True
         rec_filter = None
         if sub is not None and sub.expressionType == "SQL92":
             # evaluated on the store's records, as the broker does for TCP pulls

@@ -5,9 +5,9 @@ A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-t
 bytes, no delay level, flag 0 (a batch carries flags per entry), text without separator
 characters and none of ``REWRITE_KEYS`` (what could make ``shmq.message.classify`` answer
 anything but PLAIN, and WAIT, CLUSTER, UNIQ_KEY), to a topic that is no retry topic. For it
-the pipeline's only change is the CLUSTER pair, so ``shmq_put_local`` can
-draw the UNIQ_KEY, assemble the properties text and append in one call; the record is byte
-for byte what the general path stores. Anything else returns None and takes ``Producer``'s
+the pipeline's only change is the CLUSTER pair, so ``shmq_send`` (core.c, called with the
+GIL held through native/hot.c) can draw the UNIQ_KEY, assemble the properties text and append
+in one call; the record is byte for byte what the general path stores. Anything else returns None and takes ``Producer``'s
 general path, which also raises the precise error.
 
 State is per thread (FastWriters are not thread-safe): ``_tls.topics`` maps a topic to its
@@ -24,9 +24,9 @@ from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegm
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, lib
+from shmq.native import ffi, hot_send, lib
 from shmq.store import validate
-from shmq.store.put import FastWriter
+from shmq.store.put import FastWriter, Route
 
 from .message import Message, SendResult, SendStatus
 from .uniq_id import generator
@@ -39,8 +39,8 @@ _TAGS_KEY = TAGS + NAME_VALUE_SEP
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 _SEND_OK = SendStatus.SEND_OK
 _UNIQ = generator()
-_UNIQ_C = _UNIQ.c
-_put_local = lib.shmq_put_local
+_send = lib.shmq_send
+_EBUSY = lib.SHMQ_EBUSY
 _unpack = ffi.unpack
 _new = ffi.new
 _NULL = ffi.NULL
@@ -48,22 +48,20 @@ _NULL = ffi.NULL
 
 class _Route(NamedTuple):
     """One queue of a topic as one thread sends to it: the queue, its writer, and the
-    arguments of the writer's ``shmq_put_local`` call (FastWriter.plain_call)."""
+    writer's bound ``shmq_send`` call (FastWriter.route; ``addr``, ``out``, ``sync`` repeated
+    from it for the hot path)."""
     mq: object
     fw: FastWriter
-    c_writer: object
-    slot: int
-    meta: object
-    tail: bytes
-    tail_len: int
+    addr: int
     out: object
     sync: bool
+    r: Route
 
 
 class _LocalTopic:
     """One thread's sends to one topic: a FastWriter per queue, used round-robin."""
 
-    __slots__ = ("info", "publish", "link", "writers", "n", "i", "store_host", "id_out")
+    __slots__ = ("info", "publish", "link", "writers", "n", "i", "store_host")
 
     def __init__(self, info, publish, link, writers, store_host: bytes):
         self.info = info                # the TopicPublishInfo this was built from ...
@@ -73,7 +71,6 @@ class _LocalTopic:
         self.n = len(writers)
         self.i = 0
         self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
-        self.id_out = _new("char[32]")
 
 
 def _head(m: Message) -> bytes | None:
@@ -142,7 +139,8 @@ class LocalSender:
             writers = []
             for mq in info.queues:
                 fw = link.pipeline.fast_writer(topic, mq.queue_id, host)
-                writers.append(_Route(mq, fw, *fw.plain_call()))
+                r = fw.route(_UNIQ)
+                writers.append(_Route(mq, fw, r.addr, r.out, r.sync, r))
             return _LocalTopic(info, p.instance.publish, link, writers, link.store.store_host)
         except ShmqError:
             return self._not_eligible(topic)
@@ -187,21 +185,33 @@ class LocalSender:
         if head is None:
             return None  # the general path raises InvalidMessage
         i = t.i = (t.i + 1) % t.n
-        mq, fw, w, slot, meta, tail, tail_len, out, sync = t.writers[i]
-        id_out = t.id_out
-        rc = _put_local(w, slot, meta, body, len(body), head, len(head), _UNIQ_C, tail, tail_len, out, id_out)
-        if rc or sync:
-            # a file to map, a new month, a fence, a full disk, or SYNC_FLUSH to wait for
-            try:
-                fw.finish_plain(rc, body, head, _UNIQ, id_out)
-            except StaleSegment:
-                self._drop(topic, t)
-                return None
-            except FlushDiskTimeout:
-                return _result(t, mq, out, id_out, ok=False)
-            except ReplicationError as e:
-                return _result(t, mq, out, id_out, status=_REPLICATION_STATUS[e.code])
-        return _result(t, mq, out, id_out)
+        mq, fw, addr, out, sync, r = t.writers[i]
+        ids = hot_send(addr, body, head)  # the UNIQ_KEY (bytes), or a status (int)
+        if ids.__class__ is not bytes or sync:
+            ids = self._finish(topic, t, mq, fw, r, ids, body, head)
+            if ids.__class__ is not bytes:
+                return ids
+        return SendResult(_SEND_OK, ids, out.phys_offset, mq, out.queue_offset, None, None, t.store_host)
+
+    def _finish(self, topic, t, mq, fw, r: Route, rc, body, head):
+        """After ``hot_send`` answered a status or under SYNC_FLUSH: the lock was held (append
+        again, the GIL released while waiting), a file to map, a new month, a fence, a full
+        disk, or the flush to wait for. Returns the id (bytes), or the SendResult of a
+        timed-out flush or replication, or None (the broker restarted: the general path)."""
+        try:
+            if rc.__class__ is bytes:
+                rc = 0
+            elif rc == _EBUSY:
+                rc = _send(r.c, body, len(body), head, len(head), 0)
+            fw.finish_plain(rc, body, head, _UNIQ, r.id_out)
+        except StaleSegment:
+            self._drop(topic, t)
+            return None
+        except FlushDiskTimeout:
+            return _result(t, mq, r.out, r.id_out, ok=False)
+        except ReplicationError as e:
+            return _result(t, mq, r.out, r.id_out, status=_REPLICATION_STATUS[e.code])
+        return _unpack(r.id_out, 32)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
         m0 = msgs[0]
@@ -244,7 +254,7 @@ class LocalSender:
             return None  # the general path raises MessageTooLarge with the encoded size
         ids = _new("char[]", 32 * n)
         i = t.i = (t.i + 1) % t.n
-        mq, fw, _, _, _, _, _, out, _ = t.writers[i]
+        mq, fw, _, out, _, _ = t.writers[i]
         try:
             fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n, size,
                                _UNIQ, ids)

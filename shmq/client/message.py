@@ -15,6 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import decode_properties
 from shmq.message.record import host_tuple, unpack_record
+from shmq.native import bind_ext
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -307,6 +308,12 @@ class MessageExt:
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, msg_id={self.msg_id!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, {len(self.body)} bytes)")
+
+
+# The local consumer's record walk (shmq.native.hot_read, hot.c) builds MessageExt objects
+# itself, filling the slots in __slots__ order as message_from_view does (properties as the
+# record's bytes, hosts as their 8 bytes, the lazy fields pending).
+bind_ext(MessageExt, tuple(MessageExt.__dict__[name] for name in MessageExt.__slots__), _LAZY)
 
 
 def _split_keys(keys: str | None) -> list[str]:

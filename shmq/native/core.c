@@ -463,7 +463,9 @@ static void repair(shmq_ctl *c) {
 #define LIVENESS_EVERY_NS 2000000LL /* check a holder's liveness every 2 ms of waiting */
 #define SLEEP_SLICE_NS 2000000LL
 
-int shmq_lock(shmq_writer *w) {
+/* try_only: after the spin, answer SHMQ_EBUSY instead of sleeping (a caller holding the GIL,
+ * shmq_send, then calls again through a path that releases it). */
+static int lock_take(shmq_writer *w, int try_only) {
     shmq_lockword *L = &w->ctl->lock;
     uint64_t expect = 0;
     if (CAS(&L->word, &expect, w->token)) goto acquired;
@@ -472,6 +474,7 @@ int shmq_lock(shmq_writer *w) {
         expect = 0;
         if (LOAD_RLX(&L->word) == 0 && CAS(&L->word, &expect, w->token)) goto acquired;
     }
+    if (try_only) return SHMQ_EBUSY;
     int64_t start = mono_ns();
     int64_t deadline = start + (int64_t)w->lock_timeout_ms * 1000000LL;
     int64_t next_check = start;
@@ -509,6 +512,8 @@ acquired:
     L->acquires++;
     return SHMQ_OK;
 }
+
+int shmq_lock(shmq_writer *w) { return lock_take(w, 0); }
 
 void shmq_unlock(shmq_writer *w) {
     shmq_lockword *L = &w->ctl->lock;
@@ -799,8 +804,8 @@ static inline void write_filler(shmq_ctl *c, uint8_t *cur, int64_t pos) {
     be32(cur + off + 4, SHMQ_BLANK_MAGIC);
 }
 
-int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
-             const uint8_t *props, uint32_t plen, shmq_result *out) {
+static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+                   const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock) {
     shmq_ctl *c = w->ctl;
     if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
     if (plen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
@@ -812,7 +817,7 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b
     int has_cq = !is_prepared_or_rollback(m->sysflag);
     int64_t tag = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, plen) : m->tag_code;
 
-    int rc = shmq_lock(w);
+    int rc = lock_take(w, try_lock);
     if (rc) return rc;
     fault(w, SHMQ_FP_AFTER_LOCK);
     int64_t pos, rec;
@@ -855,6 +860,11 @@ unlock:
     shmq_unlock(w);
     if (rc == SHMQ_OK) notify_data(c);
     return rc;
+}
+
+int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+             const uint8_t *props, uint32_t plen, shmq_result *out) {
+    return put_one(w, slot, m, body, blen, props, plen, out, 0);
 }
 
 /* A batch body (RocketMQ MessageDecoder.encodeMessages) is a run of entries:
@@ -994,9 +1004,9 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
 /* properties = head | UNIQ_KEY \x01 id | tail. head is empty or ends in \x02 (the caller's
  * user properties, TAGS and KEYS); tail is \x02 CLUSTER \x01 name. One C call for the whole
  * send: the id, the properties text and the append. */
-int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
-                   const uint8_t *head, uint32_t hlen, shmq_uniq *u, const uint8_t *tail, uint32_t tlen,
-                   shmq_result *out, char *id_out) {
+static int put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+                     const uint8_t *head, uint32_t hlen, shmq_uniq *u, const uint8_t *tail, uint32_t tlen,
+                     shmq_result *out, char *id_out, int try_lock) {
     uint8_t props[SHMQ_PROPS_MAX];
     if ((uint64_t)hlen + UNIQ_PAIR_LEN + tlen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
     int rc = shmq_uniq_ids(u, 1, id_out);
@@ -1006,7 +1016,19 @@ int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
     memcpy(p, id_out, 32); p += 32;
     memcpy(p, tail, tlen); p += tlen;
-    return shmq_put(w, slot, m, body, blen, props, (uint32_t)(p - props), out);
+    return put_one(w, slot, m, body, blen, props, (uint32_t)(p - props), out, try_lock);
+}
+
+int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+                   const uint8_t *head, uint32_t hlen, shmq_uniq *u, const uint8_t *tail, uint32_t tlen,
+                   shmq_result *out, char *id_out) {
+    return put_local(w, slot, m, body, blen, head, hlen, u, tail, tlen, out, id_out, 0);
+}
+
+int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t blen, const uint8_t *head, uint32_t hlen,
+              int try_lock) {
+    return put_local(r->w, r->slot, r->meta, body, blen, head, hlen, r->u, r->tail, r->tail_len, r->out,
+                     r->id_out, try_lock);
 }
 
 /* A batch of n plain messages: bodies concatenated (body_lens[k] each); heads either

@@ -51,6 +51,20 @@ int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *body, uint32_t body_len,
                    const uint8_t *head, uint32_t head_len, shmq_uniq *u,
                    const uint8_t *tail, uint32_t tail_len, shmq_result *out, char *id_out);
+/* shmq_put_local with the arguments that are constant per queue bound once (FastWriter.route);
+ * try_lock 1: SHMQ_EBUSY rather than sleeping on a held lock (callers holding the GIL, hot.c) */
+typedef struct shmq_route {
+    shmq_writer *w;
+    const shmq_meta *meta;
+    shmq_uniq *u;
+    const uint8_t *tail;
+    shmq_result *out;
+    char *id_out;
+    uint32_t slot;
+    uint32_t tail_len;
+} shmq_route;
+int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t body_len,
+              const uint8_t *head, uint32_t head_len, int try_lock);
 int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                          const uint8_t *bodies, const uint32_t *body_lens,
                          const uint8_t *heads, const uint32_t *head_lens, uint32_t head_len,

@@ -67,6 +67,8 @@
 #define SHMQ_RECORD_FIXED 91
 #define SHMQ_BLANK_MIN 8
 #define SHMQ_CQ_ENTRY_SIZE 20
+/* SYSFLAG bit: the body is zlib-compressed (MessageSysFlag.COMPRESSED_FLAG) */
+#define SHMQ_FLAG_COMPRESSED 0x1
 #define SHMQ_TOPIC_MAX 127
 #define SHMQ_PROPS_MAX 32767
 #define SHMQ_OFFSET_KEY_MAX 384
@@ -117,9 +119,11 @@
 #define SHMQ_EMONTH -11
 /* the store's role is SLAVE: only replication writes into it (shmq_put* refuse) */
 #define SHMQ_ESLAVE -12
+/* shmq_send with try_lock: the append lock is held by another writer (call again without) */
+#define SHMQ_EBUSY -13
 /* a ConsumeQueue page could not be allocated ahead of the append (shmq_writer.os_errno: why;
  * ENOSPC/EDQUOT: the disk is full); nothing was written */
-#define SHMQ_ECQSPACE -13
+#define SHMQ_ECQSPACE -14
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1
 #define SHMQ_IDX_BLANK 2

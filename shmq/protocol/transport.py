@@ -23,6 +23,12 @@ Why it is built the way it is:
 * Anything undecodable closes the connection without an answer, as RocketMQ does; the
   frame boundary cannot be trusted after a bad length, and a header that does not parse
   has no opaque to answer to.
+* Writes are coalesced: the answers to the requests of one read, and everything written in
+  one turn of the loop (a group commit's released sends), leave in one ``send()`` system
+  call. On loopback each call also runs the peer's receive path and wakes its reader, which
+  on a busy machine preempts this process (22-56 µs per call measured here), so 64 answers
+  written one by one cost 64 wake-ups where one does. A lone answer still leaves at the end
+  of the read that produced it: no added wait. Order on the wire is the order of ``send``.
 """
 from __future__ import annotations
 
@@ -104,6 +110,10 @@ class Connection(asyncio.Protocol):
         self._inflight_bytes = 0
         self._write_paused = False
         self._read_paused = False
+        # frames written but not yet handed to the transport (see "Writes are coalesced")
+        self._out: list[bytes] = []
+        self._in_read = False
+        self._flush_scheduled = False
         self._closed_fut: asyncio.Future[None] = self._loop.create_future()
         self.closed = False
         self.peer = "?"
@@ -137,6 +147,14 @@ class Connection(asyncio.Protocol):
             self.partial_since = None
         elif frames or self.partial_since is None:
             self.partial_since = now
+        self._in_read = True
+        try:
+            self._serve_frames(frames)
+        finally:
+            self._in_read = False
+            self._flush()
+
+    def _serve_frames(self, frames: list[bytes]) -> None:
         for frame in frames:
             if self.closed:
                 return
@@ -160,6 +178,7 @@ class Connection(asyncio.Protocol):
         if self.closed:
             return
         self.closed = True
+        self._out.clear()
         err = RemotingClosed(f"connection to {self.peer} closed" + (f": {exc}" if exc else ""))
         for fut in self._pending.values():
             if not fut.done():
@@ -266,10 +285,29 @@ class Connection(asyncio.Protocol):
         if t is None or self.closed or t.is_closing():
             return
         if len(cmd.body) >= _SCATTER_BODY:
+            self._flush()  # what was written before goes first
             t.writelines(encode_command_parts(cmd))
         else:
-            t.write(encode_command(cmd))
+            self._out.append(encode_command(cmd))
+            if not self._in_read and not self._flush_scheduled:
+                # the rest of this turn of the loop may write more; the flush runs after it
+                self._flush_scheduled = True
+                self._loop.call_soon(self._flush)
         self.last_activity = self._loop.time()
+
+    def _flush(self) -> None:
+        """Hand the coalesced frames to the transport: one write, one system call."""
+        self._flush_scheduled = False
+        out = self._out
+        if not out:
+            return
+        t = self._transport
+        if t is None or self.closed or t.is_closing():
+            out.clear()
+            return
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        t.write(data)
 
     def _new_opaque(self) -> int:
         # Java numbers requests with an int that wraps; stay positive so every peer is happy.
@@ -320,6 +358,7 @@ class Connection(asyncio.Protocol):
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
+            self._flush()  # written before the close: still sent (the transport drains it)
             self._transport.close()
 
     def abort(self) -> None:

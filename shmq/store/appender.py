@@ -15,7 +15,7 @@ import os
 import threading
 import weakref
 
-from shmq.errors import DiskFull, StoreError, error_for_status
+from shmq.errors import NOT_AVAILABLE_REMARK, DiskFull, StoreError, error_for_status
 from shmq.native import ffi, lib
 
 from .commitlog import CommitLog
@@ -124,7 +124,8 @@ class Appender:
         elif rc == lib.SHMQ_ECQSPACE:
             why = os.strerror(w.os_errno)
             if w.os_errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"cannot allocate ConsumeQueue space: {why}")
+                raise DiskFull(f"cannot allocate ConsumeQueue space: {why}",
+                               remark=NOT_AVAILABLE_REMARK.format(f"the disk is full: {why}"))
             raise StoreError(f"cannot allocate ConsumeQueue space: {why}")
         else:
             raise_for_status(rc, size=size, limit=self.cfg.max_message_size)

@@ -22,7 +22,7 @@ import struct
 
 from shmq.errors import DiskFull
 
-from . import files
+from . import faults, files
 from .config import StoreConfig
 
 ENTRY = struct.Struct(">qiq")
@@ -138,12 +138,13 @@ class ConsumeQueue(files.MappedSet):
         path = self.path(fi)
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
         try:
+            faults.hit("preallocate", path)
             data = os.pread(fd, stop - start, start)
             if os.pwrite(fd, data, start) != len(data):
-                raise DiskFull(f"cannot allocate ConsumeQueue space in {path}: short write")
+                raise OSError(errno.ENOSPC, "short write")
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                raise DiskFull(f"cannot allocate ConsumeQueue space in {path}: {e.strerror}") from e
+                raise DiskFull.at(path, stop - start, e.strerror) from e
             raise
         finally:
             os.close(fd)
@@ -205,6 +206,7 @@ class ConsumeQueue(files.MappedSet):
             except FileNotFoundError:
                 continue
             try:
+                faults.hit("msync", self.path(fi))
                 os.fdatasync(fd)
             finally:
                 os.close(fd)

@@ -1,11 +1,19 @@
 """The index dispatcher (owner only): follows the commit position and feeds every record's
 keys into the IndexFiles. It may lag the append by milliseconds; its durable progress (the
-offset below which every record is in index files on disk) goes into the checkpoint."""
+offset below which every record is in index files on disk) goes into the checkpoint.
+
+A full disk when the next IndexFile (420 MB by default) cannot be made does not stop the store:
+indexing is held back where it stands (said once in the log), retried every DISK_FULL_RETRY_S,
+and catches up from there once space returns (queries by key miss only the records not yet
+indexed meanwhile). An I/O error on an index flush makes the store read-only, as any failed
+flush does (flush.py); indexing stops, queries go on."""
 from __future__ import annotations
 
+import errno
 import logging
 import time
 
+from shmq.errors import DiskFull
 from shmq.service import ThreadService
 
 from .index_service import IndexService
@@ -22,6 +30,8 @@ IDLE_WAIT_S = 0.1
 BUSY_FOR_S = 0.02
 FLUSH_EVERY_S = 1.0
 RETRY_AFTER_FAILURE_S = 0.1
+#: While the disk is full: how often the next IndexFile is tried again.
+DISK_FULL_RETRY_S = 1.0
 
 
 class IndexDispatcher(ThreadService):
@@ -42,6 +52,8 @@ class IndexDispatcher(ThreadService):
         self.flushed_upto = self.pos
         self._last_flush = time.monotonic()
         self._last_busy = 0.0
+        self.disk_full = False   # held back by a full disk (said once)
+        self.failed = False      # an index flush failed: no more indexing (the store is read-only)
 
     def stop(self, timeout: float | None = None) -> bool:
         """Stop, then flush and close the index (once: a second stop only returns True)."""
@@ -54,8 +66,15 @@ class IndexDispatcher(ThreadService):
         return True
 
     def _flush(self) -> None:
+        if self.failed:
+            return
         upto = self.pos
-        self.index.flush()
+        try:
+            self.index.flush()
+        except OSError as e:
+            self.failed = True
+            self.store.mark_read_only(e.errno or errno.EIO, "msync of the index")
+            return
         self.flushed_upto = upto
 
     def wait_until(self, pos: int, timeout: float = 5.0) -> bool:
@@ -65,11 +84,27 @@ class IndexDispatcher(ThreadService):
             time.sleep(0.002)
         return self.pos >= pos
 
-    def run_once(self) -> None:
+    def round(self) -> float | None:
+        return self.run_once()  # a held-back round asks for its own, longer wait
+
+    def run_once(self) -> float | None:
+        if self.failed:
+            return DISK_FULL_RETRY_S
         commit = self.store.commit_pos
         if commit > self.pos:
             self._last_busy = time.monotonic()
-            self._dispatch_to(commit)
+            try:
+                self._dispatch_to(commit)
+            except DiskFull as e:
+                if not self.disk_full:
+                    self.disk_full = True
+                    log.error("indexing held back at commit-log offset %d: %s; messages are still stored, queries "
+                              "by key miss the newer ones until space returns (retrying every %.0f s)",
+                              self.pos, e, DISK_FULL_RETRY_S)
+                return DISK_FULL_RETRY_S
+            if self.disk_full:
+                self.disk_full = False
+                log.warning("indexing resumed: the disk has room; caught up to commit-log offset %d", self.pos)
         if time.monotonic() - self._last_flush >= FLUSH_EVERY_S:
             self._flush()
             self._last_flush = time.monotonic()

@@ -10,7 +10,7 @@ the writer with SIGBUS, so nothing writes a ConsumeQueue page through a mapping 
 allocated by a write(2), which answers ENOSPC instead: the C append reserves the pages ahead
 of its entries (``cq_reserve`` in native/core.c, under the append lock, zeros only past the
 last published entry), recovery and a slave's replica writer use ``ConsumeQueue.write_entry``
-(reserves the same way). A file appears under its final name only once complete (link(2)
+(allocates by writing back the bytes already there). A file appears under its final name only once complete (link(2)
 from a temp name, so two creators never clobber each other); permissions are set with fchmod
 so no umask weakens them; small files (checkpoint, JSON config) are replaced by write temp +
 fsync + rename + fsync of the directory; mapped files are never truncated, only unlinked whole.
@@ -25,6 +25,8 @@ import tempfile
 import threading
 
 from shmq.errors import DiskFull, StoreError
+
+from . import faults
 
 
 def _apply_mode(fd: int, mode: int, group: str | None) -> None:
@@ -76,10 +78,11 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     try:
         _apply_mode(fd, mode, group)
         try:
+            faults.hit("preallocate", path)
             os.posix_fallocate(fd, 0, size)
         except OSError as e:
             if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFull(f"cannot allocate {size} bytes for {path}: {e.strerror}") from e
+                raise DiskFull.at(path, size, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
             os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
@@ -104,7 +107,13 @@ def create_sparse(path: str, size: int, mode: int = 0o600, group: str | None = N
     fd, tmp = tempfile.mkstemp(prefix=".new-", dir=d)
     try:
         _apply_mode(fd, mode, group)
-        os.ftruncate(fd, size)
+        try:
+            faults.hit("preallocate", path)
+            os.ftruncate(fd, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise DiskFull.at(path, size, e.strerror) from e
+            raise
         try:
             os.link(tmp, path)
             return True
@@ -122,6 +131,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = 
     fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
     try:
         _apply_mode(fd, mode, group)
+        faults.hit("write", path)
         view = memoryview(data)
         while view:
             n = os.write(fd, view)

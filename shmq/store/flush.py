@@ -2,18 +2,26 @@
 for SYNC_FLUSH waiters (group commit: one msync covers every putter waiting at that moment);
 ConsumeQueues every flushIntervalConsumeQueue, then the checkpoint.
 
-Always MS_SYNC: MS_ASYNC does nothing on Linux. A failed flush makes the store read-only
-(shmq_set_flushed with the errno): the kernel may have dropped the dirty pages, so a retry
-that "succeeds" would be a lie (PostgreSQL's fsync lesson).
+Always MS_SYNC: MS_ASYNC does nothing on Linux. A failed flush (an I/O error on the CommitLog
+msync, a ConsumeQueue fdatasync or the checkpoint's fsync) makes the store read-only
+(``MessageStore.mark_read_only``): the kernel may have dropped the dirty pages, so a retry that
+"succeeds" would be a lie (PostgreSQL's fsync lesson). A full disk is not an I/O error: the
+preallocation ahead of the writers and the checkpoint write are retried, said once in the log,
+and the flushing goes on (the old checkpoint stays: it is replaced atomically).
+Every msync passes the store's one fault hook (store/faults.py).
 """
 from __future__ import annotations
 
+import errno
 import logging
 import time
+
+from shmq.errors import DiskFull
 
 from shmq.native import ffi, lib
 from shmq.service import ThreadService
 
+from . import faults
 from .checkpoint import Checkpoint, path_of
 from .queue_files import prepare_next
 
@@ -45,6 +53,7 @@ class FlushService(ThreadService):
         self._pins: dict[int, object] = {}
         #: called with the seconds each CommitLog flush took (the broker's metrics set it)
         self.on_flush = None
+        self._disk_full: set[str] = set()  # what a full disk holds back now (said once each)
 
     def sleep(self, seconds: float) -> None:
         lib.shmq_flusher_wait(self.cb.ctl, int(seconds * 1e9))
@@ -55,7 +64,7 @@ class FlushService(ThreadService):
 
     def run_once(self) -> None:
         self.flush_commitlog()
-        self.store.prealloc_tick()
+        self._while_disk_full("preallocation", self.store.prealloc_tick)
         if time.monotonic() - self._last_cq >= self.cfg.flush_interval_consume_queue_ms / 1000:
             self.flush_queues_and_checkpoint()
 
@@ -77,10 +86,10 @@ class FlushService(ThreadService):
                 if len(self._pins) > 8:
                     self._pins.clear()
                 buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
-            err = lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
+            err = (faults.ACTIVE and faults.errno_at("msync", self.store.commitlog.path(idx))) or \
+                lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
             if err:
-                log.critical("msync of commitlog failed (errno %d): the store is read-only now", err)
-                lib.shmq_set_flushed(ctl, 0, err)
+                self.store.mark_read_only(err, "msync of the commitlog")
                 return done
             pos += n
         lib.shmq_set_flushed(ctl, target, 0)
@@ -91,18 +100,47 @@ class FlushService(ThreadService):
 
     def flush_queues_and_checkpoint(self) -> None:
         self._last_cq = time.monotonic()
+        if self.cb.ctl.pos.io_error:
+            return  # read-only after a failed flush: never retried (see the module doc)
         cq_upto = self.cb.commit_pos  # every record below has its CQ entry written already
         for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
             last = self._cq_flushed.get(slot, 0)
             if nxt > last:
                 cq = self.store.queues.get(topic, qid)
-                cq.flush_range(last, nxt)
+                try:
+                    cq.flush_range(last, nxt)
+                except OSError as e:
+                    self.store.mark_read_only(e.errno or errno.EIO, f"fdatasync of consume queue {topic}:{qid}")
+                    return
                 self._cq_flushed[slot] = nxt
                 prepare_next(cq, nxt)  # the queue's next file, before a writer needs it
         log_flushed = self.flush_commitlog()
+        if self.cb.ctl.pos.io_error:
+            return  # read-only: the checkpoint keeps saying what was flushed before the error
         cp = self.checkpoint
         new = Checkpoint(log_flushed, min(cq_upto, log_flushed),
                          self.store.index_flushed_upto())
         if (new.log_flushed, new.cq_flushed, new.index_flushed) != (cp.log_flushed, cp.cq_flushed, cp.index_flushed):
-            new.store(path_of(self.cfg.root))
-            self.store.checkpoint = self.checkpoint = new
+            try:
+                self._while_disk_full("checkpoint", new.store, path_of(self.cfg.root))
+            except OSError as e:
+                self.store.mark_read_only(e.errno or errno.EIO, "the checkpoint write")
+                return
+            if "checkpoint" not in self._disk_full:
+                self.store.checkpoint = self.checkpoint = new
+
+    def _while_disk_full(self, what: str, fn, *args) -> None:
+        """Run ``fn``; a full disk (DiskFull, ENOSPC, EDQUOT) is logged once until it passes
+        and does not stop the flushing; any other OSError propagates."""
+        try:
+            fn(*args)
+        except (DiskFull, OSError) as e:
+            if not isinstance(e, DiskFull) and e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if what not in self._disk_full:
+                self._disk_full.add(what)
+                log.error("%s held back: the disk is full (%s); retrying at every flush", what, e)
+            return
+        if what in self._disk_full:
+            self._disk_full.discard(what)
+            log.warning("%s done again: the disk has room", what)

@@ -61,6 +61,8 @@ from typing import Iterable
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
 from shmq.message.javahash import java_string_hash
 
+from . import faults
+
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",
     "HEADER_SIZE", "HASH_SLOT_SIZE", "INDEX_SIZE", "INVALID_INDEX",
@@ -177,10 +179,11 @@ class IndexFile:
         try:
             try:
                 os.fchmod(fd, 0o600)          # exactly 0600 whatever the umask took away
+                faults.hit("preallocate", path)
                 os.posix_fallocate(fd, 0, size)
             except OSError as e:
                 if e.errno in (errno.ENOSPC, errno.EDQUOT):
-                    raise DiskFull(f"no space for index file {path} ({size} bytes): {e}") from e
+                    raise DiskFull.at(path, size, e.strerror) from e
                 raise
             mm = mmap.mmap(fd, size)          # MAP_SHARED, read-write
         except BaseException:
@@ -405,6 +408,7 @@ class IndexFile:
         if self.readonly:
             return
         self.dirty = False                    # before the msync: see the ``dirty`` comment
+        faults.hit("msync", self.path)
         mm.flush()
 
     def close(self) -> None:

@@ -12,18 +12,19 @@ store's futexes.
 """
 from __future__ import annotations
 
+import errno
 import fcntl
 import logging
 import os
 
-from shmq.errors import FlushDiskTimeout, StaleSegment, StoreClosed, StoreLocked
+from shmq.errors import FlushDiskTimeout, FlushFailed, StaleSegment, StoreClosed, StoreLocked
 from shmq.message.layout import HOST
 from shmq.message.msgid import offset_msg_id
 from shmq.message.names import UNIQ_KEY
 from shmq.message.properties import encode_properties
 from shmq.native import ffi, lib
 
-from . import files, ownership, validate
+from . import faults, files, ownership, validate
 from .appender import Appender, QueueRegistry, raise_for_status
 from .checkpoint import Checkpoint, path_of
 from .commitlog import CommitLog
@@ -100,6 +101,7 @@ class MessageStore(Reader):
     # ================================================================== opening ==
     @classmethod
     def open(cls, cfg: StoreConfig, *, tag_code=default_tag_code, start_services: bool = True) -> "MessageStore":
+        faults.configure_from_env()
         dmode = files.dir_mode(cfg.file_mode)
         for d in (cfg.root, cfg.commitlog_dir, cfg.consumequeue_dir, cfg.config_dir):
             files.ensure_dir(d, dmode, cfg.group)
@@ -161,6 +163,7 @@ class MessageStore(Reader):
     def attach(cls, root: str, *, lock_timeout_ms: int = 5000) -> "MessageStore":
         """Attach to the store a live broker owns. StaleSegment when there is none."""
         root = os.path.abspath(root)
+        faults.configure_from_env()
         try:
             with open(os.path.join(root, "nonce")) as f:
                 nonce = int(f.read().strip(), 16)
@@ -250,6 +253,8 @@ class MessageStore(Reader):
             rc = lib.shmq_wait_flushed(self.cb.ctl, res.end, self._sync_timeout_ns)
             if rc == lib.SHMQ_ETIMEDOUT:
                 raise FlushDiskTimeout(f"not flushed within {self._sync_timeout_ns // 1_000_000} ms", result=res)
+            if rc == lib.SHMQ_EIO:
+                raise FlushFailed(result=res)
             if rc:
                 raise_for_status(rc)
         if self.sync_master:
@@ -353,6 +358,19 @@ class MessageStore(Reader):
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosed()
+
+    def mark_read_only(self, err: int, what: str) -> None:
+        """Owner: an I/O error on a flush (``what`` failed with ``err``). The store turns
+        read-only for good: puts answer StoreReadOnly (SERVICE_NOT_AVAILABLE), the SYNC_FLUSH
+        puts still waiting answer FlushFailed (FLUSH_DISK_TIMEOUT), nothing more is flushed or
+        checkpointed (the dirty pages may be gone: a flush that "succeeds" later would be a
+        lie), reads go on. A restart recovers from the last good checkpoint."""
+        first = not self.cb.ctl.pos.io_error
+        lib.shmq_set_flushed(self.cb.ctl, 0, err or errno.EIO)
+        if first:
+            log.critical("%s failed (%s): the store at %s is READ-ONLY now: sends are refused, reads go on; "
+                         "restart the broker once the disk is fixed", what, os.strerror(err or errno.EIO),
+                         self.cfg.root)
 
     def prealloc_tick(self) -> None:
         """Owner, from the flush thread: the file being written (from the commit position on)

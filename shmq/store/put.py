@@ -352,6 +352,17 @@ class PlainCall(NamedTuple):
     sync: bool         # SYNC_FLUSH: every append then goes to finish_plain
 
 
+class Route(NamedTuple):
+    """One queue's ``shmq_send`` call (FastWriter.route): ``c`` the bound shmq_route, ``addr`` its
+    address (what ``shmq.native.hot_send`` takes), where the id and the offsets land, SYNC_FLUSH."""
+    c: object
+    addr: int
+    id_out: object     # char[32]: the UNIQ_KEY of the last append
+    out: object        # shmq_result *
+    sync: bool
+    keep: tuple        # the buffers the struct points into
+
+
 class FastWriter:
     """``PutPipeline.fast_writer(topic, qid)``: the store's one writer of one queue for the
     messages ``classify`` stores as sent (PLAIN, TIMER, COMMIT, ROLLBACK), used by the broker's
@@ -423,6 +434,17 @@ class FastWriter:
         ``id_out``. Any non-zero status, and every SYNC_FLUSH append, then goes to
         ``finish_plain``."""
         return self._plain
+
+    def route(self, uniq) -> Route:
+        """``plain_call``'s arguments bound once into a ``shmq_route`` for ``shmq_send`` (the
+        client's send passes only body and head per message); then as ``plain_call``."""
+        w, slot, meta, tail, tail_len, out, sync = self._plain
+        c = ffi.new("shmq_route *")
+        tail_buf = ffi.new("uint8_t[]", tail)
+        id_out = ffi.new("char[32]")
+        c.w, c.meta, c.u, c.tail, c.out, c.id_out = w, meta, uniq.c, tail_buf, out, id_out
+        c.slot, c.tail_len = slot, tail_len
+        return Route(c, int(ffi.cast("uintptr_t", c)), id_out, out, sync, (tail_buf, uniq, self))
 
     def finish_plain(self, rc: int, body: bytes, head: bytes, uniq, id_out) -> int:
         """After a ``shmq_put_local`` that returned ``rc``: map what it asked for (or raise)

@@ -305,3 +305,55 @@ def test_good_request_before_garbage_in_one_write_is_still_answered():
                 return [decode_command(f).code for f in FrameDecoder().feed(data)]
             assert await asyncio.to_thread(client) == [0]
     run(main())
+
+
+def test_pipelined_requests_in_one_write_are_all_answered_in_order_and_then_closed():
+    # the answers of one read are coalesced into one write: none may be lost or reordered,
+    # mixed inline (FAST) and task (ECHO) answers included, nor those written just before a close
+    async def main():
+        app = App()
+        async with app.server() as srv:
+            def client() -> list[tuple[int, bytes]]:
+                host, port = srv.address.split(":")
+                reqs = b""
+                for i in range(64):
+                    cmd = request(FAST if i % 2 else ECHO, body=str(i).encode())
+                    cmd.opaque = i + 1
+                    reqs += encode_command(cmd)
+                got: list = []
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    s.sendall(reqs)
+                    dec = FrameDecoder()
+                    while len(got) < 64:
+                        chunk = s.recv(65536)
+                        assert chunk, f"closed after {len(got)} answers"
+                        got += [(c.opaque, c.body) for c in map(decode_command, dec.feed(chunk))]
+                return got
+            got = await asyncio.to_thread(client)
+            assert sorted(o for o, _ in got) == list(range(1, 65))
+            fast = [o for o, b in got if b == b"fast"]
+            assert fast == sorted(fast) and len(fast) == 32  # inline answers leave in request order
+            assert {b for o, b in got if o % 2} == {str(i).encode() for i in range(0, 64, 2)}
+    run(main())
+
+
+def test_answer_written_just_before_close_still_arrives():
+    def answer_and_close(conn, cmd):
+        resp = cmd.make_response(body=b"last")
+        resp.opaque, resp.flag = cmd.opaque, 1
+        conn.send(resp)
+        conn.close()
+        return None
+
+    async def main():
+        async with RemotingServer({FAST: answer_and_close}, "127.0.0.1", 0) as srv:
+            def client() -> list[bytes]:
+                host, port = srv.address.split(":")
+                with socket.create_connection((host, int(port)), timeout=5) as s:
+                    s.sendall(encode_command(request(FAST)))
+                    data = b""
+                    while chunk := s.recv(65536):
+                        data += chunk
+                return [decode_command(f).body for f in FrameDecoder().feed(data)]
+            assert await asyncio.to_thread(client) == [b"last"]
+    run(main())

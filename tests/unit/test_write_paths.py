@@ -103,3 +103,33 @@ def test_batch_same_either_way(roads):
         return (m.topic, m.flag, m.born_host, bytes(m.body), m.properties)
     assert [shape(m) for m in both] == [shape(m) for m in pipe_records]
     assert both[0].properties == {"TAGS": "x", "u": "1", "CLUSTER": "TestCluster"}
+
+
+def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_gil(roads):
+    """The local producer's call (shmq_send through shmq.native.hot_send, GIL held) stores what
+    the pipeline stores for a plain message; while another writer holds the append lock it
+    answers SHMQ_EBUSY and stores nothing (the producer then appends through cffi, which
+    releases the GIL while it waits)."""
+    from shmq.client.uniq_id import generator
+    from shmq.native import ffi, hot_send, lib
+    uniq = generator()
+    fw = roads.fast_writer("T", 1, BORN)
+    r = fw.route(uniq)
+    head = b"TAGS\x01A\x02"
+    before = roads.store.commit_pos
+    holder = roads.store.queue_writer("T", 2)
+    assert lib.shmq_lock(holder.c_writer) == 0
+    try:
+        assert hot_send(r.addr, b"local body", head) == lib.SHMQ_EBUSY
+        assert roads.store.commit_pos == before
+    finally:
+        lib.shmq_unlock(holder.c_writer)
+    got = hot_send(r.addr, b"local body", head)
+    if not isinstance(got, bytes):  # a fresh queue: its ConsumeQueue file is mapped first
+        fw.finish_plain(got, b"local body", head, uniq, r.id_out)
+        got = ffi.unpack(r.id_out, 32)
+    local = _last_record(roads)
+    assert local[-1]["UNIQ_KEY"] == got.decode()
+    roads.put(PutRequest("T", b"local body", encode_properties({"TAGS": "A", "UNIQ_KEY": got.decode()}).encode(),
+                         queue_id=1, born_timestamp=local[4], born_host=BORN, write_queues=4), wait_flush=False)
+    assert _last_record(roads) == local

@@ -41,6 +41,8 @@ class Peer:
     def skip_reason(self, sc: Scenario, env) -> str | None:
         if sc.durable and not self.durable:
             return "no durability (nothing to fsync)"
+        if sc.groups > 1 and not self.is_shmq:
+            return "no consumer groups here (each message goes to one consumer)"
         return None
 
     def setup(self, sc: Scenario, env, tmpdir: str) -> Any:

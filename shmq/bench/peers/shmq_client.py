@@ -49,7 +49,7 @@ class ShmqClientPeer(Peer):
         ns = env.namesrv()
         broker = env.broker(self._flush)
         topic = f"Bench{os.getpid()}x{next(_topics)}"
-        queues = max(4, sc.consumers, sc.producers)
+        queues = max(4, sc.group_of(0)[2], sc.producers)
         create_topic(broker, ns, topic, queues)
         return {"namesrv": ns, "topic": topic, "group": f"bench-{topic}",
                 "local": "always" if sc.transport == "local" else "never"}
@@ -69,7 +69,7 @@ class ShmqClientPeer(Peer):
 
     @classmethod
     def open_receiver(cls, ch, sc, idx):
-        return _PushReceiver(ch, idx)
+        return _PushReceiver(ch, sc, idx)
 
 
 class _PushReceiver:
@@ -78,7 +78,7 @@ class _PushReceiver:
     start instant: a pull backlog is not consumed early, and no startup cost lands in the
     measured window)."""
 
-    def __init__(self, ch, idx):
+    def __init__(self, ch, sc, idx):
         import threading
 
         from shmq import ConsumeResult, PushConsumer
@@ -97,7 +97,8 @@ class _PushReceiver:
         # store's futex (as the store peer does; a spin of a second or more is busy-polling);
         # TCP: the default consume pool
         spin = float(os.environ.get("SHMQ_BENCH_SPIN_US", "50")) / 1e6
-        c = PushConsumer(ch["group"], namesrv=ch["namesrv"], model="CLUSTERING", local=ch["local"],
+        group = ch["group"] if sc.groups == 1 else f"{ch['group']}-g{sc.group_of(idx)[0]}"
+        c = PushConsumer(group, namesrv=ch["namesrv"], model="CLUSTERING", local=ch["local"],
                          consume_from="FIRST_OFFSET", consume_batch_size=32, rebalance_interval=1.0,
                          consume_threads=0 if ch["local"] == "always" else 20, spin_s=spin,
                          idle_wait_s=max(0.5, spin))

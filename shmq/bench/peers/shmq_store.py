@@ -6,7 +6,8 @@ through ``queue_writer(topic, qid).put(body)`` / ``.put_batch(encoded)`` (one C 
 consumers attach too, read their queues with ``get_messages`` (zero-copy memoryviews of the
 records) and wait on the store's futex (``wait``, spinning ``SPIN_S`` first). The owner
 process's CPU counts as "broker". Producer i writes queue i % Q, consumer j reads the queues
-q with q % consumers == j, Q = max(producers, consumers).
+q with q % consumers == j, Q = max(producers, consumers); with several groups (``groups``) each
+group reads every queue and its members share them so.
 """
 from __future__ import annotations
 
@@ -120,7 +121,8 @@ class ShmqStorePeer(Peer):
     def open_receiver(cls, ch, sc, idx):
         from shmq.store import MessageStore
         store = MessageStore.attach(ch["root"])
-        queues = [q for q in range(ch["queues"]) if q % max(sc.consumers, 1) == idx]
+        _, member, members = sc.group_of(idx)  # every group reads all queues, its members share them
+        queues = [q for q in range(ch["queues"]) if q % members == member]
         offsets = {q: 0 for q in queues}
         get, wait = store.get_messages, store.wait
         cb = store.cb

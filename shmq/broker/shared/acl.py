@@ -67,10 +67,6 @@ def check_perm(needed: int, owned: int) -> bool:
     return bool(needed & owned)
 
 
-def retry_topic(group: str | None) -> str | None:
-    return None if group is None else RETRY_PREFIX + group
-
-
 def describe(resource: str) -> str:
     """PlainAccessResource.printStr."""
     if resource.startswith(RETRY_PREFIX):

@@ -5,13 +5,13 @@ each worker reads it once and answers 9900 through :class:`AttachGuard`.
 """
 from __future__ import annotations
 
-import grp
 import hmac
 import ipaddress
 import os
 import secrets
 
 from shmq.protocol.attach import KEY_FILE, KEY_SIZE, proof
+from shmq.store.files import write_atomic
 
 _NONCE = "attach_nonce"
 
@@ -25,20 +25,7 @@ def write_key(root: str, mode: int = 0o600, group: str | None = None) -> str:
     so the umask cannot widen or narrow it) and ``group``; a reader sees the old or the new
     key, never a partial one (rename)."""
     path = key_path(root)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
-    try:
-        os.fchmod(fd, mode & 0o660)  # never readable by others, whatever was configured
-        if group is not None:
-            os.fchown(fd, -1, grp.getgrnam(group).gr_gid)
-        os.write(fd, secrets.token_bytes(KEY_SIZE))
-        os.fsync(fd)
-    except BaseException:
-        os.close(fd)
-        os.unlink(tmp)
-        raise
-    os.close(fd)
-    os.rename(tmp, path)
+    write_atomic(path, secrets.token_bytes(KEY_SIZE), mode & 0o660, group)  # never readable by others
     return path
 
 

@@ -77,9 +77,23 @@ class TopicTable:
             log.error("%s does not parse (%s); starting from the default topics", self.path, e)
 
     # ---- writing (supervisor only) -----------------------------------------------------------
-    def _changed(self) -> None:
-        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=self.version.counter + 1)
-        self.persist()
+    def _changed(self, undo: dict[str, TopicConfig | None]) -> None:
+        """Bump the version and write the file. A failed write (a full disk) puts back the
+        entries ``undo`` names as they were (None: absent) and the version, then re-raises: the
+        table in memory never holds what topics.json does not (else a retry would find
+        "nothing changed" and never write it)."""
+        old_version = self.version
+        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=old_version.counter + 1)
+        try:
+            self.persist()
+        except BaseException:
+            self.version = old_version
+            for name, tc in undo.items():
+                if tc is None:
+                    self.table.pop(name, None)
+                else:
+                    self.table[name] = tc
+            raise
 
     def persist(self) -> None:
         if self.path is not None:
@@ -91,25 +105,27 @@ class TopicTable:
         if old == tc:
             return False
         self.table[tc.topicName] = tc
-        self._changed()
+        self._changed({tc.topicName: old})
         log.info("topic %s %s: read %d write %d perm %d", tc.topicName, "updated" if old else "created",
                  tc.readQueueNums, tc.writeQueueNums, tc.perm)
         return True
 
     def put_many(self, tcs: list[TopicConfig]) -> bool:
-        changed = False
+        undo: dict[str, TopicConfig | None] = {}
         for tc in tcs:
-            if self.table.get(tc.topicName) != tc:
+            old = self.table.get(tc.topicName)
+            if old != tc:
+                undo.setdefault(tc.topicName, old)
                 self.table[tc.topicName] = tc
-                changed = True
-        if changed:
-            self._changed()
-        return changed
+        if undo:
+            self._changed(undo)
+        return bool(undo)
 
     def delete(self, topic: str) -> bool:
-        if self.table.pop(topic, None) is None:
+        old = self.table.pop(topic, None)
+        if old is None:
             return False
-        self._changed()
+        self._changed({topic: old})
         log.info("topic %s deleted", topic)
         return True
 

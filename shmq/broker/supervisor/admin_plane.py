@@ -75,19 +75,33 @@ class SubscriptionGroups:
         self.reload()
         return encode_json({"dataVersion": self.version, "subscriptionGroupTable": self.table})
 
-    def _save(self) -> None:
-        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=self.version.counter + 1)
-        files.write_atomic(self.path, encode_json({"dataVersion": self.version, "subscriptionGroupTable": self.table}))
+    def _save(self, name: str, old: SubscriptionGroupConfig | None) -> None:
+        """Write the file after a change of group ``name`` (``old``: its config before, None
+        when it was absent). A failed write (a full disk) puts ``old`` and the version back and
+        re-raises: memory never holds a group the file does not."""
+        old_version = self.version
+        self.version = DataVersion(timestamp=int(time.time() * 1000), counter=old_version.counter + 1)
+        try:
+            files.write_atomic(self.path, encode_json({"dataVersion": self.version, "subscriptionGroupTable": self.table}))
+        except BaseException:
+            self.version = old_version
+            if old is None:
+                self.table.pop(name, None)
+            else:
+                self.table[name] = old
+            raise
         st = os.stat(self.path)
         self._stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
 
     def update(self, c: SubscriptionGroupConfig) -> None:
+        old = self.table.get(c.groupName)
         self.table[c.groupName] = c
-        self._save()
+        self._save(c.groupName, old)
 
     def delete(self, name: str) -> None:
-        if self.table.pop(name, None) is not None:
-            self._save()
+        old = self.table.pop(name, None)
+        if old is not None:
+            self._save(name, old)
 
 
 class AdminPlane:

@@ -25,6 +25,7 @@ the store (flush, checkpoint, remove ``abort``).
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
 import os
@@ -131,6 +132,7 @@ class Supervisor:
         self._housekeeping: list[AsyncService] = []
         self._stopping = False
         self._persist_lock = threading.Lock()
+        self._offsets_held_back = False  # consumerOffset.json held back by a full disk (said once)
         self.stopped = asyncio.Event()
 
     @property
@@ -319,8 +321,21 @@ class Supervisor:
     def _persist_offsets_now(self) -> None:
         # The lock keeps a periodic write from racing the final one in close().
         with self._persist_lock:
-            if self.store is not None:
+            if self.store is None:
+                return
+            try:
                 self.store.persist_offsets()
+            except OSError as e:
+                if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                # a full disk: the offsets stay in the control block, the old file stays whole
+                if not self._offsets_held_back:
+                    log.error("consumerOffset.json not written: %s; offsets are kept in memory, retrying", e)
+                self._offsets_held_back = True
+                return
+            if self._offsets_held_back:
+                self._offsets_held_back = False
+                log.warning("consumerOffset.json written again: the disk has room")
 
     # ================================================================ stop ==
     def stop(self) -> None:

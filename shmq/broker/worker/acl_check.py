@@ -28,8 +28,8 @@ from __future__ import annotations
 import inspect
 import logging
 
-from shmq.broker.shared.acl import PUB, SUB, AclError, PlainAcl, retry_topic
-from shmq.message.names import RETRY_PREFIX
+from shmq.broker.shared.acl import PUB, SUB, AclError, PlainAcl
+from shmq.message.names import RETRY_PREFIX, retry_topic
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import decode_heartbeat
 from shmq.protocol.transport import Handler
@@ -39,9 +39,14 @@ log = logging.getLogger("shmq.broker.acl")
 REMARK_PREFIX = "org.apache.rocketmq.acl.common.AclException: "
 
 
+def _group(group: str | None) -> str | None:
+    """A group's ACL resource is its retry topic; None where the request names no group."""
+    return None if group is None else retry_topic(group)
+
+
 def _send(topic, group):
     if topic is not None and topic.startswith(RETRY_PREFIX):
-        return {retry_topic(group): SUB}
+        return {_group(group): SUB}
     return {topic: PUB}
 
 
@@ -49,7 +54,7 @@ def _heartbeat(body) -> dict:
     hb = decode_heartbeat(bytes(body))
     out = {}
     for cd in hb.consumerDataSet:
-        out[retry_topic(cd.groupName)] = SUB
+        out[_group(cd.groupName)] = SUB
         for sd in cd.subscriptionDataSet:
             out[sd.topic] = SUB
     return out
@@ -58,13 +63,13 @@ def _heartbeat(body) -> dict:
 _PARSERS = {
     RequestCode.SEND_MESSAGE: lambda e, b: _send(e.get("topic"), e.get("group")),
     RequestCode.SEND_MESSAGE_V2: lambda e, b: _send(e.get("b"), e.get("a")),
-    RequestCode.CONSUMER_SEND_MSG_BACK: lambda e, b: {retry_topic(e.get("group")): SUB},
-    RequestCode.PULL_MESSAGE: lambda e, b: {e.get("topic"): SUB, retry_topic(e.get("consumerGroup")): SUB},
+    RequestCode.CONSUMER_SEND_MSG_BACK: lambda e, b: {_group(e.get("group")): SUB},
+    RequestCode.PULL_MESSAGE: lambda e, b: {e.get("topic"): SUB, _group(e.get("consumerGroup")): SUB},
     RequestCode.QUERY_MESSAGE: lambda e, b: {e.get("topic"): SUB},
     RequestCode.HEART_BEAT: lambda e, b: _heartbeat(b),
-    RequestCode.UNREGISTER_CLIENT: lambda e, b: {retry_topic(e.get("consumerGroup")): SUB},
-    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda e, b: {retry_topic(e.get("consumerGroup")): SUB},
-    RequestCode.UPDATE_CONSUMER_OFFSET: lambda e, b: {retry_topic(e.get("consumerGroup")): SUB, e.get("topic"): SUB},
+    RequestCode.UNREGISTER_CLIENT: lambda e, b: {_group(e.get("consumerGroup")): SUB},
+    RequestCode.GET_CONSUMER_LIST_BY_GROUP: lambda e, b: {_group(e.get("consumerGroup")): SUB},
+    RequestCode.UPDATE_CONSUMER_OFFSET: lambda e, b: {_group(e.get("consumerGroup")): SUB, e.get("topic"): SUB},
 }
 
 

@@ -15,7 +15,7 @@ import itertools
 import threading
 import time
 
-from shmq.errors import FlushDiskTimeout, ReplicationError
+from shmq.errors import FlushDiskTimeout, FlushFailed, ReplicationError
 from shmq.native import lib
 
 
@@ -78,10 +78,12 @@ class Confirmer:
         pos = self._confirmed()
         now = time.monotonic()
         lost = self._lost_slaves()
+        # a failed flush (the store is read-only now) answers every waiting send at once
+        broken = self.store.sync_flush and self.ctl.pos.io_error
         done = []
         with self._lock:
             h = self._heap
-            while h and (h[0][0] <= pos or h[0][2] <= now or lost):
+            while h and (h[0][0] <= pos or h[0][2] <= now or lost or broken):
                 done.append(heapq.heappop(h))
         if not done:
             return
@@ -96,6 +98,8 @@ class Confirmer:
         if end <= pos:
             return None
         if self.store.sync_flush and self.ctl.pos.flushed_pos < end:
+            if self.ctl.pos.io_error:
+                return FlushFailed()
             return FlushDiskTimeout(f"not flushed within {self.timeout_s * 1000:.0f} ms")
         if self._lost_slaves():
             return ReplicationError("slave not available (disconnected)", code=11)

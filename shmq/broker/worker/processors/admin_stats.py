@@ -28,6 +28,10 @@ from ..context import WorkerContext
 _WINDOWS = {"minute": 60, "hour": 3600, "day": 86400}
 
 
+def _read_only(io_error: int) -> str:
+    return f"true (a flush failed: {os.strerror(io_error)})" if io_error else "false"
+
+
 def _midnight_ms(days_back: int = 0) -> int:
     t = time.localtime()
     start = time.mktime((t.tm_year, t.tm_mon, t.tm_mday, 0, 0, 0, 0, 0, -1))
@@ -116,6 +120,8 @@ class Processor:
             "shmqWorkerPid": str(os.getpid()),
             "shmqPullHolds": str(len(self.w.holds) if self.w.holds else 0),
             "shmqHaListenPort": str(self.cfg.ha_port if not self.cfg.is_slave else 0),
+            # a failed flush made the store read-only (sends refused until a restart)
+            "shmqStoreReadOnly": _read_only(store.cb.ctl.pos.io_error),
         }
         for pool, cap in (("send", 10000), ("pull", 100000), ("query", 20000)):
             table[f"{pool}ThreadPoolQueueSize"] = "0"

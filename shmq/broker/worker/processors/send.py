@@ -21,7 +21,7 @@ import struct
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
-from shmq.errors import FlushDiskTimeout, InvalidMessage, InvalidTopic, MessageTooLarge, ReplicationError
+from shmq.errors import FlushDiskTimeout, FlushFailed, InvalidMessage, InvalidTopic, MessageTooLarge, ReplicationError
 from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
 from shmq.message.names import PERM_WRITE, RETRY_PREFIX
@@ -220,10 +220,12 @@ class Processor:
             self._confirmer = Confirmer(self.w.store)
         try:
             await self._confirmer.wait(end)
-        except FlushDiskTimeout:
+        except FlushDiskTimeout as e:
             # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
-            # report FLUSH_DISK_TIMEOUT as a status rather than an error.
-            return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, "flush disk timeout", ext)
+            # report FLUSH_DISK_TIMEOUT as a status rather than an error. A failed flush (the
+            # store is read-only now) is answered so too, its remark saying so.
+            remark = str(e) if isinstance(e, FlushFailed) else "flush disk timeout"
+            return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, remark, ext)
         except ReplicationError as e:
             # SYNC_MASTER: stored here, not confirmed by a slave: SLAVE_NOT_AVAILABLE (11) or
             # FLUSH_SLAVE_TIMEOUT (12), with the ids, as RocketMQ answers (a status, not an error)

@@ -1,0 +1,186 @@
+/*
+ * shmq/native/hot.c -- the local path's per-message work as CPython functions that keep the GIL
+ * (module shmq.native._hot): the producer's append (``send``: the C core's shmq_send, reached
+ * through the function pointer cffi gives ``bind``) and the consumer's record walk (``read``:
+ * ConsumeQueue entries -> records -> MessageExt objects, read-only).
+ *
+ * Why it exists: a cffi call releases and re-takes the GIL around every C function and packs
+ * its arguments into a tuple. For a ~0.3 us append that was a third of a local send() (and a
+ * GIL hand-off to the client's own threads on every call). Holding the GIL is safe only for a
+ * call that never sleeps: shmq_send is called with try_lock = 1, so a held append lock answers
+ * SHMQ_EBUSY and the caller repeats the send through cffi, which releases the GIL while it
+ * waits (shmq/client/local_send.py).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include "core.h"
+
+typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
+static send_fn f_send;
+
+/* bind(address of shmq_send): once, at import of shmq.native */
+static PyObject *hot_bind(PyObject *self, PyObject *addr) {
+    void *p = PyLong_AsVoidPtr(addr);
+    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+    f_send = (send_fn)p;
+    Py_RETURN_NONE;
+}
+
+/* send(route address, body: bytes, head: bytes) -> the 32-byte UNIQ_KEY (bytes) of the
+ * appended record, or the SHMQ_* status (int) when it was not appended. */
+static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
+    if (n != 3 || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes)");
+        return NULL;
+    }
+    if (!f_send) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
+    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
+    if (!r) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
+    Py_ssize_t blen = PyBytes_GET_SIZE(args[1]), hlen = PyBytes_GET_SIZE(args[2]);
+    if (blen > UINT32_MAX || hlen > UINT32_MAX) return PyLong_FromLong(SHMQ_ETOOBIG);
+    int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(args[1]), (uint32_t)blen,
+                    (const uint8_t *)PyBytes_AS_STRING(args[2]), (uint32_t)hlen, 1);
+    if (rc) return PyLong_FromLong(rc);
+    return PyBytes_FromStringAndSize(r->id_out, 32);
+}
+
+/* ---- the consumer's record walk ---------------------------------------------------------
+ * read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, used)
+ * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` and decodes
+ * each record, found in the CommitLog mapping ``log`` (whose first byte is commit-log offset
+ * ``log_base``), straight into a MessageExt (the class and its slots bound by bind_ext). It
+ * stops at an empty entry, a record not yet below ``commit`` (the caller's acquire load of the
+ * commit position: the visibility invariant of store/reader.py), one outside ``log``, one that
+ * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the caller reads the
+ * rest (and raises on a bad record) through the Python reader. Never sleeps, never writes. */
+enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
+       X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
+static PyTypeObject *ext_cls;
+static Py_ssize_t ext_off[X_NSLOTS];
+static PyObject *ext_lazy;
+
+/* bind_ext(cls, slot descriptors in the X_* order, the "not derived yet" marker) */
+static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
+    PyObject *cls, *slots, *lazy;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &slots, &lazy)) return NULL;
+    if (PyTuple_GET_SIZE(slots) != X_NSLOTS) { PyErr_SetString(PyExc_ValueError, "slot count"); return NULL; }
+    for (Py_ssize_t i = 0; i < X_NSLOTS; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "bind_ext: a slot is not an object member");
+            return NULL;
+        }
+        ext_off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_INCREF(cls); Py_XSETREF(ext_cls, (PyTypeObject *)cls);
+    Py_INCREF(lazy); Py_XSETREF(ext_lazy, lazy);
+    Py_RETURN_NONE;
+}
+
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v);
+}
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v);
+}
+
+#define SET(o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + ext_off[k]) = v_; } while (0)
+#define REF(x) (Py_INCREF(x), (x))
+
+/* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
+static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
+                        PyObject *broker) {
+    int32_t blen = (int32_t)rd32(r + SHMQ_R_BODYLEN);
+    const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + blen;
+    uint32_t rtl = t[0];
+    const uint8_t *pp = t + 1 + rtl;
+    uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
+    PyObject *o = ext_cls->tp_alloc(ext_cls, 0);
+    if (!o) return NULL;
+    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(o, X_TOPIC, REF(topic));
+    else SET(o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
+    SET(o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
+    SET(o, X_TAGS, REF(ext_lazy));
+    SET(o, X_KEYS, REF(ext_lazy));
+    SET(o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
+    SET(o, X_MSGID, REF(ext_lazy));
+    SET(o, X_OFFID, REF(Py_None));
+    SET(o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
+    SET(o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
+    SET(o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
+    SET(o, X_BORNTS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_BORNTS)));
+    SET(o, X_STORETS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_STORETS)));
+    SET(o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
+    SET(o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
+    SET(o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
+    SET(o, X_BROKER, REF(broker));
+    SET(o, X_BORN, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BORNHOST, 8));
+    SET(o, X_STORE, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_STOREHOST, 8));
+    SET(o, X_RAW, REF(Py_None));
+    return o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+/* the checks of message/record.py's unpack_record: magic, and every length against TOTALSIZE */
+static int record_ok(const uint8_t *r, uint32_t size) {
+    if (size < SHMQ_RECORD_FIXED || rd32(r + SHMQ_R_TOTALSIZE) != size || rd32(r + SHMQ_R_MAGIC) != SHMQ_MESSAGE_MAGIC)
+        return 0;
+    int32_t blen = (int32_t)rd32(r + SHMQ_R_BODYLEN);
+    uint64_t t0 = SHMQ_R_BODYLEN + 4 + (uint64_t)(uint32_t)blen;
+    if (blen < 0 || t0 + 3 > size) return 0;
+    uint64_t p0 = t0 + 1 + r[t0];
+    if (p0 + 2 > size) return 0;
+    return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
+}
+
+static PyObject *hot_read(PyObject *self, PyObject *args) {
+    PyObject *cqo, *logo, *topic, *tu, *broker;
+    Py_ssize_t at, count;
+    long long log_base, commit;
+    if (!PyArg_ParseTuple(args, "OnnOLLUSU", &cqo, &at, &count, &logo, &log_base, &commit, &topic, &tu, &broker))
+        return NULL;
+    if (!ext_cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_buffer cq, lg;
+    if (PyObject_GetBuffer(cqo, &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(logo, &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    PyObject *out = PyList_New(0);
+    Py_ssize_t used = 0;
+    if (!out) goto done;
+    const char *tub = PyBytes_AS_STRING(tu);
+    Py_ssize_t tlen = PyBytes_GET_SIZE(tu);
+    for (; used < count; used++) {
+        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
+        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq.len) break;
+        const uint8_t *ent = (const uint8_t *)cq.buf + e;
+        int64_t phys = (int64_t)rd64(ent);
+        int32_t size = (int32_t)rd32(ent + 8);
+        if (size <= 0 || phys + size > commit || phys < log_base || phys - log_base + size > lg.len) break;
+        const uint8_t *r = (const uint8_t *)lg.buf + (phys - log_base);
+        if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
+        PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+    }
+done:
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&cq);
+    if (!out) return NULL;
+    return Py_BuildValue("(Nn)", out, used);
+}
+
+static PyMethodDef methods[] = {
+    {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"read", (PyCFunction)hot_read, METH_VARARGS,
+     "read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, entries used)"},
+    {"bind", (PyCFunction)hot_bind, METH_O, "bind(address of shmq_send)"},
+    {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
+     "send(route address, body, head) -> UNIQ_KEY bytes, or an int SHMQ_* status"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__hot(void) { return PyModule_Create(&module); }
