@@ -804,8 +804,10 @@ static inline void write_filler(shmq_ctl *c, uint8_t *cur, int64_t pos) {
     be32(cur + off + 4, SHMQ_BLANK_MAGIC);
 }
 
+/* tag_of_props: the TAGS hash when it is already known (put_local: from the head, the only part
+ * of its properties that can hold TAGS); NULL: from props, as m->tag_mode says */
 static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
-                   const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock) {
+                   const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock, const int64_t *tag_of_props) {
     shmq_ctl *c = w->ctl;
     if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
     if (plen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
@@ -815,7 +817,8 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
         return SHMQ_ETOOBIG;
     uint32_t crc = shmq_crc32(0, body, blen) & 0x7FFFFFFFu;
     int has_cq = !is_prepared_or_rollback(m->sysflag);
-    int64_t tag = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, plen) : m->tag_code;
+    int64_t tag = m->tag_mode != SHMQ_TAG_FROM_PROPS ? m->tag_code
+                  : tag_of_props ? *tag_of_props : shmq_tag_code_of_props(props, plen);
 
     int rc = lock_take(w, try_lock);
     if (rc) return rc;
@@ -864,7 +867,7 @@ unlock:
 
 int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
              const uint8_t *props, uint32_t plen, shmq_result *out) {
-    return put_one(w, slot, m, body, blen, props, plen, out, 0);
+    return put_one(w, slot, m, body, blen, props, plen, out, 0, NULL);
 }
 
 /* A batch body (RocketMQ MessageDecoder.encodeMessages) is a run of entries:
@@ -1016,7 +1019,10 @@ static int put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
     memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
     memcpy(p, id_out, 32); p += 32;
     memcpy(p, tail, tlen); p += tlen;
-    return put_one(w, slot, m, body, blen, props, (uint32_t)(p - props), out, try_lock);
+    /* head comes first and the UNIQ_KEY / CLUSTER pairs after it are no TAGS: the first TAGS
+     * pair of the whole text, the one the hash is of, is head's (saves scanning ~70 bytes) */
+    int64_t tag = shmq_tag_code_of_props(head, hlen);
+    return put_one(w, slot, m, body, blen, props, (uint32_t)(p - props), out, try_lock, &tag);
 }
 
 int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,

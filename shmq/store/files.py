@@ -10,8 +10,8 @@ the writer with SIGBUS, so nothing writes a ConsumeQueue page through a mapping 
 allocated by a write(2), which answers ENOSPC instead: the C append reserves the pages ahead
 of its entries (``cq_reserve`` in native/core.c, under the append lock, zeros only past the
 last published entry), recovery and a slave's replica writer use ``ConsumeQueue.write_entry``
-(allocates by writing back the bytes already there). A file appears under its final name only once complete (link(2)
-from a temp name, so two creators never clobber each other); permissions are set with fchmod
+(allocates by writing back the bytes already there). A file appears under its final name only
+once complete (link(2) from a temp name, so two creators never clobber each other); permissions are set with fchmod
 so no umask weakens them; small files (checkpoint, JSON config) are replaced by write temp +
 fsync + rename + fsync of the directory; mapped files are never truncated, only unlinked whole.
 """
@@ -85,7 +85,7 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
                 raise DiskFull.at(path, size, e.strerror) from e
             if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
                 raise
-            os.ftruncate(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
+            _write_zeros(fd, path, size)  # a filesystem without fallocate (tmpfs on old kernels)
         try:
             os.link(tmp, path)
             return True
@@ -94,6 +94,20 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
     finally:
         os.close(fd)
         os.unlink(tmp)
+
+
+def _write_zeros(fd: int, path: str, size: int) -> None:
+    """Allocate by writing zeros: a sparse file (ftruncate) would be allocated at the page
+    fault of a store through the mapping, and a full disk would then be SIGBUS in an append."""
+    chunk = bytes(min(size, 1 << 20))
+    done = 0
+    try:
+        while done < size:
+            done += os.pwrite(fd, chunk[:size - done], done)
+    except OSError as e:
+        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            raise DiskFull.at(path, size, e.strerror) from e
+        raise
 
 
 def create_sparse(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:

@@ -16,7 +16,7 @@ from shmq.protocol import SyncRemotingClient
 from ..integration.broker_helpers import send, start_broker  # noqa: F401
 from ..integration.client_helpers import make_topic, wait_route
 from ..integration.conftest import namesrv, processes, start_namesrv  # noqa: F401
-from .helpers import drain, runtime_info, wait_for
+from .helpers import drain, query_key, runtime_info, wait_for
 
 FLUSH_DISK_TIMEOUT, SERVICE_NOT_AVAILABLE = 10, 14
 
@@ -25,7 +25,8 @@ def _read_only(c) -> bool:
     return runtime_info(c)["shmqStoreReadOnly"].startswith("true")
 
 
-def _restart_and_check(start_broker, br, acked: list[bytes], maybe: list[bytes]) -> None:
+def _restart_and_check(start_broker, br, acked: list[bytes], maybe: list[bytes], key: str | None = None,
+                       keyed: bytes = b"") -> None:
     """Stop the broker, start it again on its store (the fault file is cleared by now):
     everything acknowledged is served, in order; of the rest only what was answered
     "stored, not confirmed" may be there; sends work again."""
@@ -37,6 +38,8 @@ def _restart_and_check(start_broker, br, acked: list[bytes], maybe: list[bytes])
         assert set(got) <= set(acked) | set(maybe), set(got) - set(acked) - set(maybe)
         assert not _read_only(c)
         assert send(c, "EIO", b"after the restart").code == 0
+        if key is not None:                                # the index agrees (rebuilt if need be)
+            assert wait_for(lambda: query_key(c, "EIO", key) == [keyed], 10), query_key(c, "EIO", key)
 
 
 def br_settings(br) -> dict:
@@ -101,4 +104,4 @@ def test_async_flush_eio_anywhere_makes_the_store_read_only(start_broker, fault_
     assert "Traceback" not in br.log(), br.log()
     fault_file.clear()
     # the injected error dropped no page: a restart (no power loss) keeps every answered send
-    _restart_and_check(start_broker, br, acked + maybe, [])
+    _restart_and_check(start_broker, br, acked + maybe, [], key="k3", keyed=b"m3")

@@ -33,6 +33,18 @@ def test_sync_put_on_a_failed_flush_raises_flush_failed_with_its_result(open_sto
     assert s.cb.ctl.pos.io_error == 5
 
 
+def test_sync_queue_writer_on_a_failed_flush_raises_flush_failed(open_store):
+    """The local producers' path (QueueWriter) answers as the store's put does."""
+    s = open_store(flush_disk_type=SYNC_FLUSH)
+    qw = s.queue_writer("T", 0)
+    qw.put(b"kept", b"")
+    faults.configure("eio:msync:/commitlog/")
+    with pytest.raises(FlushFailed):
+        qw.put(b"not confirmed", b"")
+    with pytest.raises(StoreReadOnly):
+        qw.put(b"refused", b"")
+
+
 def test_full_disk_keeps_the_flush_thread_flushing_and_says_so_once(open_store, caplog):
     s = open_store()                         # 64 KiB CommitLog files
     faults.configure("enospc:preallocate:/commitlog/")
