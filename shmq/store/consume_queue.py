@@ -41,6 +41,7 @@ class ConsumeQueue(files.MappedSet):
         self.file_bytes = self.per_file * ENTRY_SIZE
         self.dir = os.path.join(cfg.consumequeue_dir, topic, str(queue_id))
         self._reserved: dict[int, set[int]] = {}   # write_entry: RESERVE_STEP chunks allocated
+        self._named_upto = -1  # files up to this index have a durable name (flush_range)
         files.MappedSet.__init__(self)
 
     def path(self, file_index: int) -> str:
@@ -154,11 +155,34 @@ class ConsumeQueue(files.MappedSet):
         Only allocated ranges are written (SEEK_DATA/SEEK_HOLE): zeros into a hole would
         allocate the whole sparse file."""
         fi, n = divmod(offset, self.per_file)
+        deleted = False
         for idx in self.file_indexes():
             if idx > fi:
                 self.delete_file(idx)
+                deleted = True
             elif idx == fi:
                 _zero_data(self.path(idx), n * ENTRY_SIZE, self.file_bytes)
+        # Durable at once: a cut that a second power cut undid would leave entries pointing
+        # into the records appended after this recovery (the flusher syncs only below the
+        # queue's next offset).
+        self.flush_range(offset, offset + 1)
+        if deleted:
+            files.fsync_dir(self.dir)
+
+    def has_entries_from(self, offset: int) -> bool:
+        """Whether any entry at or past ``offset`` is not empty (recovery after a crash)."""
+        fi, n = divmod(offset, self.per_file)
+        if any(i > fi for i in self.file_indexes()):
+            return True
+        mm = self.map(fi)
+        if mm is None:
+            return False
+        step = 1 << 20
+        for p in range(n * ENTRY_SIZE, self.file_bytes, step):
+            chunk = mm[p:p + step]
+            if chunk.count(0) != len(chunk):
+                return True
+        return False
 
     def last_offset(self) -> int:
         """Number of entries (the next offset) found in the files: entries are dense from the
@@ -206,10 +230,15 @@ class ConsumeQueue(files.MappedSet):
             except FileNotFoundError:
                 continue
             try:
-                faults.hit("msync", self.path(fi))
+                faults.before_sync("msync", self.path(fi))
                 os.fdatasync(fd)
             finally:
                 os.close(fd)
+            if fi > self._named_upto:
+                # the file's name and its topic / queue directories, once: the checkpoint
+                # that follows says these entries are on disk
+                files.make_names_durable(self.path(fi), os.path.dirname(self.cfg.consumequeue_dir))
+                self._named_upto = fi
 
 
 def _zero_data(path: str, start: int, stop: int) -> None:

@@ -38,9 +38,25 @@ def _apply_mode(fd: int, mode: int, group: str | None) -> None:
 def fsync_dir(path: str) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
+        faults.dir_synced(path)
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def make_names_durable(path: str, root: str) -> None:
+    """fsync every directory from ``path``'s own up to ``root``: the name of ``path`` and of each
+    directory created on the way survive a power cut. fsync(2) of a file does not make its
+    directory entry durable (its man page), and a mapped file whose name is lost is lost whole,
+    however well its pages were synced. Called once per new file, off the send path."""
+    d = os.path.dirname(os.path.abspath(path))
+    root = os.path.abspath(root)
+    while True:
+        fsync_dir(d)
+        parent = os.path.dirname(d)
+        if d == root or not d.startswith(root) or parent == d:
+            return
+        d = parent
 
 
 def dir_mode(file_mode: int) -> int:
@@ -88,6 +104,7 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
             _write_zeros(fd, path, size)  # a filesystem without fallocate (tmpfs on old kernels)
         try:
             os.link(tmp, path)
+            faults.created(path)
             return True
         except FileExistsError:
             return False
@@ -150,6 +167,7 @@ def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = 
         while view:
             n = os.write(fd, view)
             view = view[n:]
+        faults.synced(tmp)
         os.fsync(fd)
     except BaseException:
         os.close(fd)
