@@ -62,7 +62,8 @@ def test_recovery_writes_allocate_and_clearing_keeps_holes(tmp_path):
     blocks = os.stat(cq.path(0)).st_blocks * 512
     assert blocks <= 10 * 65536 and cq.entry(270_000) == (271_000, 100, 7)
     cq.clear_from(1)
-    assert os.stat(cq.path(0)).st_blocks * 512 <= blocks  # zeros only where data was
+    # zeros only where data was (+ the extent tree once synced), not the 6 MB of the whole file
+    assert os.stat(cq.path(0)).st_blocks * 512 <= blocks + 65536
     assert cq.entry(0) is not None and cq.entry(30_000) is None and cq.last_offset() == 1
     cq.close()
 
