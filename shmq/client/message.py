@@ -15,7 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import bind_ext
+from shmq.native import bind_ext, bind_result
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -224,6 +224,12 @@ class SendResult:
     def __repr__(self) -> str:
         return (f"SendResult(status={self.status!s}, msg_id={self.msg_id!r}, offset_msg_id={self.offset_msg_id!r}, "
                 f"queue={self.queue!r}, queue_offset={self.queue_offset})")
+
+
+# A local send's SendResult is built by shmq.native.hot_send (hot.c), which fills the slots in
+# __slots__ order: status SEND_OK, the raw id and commit-log offset, the queue, its offset,
+# None for the transaction and recall fields, the store host.
+bind_result(SendResult, tuple(SendResult.__dict__[name] for name in SendResult.__slots__), SendStatus.SEND_OK)
 
 
 @dataclass(frozen=True)

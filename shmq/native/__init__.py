@@ -1,6 +1,7 @@
 """The C core, compiled by cffi at install time. ``ffi`` and ``lib`` come from ``shmq.native._core``;
 ``hot_send`` is ``shmq_send`` called with the GIL held and ``hot_read`` the consumer's record
-walk (``shmq.native._hot``, see hot.c); ``bind_ext`` names the class ``hot_read`` builds."""
+walk (``shmq.native._hot``, see hot.c); ``bind_result`` and ``bind_ext`` name the classes
+they build."""
 from shmq.native import _hot
 from shmq.native._core import ffi, lib
 
@@ -8,5 +9,6 @@ _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))))
 hot_send = _hot.send
 hot_read = _hot.read
 bind_ext = _hot.bind_ext
+bind_result = _hot.bind_result
 
-__all__ = ["ffi", "lib", "hot_send", "hot_read", "bind_ext"]
+__all__ = ["ffi", "lib", "hot_send", "hot_read", "bind_ext", "bind_result"]

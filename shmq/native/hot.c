@@ -27,14 +27,71 @@ static PyObject *hot_bind(PyObject *self, PyObject *addr) {
     Py_RETURN_NONE;
 }
 
-/* send(route address, body: bytes, head: bytes) -> the 32-byte UNIQ_KEY (bytes) of the
+/* A __slots__ class whose instances this file builds: its type and each slot's offset (from
+ * the member descriptors bind_* is given, in the order the X_* / S_* enums name them). */
+typedef struct { PyTypeObject *cls; Py_ssize_t off[24]; } slotted;
+
+static int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject **extra) {
+    PyObject *cls, *slots;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &slots, extra)) return -1;
+    if (PyTuple_GET_SIZE(slots) != n) { PyErr_SetString(PyExc_ValueError, "slot count"); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "a slot is not an object member");
+            return -1;
+        }
+        s->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(s->cls, (PyTypeObject *)cls);
+    Py_INCREF(*extra);
+    return 0;
+}
+
+#define SET(s, o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + (s).off[k]) = v_; } while (0)
+#define REF(x) (Py_INCREF(x), (x))
+
+/* ---- the producer's answer: a SendResult (client/message.py) --------------------------------- */
+enum { S_STATUS, S_MSGID, S_OFFID, S_QUEUE, S_QOFF, S_TXID, S_TXSTATE, S_STOREHOST, S_RECALL, S_NSLOTS };
+static slotted res;
+static PyObject *send_ok;
+
+/* bind_result(SendResult, slot descriptors in __slots__ order, SendStatus.SEND_OK) */
+static PyObject *hot_bind_result(PyObject *self, PyObject *args) {
+    PyObject *ok;
+    if (bind_slots(&res, args, S_NSLOTS, &ok)) return NULL;
+    Py_XSETREF(send_ok, ok);
+    Py_RETURN_NONE;
+}
+
+/* the SendResult of the append shmq_send just made (ids and offsets raw: formatted when read) */
+static PyObject *send_result(const shmq_route *r, PyObject *mq, PyObject *store_host) {
+    PyObject *o = res.cls->tp_alloc(res.cls, 0);
+    if (!o) return NULL;
+    SET(res, o, S_STATUS, REF(send_ok));
+    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(r->id_out, 32));
+    SET(res, o, S_OFFID, PyLong_FromLongLong(r->out->phys_offset));
+    SET(res, o, S_QUEUE, REF(mq));
+    SET(res, o, S_QOFF, PyLong_FromLongLong(r->out->queue_offset));
+    SET(res, o, S_TXID, REF(Py_None));
+    SET(res, o, S_TXSTATE, REF(Py_None));
+    SET(res, o, S_STOREHOST, REF(store_host));
+    SET(res, o, S_RECALL, REF(Py_None));
+    return o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+/* send(route address, body: bytes, head: bytes, mq, store_host) -> the SendResult of the
  * appended record, or the SHMQ_* status (int) when it was not appended. */
 static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 3 || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes)");
+    if (n != 5 || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes, mq, store_host)");
         return NULL;
     }
-    if (!f_send) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
+    if (!f_send || !res.cls) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     if (!r) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
     Py_ssize_t blen = PyBytes_GET_SIZE(args[1]), hlen = PyBytes_GET_SIZE(args[2]);
@@ -42,7 +99,7 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(args[1]), (uint32_t)blen,
                     (const uint8_t *)PyBytes_AS_STRING(args[2]), (uint32_t)hlen, 1);
     if (rc) return PyLong_FromLong(rc);
-    return PyBytes_FromStringAndSize(r->id_out, 32);
+    return send_result(r, args[3], args[4]);
 }
 
 /* ---- the consumer's record walk ---------------------------------------------------------
@@ -52,29 +109,19 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
  * ``log_base``), straight into a MessageExt (the class and its slots bound by bind_ext). It
  * stops at an empty entry, a record not yet below ``commit`` (the caller's acquire load of the
  * commit position: the visibility invariant of store/reader.py), one outside ``log``, one that
- * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the caller reads the
- * rest (and raises on a bad record) through the Python reader. Never sleeps, never writes. */
+ * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the
+ * caller reads the rest (and raises on a bad record) through the Python reader. Never sleeps,
+ * never writes. */
 enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
        X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
-static PyTypeObject *ext_cls;
-static Py_ssize_t ext_off[X_NSLOTS];
+static slotted ext;
 static PyObject *ext_lazy;
 
-/* bind_ext(cls, slot descriptors in the X_* order, the "not derived yet" marker) */
+/* bind_ext(MessageExt, slot descriptors in __slots__ order, the "not derived yet" marker) */
 static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
-    PyObject *cls, *slots, *lazy;
-    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &slots, &lazy)) return NULL;
-    if (PyTuple_GET_SIZE(slots) != X_NSLOTS) { PyErr_SetString(PyExc_ValueError, "slot count"); return NULL; }
-    for (Py_ssize_t i = 0; i < X_NSLOTS; i++) {
-        PyObject *d = PyTuple_GET_ITEM(slots, i);
-        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
-            PyErr_SetString(PyExc_TypeError, "bind_ext: a slot is not an object member");
-            return NULL;
-        }
-        ext_off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-    }
-    Py_INCREF(cls); Py_XSETREF(ext_cls, (PyTypeObject *)cls);
-    Py_INCREF(lazy); Py_XSETREF(ext_lazy, lazy);
+    PyObject *lazy;
+    if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
+    Py_XSETREF(ext_lazy, lazy);
     Py_RETURN_NONE;
 }
 
@@ -85,8 +132,6 @@ static inline uint32_t rd32(const uint8_t *p) {
     uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v);
 }
 
-#define SET(o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + ext_off[k]) = v_; } while (0)
-#define REF(x) (Py_INCREF(x), (x))
 
 /* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
 static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
@@ -96,28 +141,28 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     uint32_t rtl = t[0];
     const uint8_t *pp = t + 1 + rtl;
     uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
-    PyObject *o = ext_cls->tp_alloc(ext_cls, 0);
+    PyObject *o = ext.cls->tp_alloc(ext.cls, 0);
     if (!o) return NULL;
-    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(o, X_TOPIC, REF(topic));
-    else SET(o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
-    SET(o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
-    SET(o, X_TAGS, REF(ext_lazy));
-    SET(o, X_KEYS, REF(ext_lazy));
-    SET(o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
-    SET(o, X_MSGID, REF(ext_lazy));
-    SET(o, X_OFFID, REF(Py_None));
-    SET(o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
-    SET(o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
-    SET(o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
-    SET(o, X_BORNTS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_BORNTS)));
-    SET(o, X_STORETS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_STORETS)));
-    SET(o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
-    SET(o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
-    SET(o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
-    SET(o, X_BROKER, REF(broker));
-    SET(o, X_BORN, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BORNHOST, 8));
-    SET(o, X_STORE, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_STOREHOST, 8));
-    SET(o, X_RAW, REF(Py_None));
+    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
+    else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
+    SET(ext, o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
+    SET(ext, o, X_TAGS, REF(ext_lazy));
+    SET(ext, o, X_KEYS, REF(ext_lazy));
+    SET(ext, o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
+    SET(ext, o, X_MSGID, REF(ext_lazy));
+    SET(ext, o, X_OFFID, REF(Py_None));
+    SET(ext, o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
+    SET(ext, o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
+    SET(ext, o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
+    SET(ext, o, X_BORNTS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_BORNTS)));
+    SET(ext, o, X_STORETS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_STORETS)));
+    SET(ext, o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
+    SET(ext, o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
+    SET(ext, o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
+    SET(ext, o, X_BROKER, REF(broker));
+    SET(ext, o, X_BORN, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BORNHOST, 8));
+    SET(ext, o, X_STORE, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_STOREHOST, 8));
+    SET(ext, o, X_RAW, REF(Py_None));
     return o;
 fail:
     Py_DECREF(o);
@@ -142,7 +187,7 @@ static PyObject *hot_read(PyObject *self, PyObject *args) {
     long long log_base, commit;
     if (!PyArg_ParseTuple(args, "OnnOLLUSU", &cqo, &at, &count, &logo, &log_base, &commit, &topic, &tu, &broker))
         return NULL;
-    if (!ext_cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
     Py_buffer cq, lg;
     if (PyObject_GetBuffer(cqo, &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(logo, &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
@@ -177,7 +222,8 @@ static PyMethodDef methods[] = {
      "read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, entries used)"},
     {"bind", (PyCFunction)hot_bind, METH_O, "bind(address of shmq_send)"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
-     "send(route address, body, head) -> UNIQ_KEY bytes, or an int SHMQ_* status"},
+     "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
+    {"bind_result", (PyCFunction)hot_bind_result, METH_VARARGS, "bind_result(SendResult, slot descriptors, SEND_OK)"},
     {NULL, NULL, 0, NULL},
 };
 
