@@ -160,7 +160,7 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     try:
         if not ready.wait(90):
             raise SystemExit(f"consumer did not start; see {logs / (tag + '-c.err')}")
-        time.sleep(3.0)  # its first rebalance takes the queues
+        time.sleep(5.0)  # its first rebalance takes the queues (3 s was sometimes too short here)
         prod = subprocess.run(jvm.java_command("RmqBench", cp, "producer", pair.namesrv, TOPIC, str(threads),
                                                str(size), str(warmup), str(measure), heap="256m", props=props),
                               stdout=subprocess.PIPE, stderr=open(logs / f"{tag}-p.err", "wb"),
