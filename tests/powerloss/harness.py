@@ -1,6 +1,7 @@
 """One power-loss run: a broker (supervisor and workers) with the durability trace on, under
-load from TCP producers and a committing consumer; SIGKILL of its whole process group at a
-random moment (every process at once, as a power cut stops them); then, for each seed, the
+load from TCP producers, a local producer (local_producer.py, on the shared mapping) and a
+committing consumer; SIGKILL of every one of those processes at a random moment (back to
+back, as a power cut stops them); then, for each seed, the
 store a power cut could have left (image.py) and a broker started on it, checked:
 
 * it starts (recovery never refuses the store);
@@ -19,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -56,6 +58,7 @@ class Outcome:
     seed: int
     started: bool = False
     acked: int = 0
+    local_acked: int = 0
     recovered: int = 0
     acked_lost: list = field(default_factory=list)        # lost beyond the allowed window
     lost_in_window: int = 0                                # ASYNC_FLUSH: within the window
@@ -104,18 +107,44 @@ class Runner:
                 pass
 
 
-def kill_all(p: BrokerProc) -> None:
-    """SIGKILL the supervisor and its workers (each in its own session) back to back, as a
-    power cut stops them, then wait for all of them."""
-    pids = [p.pid, *p.worker_pids()]
+def kill_all(p: BrokerProc, local: subprocess.Popen) -> None:
+    """SIGKILL the supervisor, its workers (each in its own session) and the local producer
+    back to back, as a power cut stops them, then wait for all of them."""
+    pids = [p.pid, *p.worker_pids(), local.pid]
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     p.popen.wait(10)
-    for pid in pids[1:]:
+    local.wait(10)
+    for pid in pids[1:-1]:
         try:
             psutil.Process(pid).wait(10)
         except psutil.NoSuchProcess:
             pass
+
+
+def start_local_producer(store: Path, trace: Path, base: int, seed: int, ackfile: Path) -> subprocess.Popen:
+    """tests/powerloss/local_producer.py on the broker's store, once it says it is attached."""
+    env = dict(os.environ, SHMQ_DURABILITY_TRACE=str(trace))  # it may create ConsumeQueue files
+    p = subprocess.Popen([sys.executable, "-m", "tests.powerloss.local_producer", str(store), str(base),
+                          str(seed), str(ackfile)], cwd=HERE.parent.parent, env=env, stdout=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    line = p.stdout.readline()
+    p.stdout.close()
+    if line.strip() != b"ready":
+        p.kill()
+        p.wait()
+        raise RuntimeError(f"the local producer did not attach to {store} (exit {p.poll()})")
+    return p
+
+
+def _local_acks(ackfile: Path, acks: load.Acks) -> None:
+    for line in ackfile.read_text().splitlines():
+        mid, at = line.split()
+        acks.acked[int(mid)] = float(at)
+        acks.local += 1
 
 
 def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float):
@@ -126,14 +155,22 @@ def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float):
     acks = load.Acks()
     producers = [load.Producer(b.addr, (n * 10 + i) * 10_000_000, acks, rng.randrange(1 << 30)) for i in range(3)]
     consumer = load.Consumer(b.addr)
-    for t in (*producers, consumer):
-        t.start()
-    time.sleep(rng.uniform(0.3, 1.0) * seconds)
-    killed_at = time.monotonic()
-    kill_all(b)
+    ackfile = runner.tmp / f"local-acks-{n}"
+    local = start_local_producer(store, trace, (n * 10 + 9) * 10_000_000, rng.randrange(1 << 30), ackfile)
+    try:
+        for t in (*producers, consumer):
+            t.start()
+        time.sleep(rng.uniform(0.3, 1.0) * seconds)
+        killed_at = time.monotonic()
+        kill_all(b, local)
+    finally:
+        if local.poll() is None:
+            local.kill()
+            local.wait()
     for t in (*producers, consumer):
         t.stop.set()
         t.join(10)
+    _local_acks(ackfile, acks)
     return store, trace, acks, killed_at
 
 
@@ -180,6 +217,7 @@ def _judge(out: Outcome, acks: load.Acks, ids: list[int], killed_at: float, mode
     out.recovered = len(got)
     out.duplicates = len(ids) - len(got)
     out.acked = len(acks.acked)
+    out.local_acked = acks.local
     window = FLUSH_INTERVAL_MS / 1000 + ASYNC_SLACK_S
     for mid, at in acks.acked.items():
         if mid in got:
@@ -228,7 +266,8 @@ def run(processes, tmp: Path, mode: str, *, crashes: int, cuts: int, seed: int, 
 
 def summary(outcomes: list[Outcome]) -> str:
     bad = [o for o in outcomes if not o.ok]
-    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acks checked, "
+    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acks checked "
+            f"({sum(o.local_acked for o in outcomes)} local), "
             f"{sum(len(o.acked_lost) for o in outcomes)} acked-lost, "
             f"{sum(o.lost_in_window for o in outcomes)} lost within the flush window, "
             f"oldest loss {max((o.oldest_loss_s for o in outcomes), default=0):.3f}s, "
