@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .base import Peer
 from .fifo import FasterFifoPeer
+from .limits import FloorPeer, FutexPeer
 from .mpqueue import MpQueuePeer
 from .redis_streams import RedisPeer
 from .shmq_client import ShmqClientPeer
@@ -17,6 +18,8 @@ PEERS: dict[str, type[Peer]] = {
     "faster-fifo": FasterFifoPeer,
     "zmq": ZmqPeer,
     "redis": RedisPeer,
+    "py-floor": FloorPeer,
+    "futex-limit": FutexPeer,
 }
 SHMQ: dict[str, type[Peer]] = {
     "shmq": ShmqClientPeer,
