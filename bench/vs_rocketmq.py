@@ -67,7 +67,7 @@ class ShmqPair:
     def __init__(self, flush: str, workdir: Path, workers: int | None):
         self.procs: list[subprocess.Popen] = []
         self.dir = workdir / f"shmq-{flush}"
-        self.dir.mkdir()
+        self.dir.mkdir(parents=True)
         ns = self._start([sys.executable, "-m", "shmq.cli.namesrv", "--port", "0", "--log-level", "WARNING"],
                          "namesrv")
         self.namesrv = ns
