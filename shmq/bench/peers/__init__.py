@@ -25,7 +25,8 @@ SHMQ: dict[str, type[Peer]] = {
     "shmq": ShmqClientPeer,
     "shmq-store": ShmqStorePeer,
 }
-DEFAULT_PEERS = tuple(PEERS)
+#: the limit rows (limits.py) run when named: --peers py-floor,futex-limit,...
+DEFAULT_PEERS = tuple(n for n in PEERS if n not in ("py-floor", "futex-limit"))
 
 
 def resolve(names: list[str]) -> list[type[Peer]]:
