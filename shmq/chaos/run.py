@@ -17,10 +17,11 @@ from __future__ import annotations
 import os
 import random
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 
-from shmq.bench.services import Env
+from shmq.bench.services import Env, ServiceUnavailable
 from shmq.protocol.wire import pull_all
 from shmq.store.config import StoreConfig
 from shmq.store.verify import verify_store
@@ -50,6 +51,7 @@ class Options:
     pause: tuple = (0.05, 0.3)
     drain_timeout: float = 60.0
     keep: bool = False
+    progress: int = 0          # a progress line on stderr every this many cycles (0: none)
 
 
 class Actors:
@@ -73,7 +75,6 @@ class Actors:
             extra = extra + ["--name", name]
         else:
             f = os.path.join(self.root, f"recv-{'local' if local == 'always' else 'tcp'}", f"{name}.log")
-        import sys
         argv = [sys.executable, "-m", "shmq.chaos.actors", role, "--namesrv", self.namesrv,
                 "--topic", TOPIC, "--local", local, "--file", f, *extra]
         popen, _ = self.env.spawn(argv, r"^ready$", f"{name}.log", timeout=60)
@@ -185,6 +186,8 @@ def _cycles(cluster: Cluster, actors: Actors, opts: Options, rng: random.Random)
         actors.replace_crashed()
         target = first.pop() if first else rng.choices(targets, weights)[0]
         cycles.append(_one(cluster, actors, target, rng))
+        if opts.progress and len(cycles) % opts.progress == 0:
+            print(f"shmq chaos: {len(cycles)} cycles, {len(actors.acked())} acked", file=sys.stderr, flush=True)
     return cycles
 
 
@@ -200,13 +203,24 @@ def _one(cluster: Cluster, actors: Actors, target: str, rng: random.Random) -> d
         cluster.kill_worker(node, rng.choice)
     elif target == "supervisor":
         rec["stragglers"] = cluster.kill_supervisor(node)
-        cluster.start_node(node)
+        _restart(cluster, node, rec)
     else:
         cluster.kill_broker(node)
-        cluster.start_node(node)
+        _restart(cluster, node, rec)
     rec["served"] = cluster.serving(node, 60.0)
     rec["recovery_ms"] = round((time.monotonic() - t0) * 1000, 1)
     return rec
+
+
+def _restart(cluster: Cluster, node: Node, rec: dict) -> None:
+    """Start ``node`` again; a start that fails is recorded (the cycle counts as not served)
+    and tried once more, so one slow start does not end a long run without its report."""
+    try:
+        cluster.start_node(node)
+    except ServiceUnavailable as e:
+        rec["start_failed"] = str(e)[:300]
+        time.sleep(2.0)
+        cluster.start_node(node)
 
 
 def _verify(n: Node) -> list[str]:

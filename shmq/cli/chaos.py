@@ -45,6 +45,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rate", type=float, default=100.0, help="sends per second per producer (default 100)")
     p.add_argument("--json", metavar="FILE", help="write the full report here")
     p.add_argument("--keep", action="store_true", help="keep the temporary stores and logs")
+    p.add_argument("--progress", type=int, default=0, metavar="N", help="a progress line on stderr every N cycles")
     return p
 
 
@@ -60,7 +61,8 @@ def run(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else random.randrange(1 << 31)
     opts = Options(cycles=args.cycles, seconds=args.seconds, slaves=args.slaves, master_role=args.master_role,
                    workers=args.workers, seed=seed, tcp_producers=args.tcp_producers,
-                   local_producers=args.local_producers, rate=args.rate, keep=args.keep)
+                   local_producers=args.local_producers, rate=args.rate, keep=args.keep,
+                   progress=args.progress)
     if args.mix:
         opts.mix = args.mix
     modes = ["ASYNC_FLUSH", "SYNC_FLUSH"] if args.flush == "both" else [args.flush]

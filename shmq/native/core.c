@@ -639,6 +639,63 @@ static inline uint8_t *cq_map(shmq_writer *w, uint32_t slot, int64_t file_index)
     return m->index == file_index ? m->addr : NULL;
 }
 
+/* ConsumeQueue files are sparse (store/files.py): a store into a hole of a shared mapping
+ * allocates at the page fault, and on a full disk that is SIGBUS in the middle of an append.
+ * So before the append writes entries [first, last] it makes sure their pages are allocated,
+ * by pwrite(2) of zeros, which answers ENOSPC instead. Under the lock. Why zeros are safe:
+ * entries below next_offset are written, so every page up to the one holding the last of them
+ * is allocated already, and nothing valid lies past next_offset (a crashed append's leftovers
+ * are garbage the next entry overwrites); zeros are written only from the page after the last
+ * published entry on. m->ready remembers what this writer knows, so the steady path is one
+ * compare; extents grow with the file (a page first, then doubling to 64 KiB): disk follows the
+ * entries stored, a syscall per extent. Another writer may zero a range this one reserved:
+ * harmless, it is past next_offset. */
+#define CQ_EXTENT_MAX (64 * 1024)
+static int64_t page_bytes;
+
+static int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int64_t fi,
+                           int64_t written, int64_t end) {
+    shmq_ctl *c = w->ctl;
+    if (!page_bytes) page_bytes = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    int64_t known = (written + page_bytes - 1) / page_bytes * page_bytes;
+    if (known < m->ready) known = m->ready;
+    if (end <= known) { m->ready = known; return SHMQ_OK; }
+    int64_t step = known < page_bytes ? page_bytes : known > CQ_EXTENT_MAX ? CQ_EXTENT_MAX : known;
+    int64_t to = known + step, need = (end + page_bytes - 1) / page_bytes * page_bytes;
+    if (to < need) to = need;
+    if (to > fbytes) to = fbytes;
+    static const uint8_t zeros[CQ_EXTENT_MAX];
+    int fd = open_cq(c, qs, fi);
+    if (fd < 0) { w->os_errno = errno; return SHMQ_ECQSPACE; }
+    for (int64_t p = known; p < to;) {
+        int64_t n = to - p < CQ_EXTENT_MAX ? to - p : CQ_EXTENT_MAX;
+        ssize_t r = pwrite(fd, zeros, (size_t)n, (off_t)p);
+        if (r <= 0) { w->os_errno = r < 0 ? errno : ENOSPC; close(fd); return SHMQ_ECQSPACE; }
+        p += r;
+    }
+    close(fd);
+    m->ready = to;
+    return SHMQ_OK;
+}
+
+/* Entries [first, last] of slot's queue, in at most two files (both mapped by the caller). */
+static inline int cq_reserve(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t first, int64_t last) {
+    uint32_t per = w->ctl->header.cq_entries_per_file;
+    int64_t fi = first / per, base = fi * (int64_t)per;
+    shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
+    int64_t stop = last / per == fi ? last : base + per - 1;
+    int64_t end = (stop - base + 1) * SHMQ_CQ_ENTRY_SIZE;
+    if (end > m->ready) {
+        int rc = cq_reserve_file(w, m, qs, fi, (first - base) * SHMQ_CQ_ENTRY_SIZE, end);
+        if (rc) return rc;
+    }
+    if (last / per == fi) return SHMQ_OK;
+    m = &w->cqs[2 * (uint64_t)slot + (uint64_t)((fi + 1) & 1)];
+    end = (last - (base + per) + 1) * SHMQ_CQ_ENTRY_SIZE;
+    return end > m->ready ? cq_reserve_file(w, m, qs, fi + 1, 0, end) : SHMQ_OK;
+}
+
 static inline int is_prepared_or_rollback(int32_t sysflag) {
     int32_t t = sysflag & 0xC;
     return t == 0x4 || t == 0xC;
@@ -776,6 +833,8 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
         qoff = qs->next_offset;
         cqe = cq_map(w, slot, qoff / per);
         if (!cqe) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+        rc = cq_reserve(w, slot, qs, qoff, qoff);
+        if (rc) goto unlock;
         cqe += (qoff % per) * SHMQ_CQ_ENTRY_SIZE;
     }
     int64_t ts = next_store_ts(c);
@@ -873,6 +932,8 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     /* a batch may cross one CQ file boundary: both files must be mapped (ring of two) */
     if (!cq_map(w, slot, qoff / per)) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
     if (!cq_map(w, slot, last / per)) { w->need_slot = slot; w->need_index = last / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+    rc = cq_reserve(w, slot, qs, qoff, last);
+    if (rc) goto unlock;
     int64_t ts = next_store_ts(c);
     begin_intent(c, pos, rec, rec + (int64_t)total, qoff, slot, count, 1);
     fault(w, SHMQ_FP_AFTER_INTENT);

@@ -4,15 +4,18 @@ and the translation of C status codes into exceptions (through the one table in 
 The hot path is ``Appender.put`` / ``put_batch``: one cffi call per message or batch. The C
 core answers ENEEDLOG / ENEEDCQ (after releasing the lock) when the append needs a file this
 process has not mapped; we map it outside the lock and call again. That happens once per
-file, so the retry loop costs nothing on the steady path.
+file, so the retry loop costs nothing on the steady path. SHMQ_ECQSPACE: the append could
+not allocate the ConsumeQueue pages ahead of its entries (files are sparse; see files.py):
+DiskFull on ENOSPC/EDQUOT, nothing was written.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import weakref
 
-from shmq.errors import error_for_status
+from shmq.errors import NOT_AVAILABLE_REMARK, DiskFull, StoreError, error_for_status
 from shmq.native import ffi, lib
 
 from .commitlog import CommitLog
@@ -60,6 +63,7 @@ class Appender:
         self._cq_maps = ffi.new("shmq_map[]", 2 * qcap)
         for i in range(2 * qcap):
             self._cq_maps[i].index = -1
+            self._cq_maps[i].ready = 0
         w.cqs = self._cq_maps
         self._scratch_crc = ffi.new("uint32_t[]", BATCH_SCRATCH)
         self._scratch_tag = ffi.new("int64_t[]", BATCH_SCRATCH)
@@ -117,6 +121,12 @@ class Appender:
             self.map_log(w.need_index)
         elif rc == lib.SHMQ_ENEEDCQ:
             self.map_cq(w.need_slot, w.need_index)
+        elif rc == lib.SHMQ_ECQSPACE:
+            why = os.strerror(w.os_errno)
+            if w.os_errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"cannot allocate ConsumeQueue space: {why}",
+                               remark=NOT_AVAILABLE_REMARK.format(f"the disk is full: {why}"))
+            raise StoreError(f"cannot allocate ConsumeQueue space: {why}")
         else:
             raise_for_status(rc, size=size, limit=self.cfg.max_message_size)
 
@@ -137,6 +147,7 @@ class Appender:
         i = 2 * slot + (file_index & 1)
         self._pins[("cq", i)] = buf
         self._cq_maps[i].addr = ffi.cast("uint8_t *", buf)
+        self._cq_maps[i].ready = 0  # what is allocated is found again under the lock (cq_reserve)
         self._cq_maps[i].index = file_index
 
     def set_fault(self, point: int, action: int) -> None:

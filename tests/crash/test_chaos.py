@@ -50,6 +50,29 @@ def test_chaos_both_flush_modes(tmp_path):
         assert 0 < rec["all"]["p50"] <= rec["all"]["max"]
 
 
+def test_chaos_sync_master_and_slave(tmp_path):
+    """SYNC_MASTER with one slave: the slave is a kill target too, and after the run it holds
+    every acknowledged message (SEND_OK waited for it)."""
+    out = tmp_path / "chaos.json"
+    argv = [sys.executable, "-m", "shmq.cli.main", "chaos", "--cycles", "6", "--seconds", "20", "--flush",
+            "SYNC_FLUSH", "--slaves", "1", "--json", str(out)]
+    p = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (r,) = json.loads(out.read_text())["runs"]
+    assert r["master_role"] == "SYNC_MASTER" and BROKER_SIDE | {"producer", "slave"} <= set(r["targets"])
+    assert r["acked"] > 0 and r["acked_lost"] == 0 and r["garbage"] == 0 and r["store_verified"]
+    assert r["slaves_missing"] == {"slave1": 0}
+    assert all(g["missing"] == 0 for g in r["consumers"].values())
+
+
+def test_checker_fails_a_sync_master_run_whose_slave_lacks_an_acked_message():
+    rep = check.report(["a.0.1"], [body_for("a.0.1")], {"tcp": ["a.0.1"]}, [])
+    rep.update(master_role="SYNC_MASTER", slaves_missing={"slave1": 1})
+    assert not check.ok(rep)
+    rep.update(master_role="ASYNC_MASTER")            # an async slave may lag: reported only
+    assert check.ok(rep)
+
+
 def _ids(n: int, prefix: str = "L0.0") -> list[str]:
     return [f"{prefix}.{i}" for i in range(n)]
 
