@@ -147,6 +147,7 @@ def create_sparse(path: str, size: int, mode: int = 0o600, group: str | None = N
             raise
         try:
             os.link(tmp, path)
+            faults.created(path)  # its size, like a preallocated file's, goes with its name
             return True
         except FileExistsError:
             return False

@@ -46,6 +46,7 @@ def parse_body(body: bytes) -> int | None:
 @dataclass
 class Acks:
     sent: int = 0
+    local: int = 0                               # of ``acked``, from the local producer
     acked: dict = field(default_factory=dict)   # id -> monotonic time of the SEND_OK
     other: dict = field(default_factory=dict)   # response code -> count (FLUSH_DISK_TIMEOUT...)
     lock: threading.Lock = field(default_factory=threading.Lock)
