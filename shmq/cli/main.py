@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "dashboard": "shmq.cli.dashboard",
     "timer": "shmq.cli.timer",
     "store": "shmq.cli.store_gc",
+    "chaos": "shmq.cli.chaos",
 }
 
 

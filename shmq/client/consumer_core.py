@@ -252,16 +252,23 @@ class ConsumerCore:
         async with self._rebalance_lock:
             wanted: set[MessageQueue] = set()
             for topic in list(self.subscriptions):
+                held = {m for m in self.pqs if m.topic == topic}
                 try:
                     mqs = await self.instance.subscribe_queues(topic)
                 except ShmqError:
+                    wanted.update(held)   # no route just now (the broker is re-registering): keep ours
                     continue
                 if self.model == "BROADCASTING":
                     wanted.update(mqs)
                     continue
                 cids = await self._consumer_ids(topic)
                 if self.instance.client_id not in cids:
-                    continue  # the broker has not seen our heartbeat yet; keep what we have
+                    # the broker has not seen our heartbeat (it restarted): keep what we have,
+                    # as RocketMQ's rebalanceByTopic does with an empty list, and tell it now
+                    # rather than at the next heartbeat period (30 s without queues otherwise)
+                    wanted.update(held)
+                    await self.instance.heartbeat_all()
+                    continue
                 wanted.update(allocate_averagely(mqs, cids, self.instance.client_id))
             for mq in [m for m in self.pqs if m not in wanted]:
                 pq = self.pqs.pop(mq)
@@ -482,6 +489,17 @@ class ConsumerCore:
         mq = pq.mq
         codes = self._filters.get(mq.topic, (None, None))[1]
         sub = self.subscriptions.get(mq.topic)
+        if codes is None and (sub is None or sub.expressionType != "SQL92") and not mq.topic.startswith(RETRY_PREFIX):
+            # no filter, no retry topic: the C record walk (what get_messages answers FOUND for)
+            msgs, nxt = store.read_decoded(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size,
+                                           mq.topic.encode(), mq.broker_name)
+            if msgs:
+                msgs = self._accept(mq.topic, msgs)
+                pq.next_offset = nxt
+                if msgs:
+                    pq.put(msgs)
+                    self._deliver(pq, msgs)
+                return True
         rec_filter = None
         if sub is not None and sub.expressionType == "SQL92":
             # evaluated on the store's records, as the broker does for TCP pulls

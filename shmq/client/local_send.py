@@ -24,7 +24,7 @@ from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegm
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, hot_send, lib
+from shmq.native import ffi, hot_send, hot_send_batch, lib
 from shmq.store import validate
 from shmq.store.put import FastWriter, Route
 
@@ -48,12 +48,11 @@ _NULL = ffi.NULL
 
 class _Route(NamedTuple):
     """One queue of a topic as one thread sends to it: the queue, its writer, and the
-    writer's bound ``shmq_send`` call (FastWriter.route; ``addr``, ``out``, ``sync`` repeated
-    from it for the hot path)."""
+    writer's bound ``shmq_send`` call (FastWriter.route; ``addr`` and ``sync`` repeated from
+    it for the hot path)."""
     mq: object
     fw: FastWriter
     addr: int
-    out: object
     sync: bool
     r: Route
 
@@ -140,7 +139,7 @@ class LocalSender:
             for mq in info.queues:
                 fw = link.pipeline.fast_writer(topic, mq.queue_id, host)
                 r = fw.route(_UNIQ)
-                writers.append(_Route(mq, fw, r.addr, r.out, r.sync, r))
+                writers.append(_Route(mq, fw, r.addr, r.sync, r))
             return _LocalTopic(info, p.instance.publish, link, writers, link.store.store_host)
         except ShmqError:
             return self._not_eligible(topic)
@@ -185,21 +184,18 @@ class LocalSender:
         if head is None:
             return None  # the general path raises InvalidMessage
         i = t.i = (t.i + 1) % t.n
-        mq, fw, addr, out, sync, r = t.writers[i]
-        ids = hot_send(addr, body, head)  # the UNIQ_KEY (bytes), or a status (int)
-        if ids.__class__ is not bytes or sync:
-            ids = self._finish(topic, t, mq, fw, r, ids, body, head)
-            if ids.__class__ is not bytes:
-                return ids
-        return SendResult(_SEND_OK, ids, out.phys_offset, mq, out.queue_offset, None, None, t.store_host)
+        mq, fw, addr, sync, r = t.writers[i]
+        res = hot_send(addr, body, head, mq, t.store_host)  # a SendResult, or a status (int)
+        if res.__class__ is int or sync:
+            return self._finish(topic, t, mq, fw, r, res, body, head)
+        return res
 
-    def _finish(self, topic, t, mq, fw, r: Route, rc, body, head):
+    def _finish(self, topic, t, mq, fw, r: Route, rc, body, head) -> SendResult | None:
         """After ``hot_send`` answered a status or under SYNC_FLUSH: the lock was held (append
         again, the GIL released while waiting), a file to map, a new month, a fence, a full
-        disk, or the flush to wait for. Returns the id (bytes), or the SendResult of a
-        timed-out flush or replication, or None (the broker restarted: the general path)."""
+        disk, or the flush to wait for. None when the broker restarted (the general path)."""
         try:
-            if rc.__class__ is bytes:
+            if rc.__class__ is not int:
                 rc = 0
             elif rc == _EBUSY:
                 rc = _send(r.c, body, len(body), head, len(head), 0)
@@ -211,12 +207,25 @@ class LocalSender:
             return _result(t, mq, r.out, r.id_out, ok=False)
         except ReplicationError as e:
             return _result(t, mq, r.out, r.id_out, status=_REPLICATION_STATUS[e.code])
-        return _unpack(r.id_out, 32)
+        return _result(t, mq, r.out, r.id_out)
 
     def send_batch(self, msgs: list[Message]) -> SendResult | None:
         m0 = msgs[0]
         topic, tags0 = m0.topic, m0.tags
         limit = self.producer.compress_over
+        if msgs.__class__ is list:
+            t = self._topic(topic)
+            if t is None:
+                return None
+            head = _tags_head(tags0) if tags0 else b""
+            if head is not None:
+                i = t.i = (t.i + 1) % t.n
+                mq, _, addr, sync, _ = t.writers[i]
+                if not sync:
+                    # one topic and tags, nothing else: checked, encoded and appended in C
+                    res = hot_send_batch(addr, msgs, head, limit, mq, t.store_host)
+                    if res.__class__ is SendResult:
+                        return res  # else None (not uniform) or a status: the general code below
         uniform = True
         bodies = []
         add = bodies.append
@@ -254,7 +263,8 @@ class LocalSender:
             return None  # the general path raises MessageTooLarge with the encoded size
         ids = _new("char[]", 32 * n)
         i = t.i = (t.i + 1) % t.n
-        mq, fw, _, out, _, _ = t.writers[i]
+        mq, fw, _, _, r = t.writers[i]
+        out = r.out
         try:
             fw.put_plain_batch(b"".join(bodies), _new("uint32_t[]", lens), heads, head_lens, flags, n, size,
                                _UNIQ, ids)

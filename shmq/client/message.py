@@ -15,6 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import decode_properties
 from shmq.message.record import host_tuple, unpack_record
+from shmq.native import bind_ext, bind_message, bind_result
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -84,6 +85,11 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, {len(self.body)} bytes)"
+
+
+# A local send_batch of uniform plain messages is checked and encoded by
+# shmq.native.hot_send_batch (hot.c), which reads these slots in __slots__ order.
+bind_message(Message, tuple(Message.__dict__[name] for name in Message.__slots__), None)
 
 
 def _timer_properties(deliver_at, delay) -> dict[str, str]:
@@ -225,6 +231,12 @@ class SendResult:
                 f"queue={self.queue!r}, queue_offset={self.queue_offset})")
 
 
+# A local send's SendResult is built by shmq.native.hot_send (hot.c), which fills the slots in
+# __slots__ order: status SEND_OK, the raw id and commit-log offset, the queue, its offset,
+# None for the transaction and recall fields, the store host.
+bind_result(SendResult, tuple(SendResult.__dict__[name] for name in SendResult.__slots__), SendStatus.SEND_OK)
+
+
 @dataclass(frozen=True)
 class MessageSelector:
     """A subscription expression: tags ("A || B", "*") or SQL92 over properties."""
@@ -307,6 +319,12 @@ class MessageExt:
     def __repr__(self) -> str:
         return (f"MessageExt(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, msg_id={self.msg_id!r}, "
                 f"queue_id={self.queue_id}, queue_offset={self.queue_offset}, {len(self.body)} bytes)")
+
+
+# The local consumer's record walk (shmq.native.hot_read, hot.c) builds MessageExt objects
+# itself, filling the slots in __slots__ order as message_from_view does (properties as the
+# record's bytes, hosts as their 8 bytes, the lazy fields pending).
+bind_ext(MessageExt, tuple(MessageExt.__dict__[name] for name in MessageExt.__slots__), _LAZY)
 
 
 def _split_keys(keys: str | None) -> list[str]:

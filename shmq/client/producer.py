@@ -16,8 +16,8 @@ import threading
 import time
 import zlib
 
-from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, RemotingError,
-                         ReplicationError, ShmqError, StaleSegment)
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, RemotingClosed,
+                         RemotingError, ReplicationError, ShmqError, StaleSegment)
 from shmq.message.batch import encode_batch
 from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
 from shmq.message.properties import encode_properties
@@ -214,6 +214,15 @@ class Producer:
         """A sync send waits on a blocking socket of its own thread: handing the request to the
         client's event loop thread and back costs more than the broker's whole answer (a
         self-pipe write, two thread switches). Async sends and consumers use the loop."""
+        c = self._sync_conn(addr)
+        try:
+            return c.invoke(cmd, timeout)
+        except RemotingError:
+            self._tls.conns.pop(addr, None)  # a timed-out or broken connection is not reused
+            c.close()
+            raise
+
+    def _sync_conn(self, addr: str) -> SyncRemotingClient:
         conns = getattr(self._tls, "conns", None)
         if conns is None:
             conns = self._tls.conns = {}
@@ -222,12 +231,7 @@ class Producer:
             c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout, rpc_hook=self.instance.rpc_hook)
             with self._conns_lock:
                 self._all_conns.append(c)
-        try:
-            return c.invoke(cmd, timeout)
-        except RemotingError:
-            conns.pop(addr, None)  # a timed-out or broken connection is not reused
-            c.close()
-            raise
+        return c
 
     def _send_request(self, mq, msg, body, props, sysflag, *, batch: bool):
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
@@ -316,7 +320,7 @@ class Producer:
                 return fut
             inst = self._inst()
             cmd_args = (mq, msg, body, props, sysflag)
-            inner = inst.call_soon(self._send_async_tcp(cmd_args, timeout or self.send_timeout))
+            inner = inst.submit(self._send_async_tcp(cmd_args, timeout or self.send_timeout))
         except Exception as e:
             fut.set_exception(e)
             return fut
@@ -364,8 +368,16 @@ class Producer:
         if addr is None:
             return
         cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
-        cmd.flag |= 2
-        inst.call(inst.invoke_oneway(addr, cmd), self.send_timeout)
+        # on this thread's blocking connection, as a sync send: one write, no hand-over to the
+        # loop thread and back (which cost a round trip per oneway), and a full socket buffer
+        # slows the caller down instead of queueing without bound
+        c = self._sync_conn(addr)
+        try:
+            c.invoke_oneway(cmd)
+        except OSError as e:  # the broker went away: the next send opens a new connection
+            self._tls.conns.pop(addr, None)
+            c.close()
+            raise RemotingClosed(f"oneway send to {addr} failed: {e}") from None
 
     # ---- batch -----------------------------------------------------------------------------
     def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:

@@ -1,7 +1,8 @@
 /*
- * shmq/native/hot.c -- the local producer's per-message call, as a CPython function that keeps
- * the GIL (module shmq.native._hot). Everything it does is in the C core (core.c, reached
- * through the function pointer cffi gives ``bind``); this file only calls it.
+ * shmq/native/hot.c -- the local path's per-message work as CPython functions that keep the GIL
+ * (module shmq.native._hot): the producer's append (``send``: the C core's shmq_send, reached
+ * through the function pointer cffi gives ``bind``) and the consumer's record walk (``read``:
+ * ConsumeQueue entries -> records -> MessageExt objects, read-only).
  *
  * Why it exists: a cffi call releases and re-takes the GIL around every C function and packs
  * its arguments into a tuple. For a ~0.3 us append that was a third of a local send() (and a
@@ -12,27 +13,93 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
+#include <structmember.h>
 #include "core.h"
 
 typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
+typedef int (*send_batch_fn)(const shmq_route *, const uint8_t *const *, const uint32_t *, uint32_t,
+                             const uint8_t *, uint32_t, uint8_t *, uint64_t, char *, int);
 static send_fn f_send;
+static send_batch_fn f_send_batch;
 
-/* bind(address of shmq_send): once, at import of shmq.native */
-static PyObject *hot_bind(PyObject *self, PyObject *addr) {
-    void *p = PyLong_AsVoidPtr(addr);
-    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+/* bind(address of shmq_send, address of shmq_send_batch): once, at import of shmq.native */
+static PyObject *hot_bind(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
+    void *p = PyLong_AsVoidPtr(a), *q = PyLong_AsVoidPtr(b);
+    if (!p || !q) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
     f_send = (send_fn)p;
+    f_send_batch = (send_batch_fn)q;
     Py_RETURN_NONE;
 }
 
-/* send(route address, body: bytes, head: bytes) -> the 32-byte UNIQ_KEY (bytes) of the
+/* A __slots__ class whose instances this file builds: its type and each slot's offset (from
+ * the member descriptors bind_* is given, in the order the X_* / S_* enums name them). */
+typedef struct { PyTypeObject *cls; Py_ssize_t off[24]; } slotted;
+
+static int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject **extra) {
+    PyObject *cls, *slots;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &slots, extra)) return -1;
+    if (PyTuple_GET_SIZE(slots) != n) { PyErr_SetString(PyExc_ValueError, "slot count"); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "a slot is not an object member");
+            return -1;
+        }
+        s->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(s->cls, (PyTypeObject *)cls);
+    Py_INCREF(*extra);
+    return 0;
+}
+
+#define SET(s, o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + (s).off[k]) = v_; } while (0)
+#define REF(x) (Py_INCREF(x), (x))
+
+/* ---- the producer's answer: a SendResult (client/message.py) --------------------------------- */
+enum { S_STATUS, S_MSGID, S_OFFID, S_QUEUE, S_QOFF, S_TXID, S_TXSTATE, S_STOREHOST, S_RECALL, S_NSLOTS };
+static slotted res;
+static PyObject *send_ok;
+
+/* bind_result(SendResult, slot descriptors in __slots__ order, SendStatus.SEND_OK) */
+static PyObject *hot_bind_result(PyObject *self, PyObject *args) {
+    PyObject *ok;
+    if (bind_slots(&res, args, S_NSLOTS, &ok)) return NULL;
+    Py_XSETREF(send_ok, ok);
+    Py_RETURN_NONE;
+}
+
+/* the SendResult of the append just made: n ids of 32 chars at ids, the route's offsets (ids
+ * and offsets raw: formatted when read) */
+static PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq, PyObject *store_host) {
+    PyObject *o = res.cls->tp_alloc(res.cls, 0);
+    if (!o) return NULL;
+    SET(res, o, S_STATUS, REF(send_ok));
+    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(ids, 32 * n));
+    SET(res, o, S_OFFID, PyLong_FromLongLong(r->out->phys_offset));
+    SET(res, o, S_QUEUE, REF(mq));
+    SET(res, o, S_QOFF, PyLong_FromLongLong(r->out->queue_offset));
+    SET(res, o, S_TXID, REF(Py_None));
+    SET(res, o, S_TXSTATE, REF(Py_None));
+    SET(res, o, S_STOREHOST, REF(store_host));
+    SET(res, o, S_RECALL, REF(Py_None));
+    return o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+/* send(route address, body: bytes, head: bytes, mq, store_host) -> the SendResult of the
  * appended record, or the SHMQ_* status (int) when it was not appended. */
 static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
-    if (n != 3 || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes)");
+    if (n != 5 || !PyBytes_CheckExact(args[1]) || !PyBytes_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes, mq, store_host)");
         return NULL;
     }
-    if (!f_send) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
+    if (!f_send || !res.cls) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     if (!r) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
     Py_ssize_t blen = PyBytes_GET_SIZE(args[1]), hlen = PyBytes_GET_SIZE(args[2]);
@@ -40,13 +107,232 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(args[1]), (uint32_t)blen,
                     (const uint8_t *)PyBytes_AS_STRING(args[2]), (uint32_t)hlen, 1);
     if (rc) return PyLong_FromLong(rc);
-    return PyBytes_FromStringAndSize(r->id_out, 32);
+    return send_result(r, r->id_out, 1, args[3], args[4]);
+}
+
+/* ---- the producer's uniform batch ---------------------------------------------------------
+ * send_batch(route address, messages, head, body limit, mq, store_host) -> SendResult, an int
+ * SHMQ_* status (nothing appended), or None when the list is not a batch this call takes: every
+ * item exactly a Message (the class bound by bind_message) of the first one's topic and tags,
+ * with a body of 1..limit bytes and no delay level, flag, properties or keys. Anything else the
+ * caller's Python path checks and raises on. */
+enum { M_TOPIC, M_BODY, M_TAGS, M_KEYS, M_PROPS, M_DELAY, M_FLAG, M_NSLOTS };
+static slotted msg;
+static PyObject *msg_unused;
+
+/* bind_message(Message, slot descriptors in __slots__ order, anything) */
+static PyObject *hot_bind_message(PyObject *self, PyObject *args) {
+    if (bind_slots(&msg, args, M_NSLOTS, &msg_unused)) return NULL;
+    Py_RETURN_NONE;
+}
+
+#define MAX_BATCH_BYTES (4u << 20) /* local_send.MAX_BATCH_BYTES: the encoded batch */
+/* the GIL is held from entry to return, so one set of buffers serves every thread */
+static uint8_t *b_scratch;
+static const uint8_t **b_ptrs;
+static uint32_t *b_lens;
+static char *b_ids;
+static Py_ssize_t b_cap;
+
+static int batch_room(Py_ssize_t n) {
+    if (!b_scratch && !(b_scratch = malloc(MAX_BATCH_BYTES))) return -1;
+    if (n <= b_cap) return 0;
+    const uint8_t **p = realloc(b_ptrs, n * sizeof *p);
+    if (p) b_ptrs = p;
+    uint32_t *l = realloc(b_lens, n * sizeof *l);
+    if (l) b_lens = l;
+    char *i = realloc(b_ids, n * 32);
+    if (i) b_ids = i;
+    if (!p || !l || !i) return -1;
+    b_cap = n;
+    return 0;
+}
+
+#define SLOT(o, k) (*(PyObject **)((char *)(o) + msg.off[k]))
+
+/* Only exact built-in types are looked at, so no Python code runs (none could change the list
+ * while its items are borrowed): a str equal to another, or None / 0 / an empty container. */
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    return PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b) && PyUnicode_Compare(a, b) == 0;
+}
+
+static int empty(PyObject *v) {
+    if (v == Py_None) return 1;
+    if (PyLong_CheckExact(v)) {
+        int over;
+        long long x = PyLong_AsLongLongAndOverflow(v, &over);
+        return !over && x == 0;
+    }
+    if (PyDict_CheckExact(v)) return PyDict_GET_SIZE(v) == 0;
+    if (PyList_CheckExact(v)) return PyList_GET_SIZE(v) == 0;
+    if (PyTuple_CheckExact(v)) return PyTuple_GET_SIZE(v) == 0;
+    if (PyUnicode_CheckExact(v)) return PyUnicode_GET_LENGTH(v) == 0;
+    return 0;
+}
+
+static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
+        return NULL;
+    }
+    if (!f_send_batch || !res.cls || !msg.cls) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
+    PyObject *list = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n == 0 || n > UINT32_MAX / 2) Py_RETURN_NONE;
+    if (batch_room(n)) return PyErr_NoMemory();
+    PyObject *m0 = PyList_GET_ITEM(list, 0);
+    if (Py_TYPE(m0) != msg.cls) Py_RETURN_NONE;
+    PyObject *topic = SLOT(m0, M_TOPIC), *tags = SLOT(m0, M_TAGS);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *m = PyList_GET_ITEM(list, k);
+        if (Py_TYPE(m) != msg.cls) Py_RETURN_NONE;
+        PyObject *t = SLOT(m, M_TOPIC), *g = SLOT(m, M_TAGS), *b = SLOT(m, M_BODY);
+        if (!t || !g || !b || !PyBytes_CheckExact(b)) Py_RETURN_NONE;
+        if (!same_text(t, topic) || !same_text(g, tags)) Py_RETURN_NONE;
+        for (int f = M_KEYS; f <= M_FLAG; f++) {
+            PyObject *v = SLOT(m, f);
+            if (!v || !empty(v)) Py_RETURN_NONE;
+        }
+        Py_ssize_t blen = PyBytes_GET_SIZE(b);
+        if (blen < 1 || blen > limit) Py_RETURN_NONE;
+        b_ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(b);
+        b_lens[k] = (uint32_t)blen;
+    }
+    int rc = f_send_batch(r, b_ptrs, b_lens, (uint32_t)n, (const uint8_t *)PyBytes_AS_STRING(args[2]),
+                          (uint32_t)PyBytes_GET_SIZE(args[2]), b_scratch, MAX_BATCH_BYTES, b_ids, 1);
+    if (rc) return PyLong_FromLong(rc);
+    return send_result(r, b_ids, n, args[4], args[5]);
+}
+
+/* ---- the consumer's record walk ---------------------------------------------------------
+ * read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, used)
+ * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` and decodes
+ * each record, found in the CommitLog mapping ``log`` (whose first byte is commit-log offset
+ * ``log_base``), straight into a MessageExt (the class and its slots bound by bind_ext). It
+ * stops at an empty entry, a record not yet below ``commit`` (the caller's acquire load of the
+ * commit position: the visibility invariant of store/reader.py), one outside ``log``, one that
+ * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the
+ * caller reads the rest (and raises on a bad record) through the Python reader. Never sleeps,
+ * never writes. */
+enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
+       X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
+static slotted ext;
+static PyObject *ext_lazy;
+
+/* bind_ext(MessageExt, slot descriptors in __slots__ order, the "not derived yet" marker) */
+static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
+    PyObject *lazy;
+    if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
+    Py_XSETREF(ext_lazy, lazy);
+    Py_RETURN_NONE;
+}
+
+static inline uint64_t rd64(const uint8_t *p) {
+    uint64_t v; memcpy(&v, p, 8); return __builtin_bswap64(v);
+}
+static inline uint32_t rd32(const uint8_t *p) {
+    uint32_t v; memcpy(&v, p, 4); return __builtin_bswap32(v);
+}
+
+
+/* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
+static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
+                        PyObject *broker) {
+    int32_t blen = (int32_t)rd32(r + SHMQ_R_BODYLEN);
+    const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + blen;
+    uint32_t rtl = t[0];
+    const uint8_t *pp = t + 1 + rtl;
+    uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
+    PyObject *o = ext.cls->tp_alloc(ext.cls, 0);
+    if (!o) return NULL;
+    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
+    else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
+    SET(ext, o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
+    SET(ext, o, X_TAGS, REF(ext_lazy));
+    SET(ext, o, X_KEYS, REF(ext_lazy));
+    SET(ext, o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
+    SET(ext, o, X_MSGID, REF(ext_lazy));
+    SET(ext, o, X_OFFID, REF(Py_None));
+    SET(ext, o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
+    SET(ext, o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
+    SET(ext, o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
+    SET(ext, o, X_BORNTS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_BORNTS)));
+    SET(ext, o, X_STORETS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_STORETS)));
+    SET(ext, o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
+    SET(ext, o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
+    SET(ext, o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
+    SET(ext, o, X_BROKER, REF(broker));
+    SET(ext, o, X_BORN, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BORNHOST, 8));
+    SET(ext, o, X_STORE, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_STOREHOST, 8));
+    SET(ext, o, X_RAW, REF(Py_None));
+    return o;
+fail:
+    Py_DECREF(o);
+    return NULL;
+}
+
+/* the checks of message/record.py's unpack_record: magic, and every length against TOTALSIZE */
+static int record_ok(const uint8_t *r, uint32_t size) {
+    if (size < SHMQ_RECORD_FIXED || rd32(r + SHMQ_R_TOTALSIZE) != size || rd32(r + SHMQ_R_MAGIC) != SHMQ_MESSAGE_MAGIC)
+        return 0;
+    int32_t blen = (int32_t)rd32(r + SHMQ_R_BODYLEN);
+    uint64_t t0 = SHMQ_R_BODYLEN + 4 + (uint64_t)(uint32_t)blen;
+    if (blen < 0 || t0 + 3 > size) return 0;
+    uint64_t p0 = t0 + 1 + r[t0];
+    if (p0 + 2 > size) return 0;
+    return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
+}
+
+static PyObject *hot_read(PyObject *self, PyObject *args) {
+    PyObject *cqo, *logo, *topic, *tu, *broker;
+    Py_ssize_t at, count;
+    long long log_base, commit;
+    if (!PyArg_ParseTuple(args, "OnnOLLUSU", &cqo, &at, &count, &logo, &log_base, &commit, &topic, &tu, &broker))
+        return NULL;
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_buffer cq, lg;
+    if (PyObject_GetBuffer(cqo, &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(logo, &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    PyObject *out = PyList_New(0);
+    Py_ssize_t used = 0;
+    if (!out) goto done;
+    const char *tub = PyBytes_AS_STRING(tu);
+    Py_ssize_t tlen = PyBytes_GET_SIZE(tu);
+    for (; used < count; used++) {
+        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
+        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq.len) break;
+        const uint8_t *ent = (const uint8_t *)cq.buf + e;
+        int64_t phys = (int64_t)rd64(ent);
+        int32_t size = (int32_t)rd32(ent + 8);
+        if (size <= 0 || phys + size > commit || phys < log_base || phys - log_base + size > lg.len) break;
+        const uint8_t *r = (const uint8_t *)lg.buf + (phys - log_base);
+        if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
+        PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+    }
+done:
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&cq);
+    if (!out) return NULL;
+    return Py_BuildValue("(Nn)", out, used);
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)hot_bind, METH_O, "bind(address of shmq_send)"},
+    {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"read", (PyCFunction)hot_read, METH_VARARGS,
+     "read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, entries used)"},
+    {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
+    {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, slot descriptors, _)"},
+    {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,
+     "send_batch(route, messages, head, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
-     "send(route address, body, head) -> UNIQ_KEY bytes, or an int SHMQ_* status"},
+     "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
+    {"bind_result", (PyCFunction)hot_bind_result, METH_VARARGS, "bind_result(SendResult, slot descriptors, SEND_OK)"},
     {NULL, NULL, 0, NULL},
 };
 

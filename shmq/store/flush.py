@@ -8,12 +8,13 @@ msync, a ConsumeQueue fdatasync or the checkpoint's fsync) makes the store read-
 "succeeds" would be a lie (PostgreSQL's fsync lesson). A full disk is not an I/O error: the
 preallocation ahead of the writers and the checkpoint write are retried, said once in the log,
 and the flushing goes on (the old checkpoint stays: it is replaced atomically).
-Every msync passes the store's one fault hook (store/faults.py).
+Every msync passes the store's one fault and trace hook (store/faults.py).
 """
 from __future__ import annotations
 
 import errno
 import logging
+import os
 import time
 
 from shmq.errors import DiskFull
@@ -21,8 +22,9 @@ from shmq.errors import DiskFull
 from shmq.native import ffi, lib
 from shmq.service import ThreadService
 
-from . import faults
+from . import faults, files
 from .checkpoint import Checkpoint, path_of
+from .queue_files import prepare_next
 
 log = logging.getLogger("shmq.store.flush")
 
@@ -50,6 +52,7 @@ class FlushService(ThreadService):
         self._cq_flushed: dict[int, int] = {}  # slot -> next offset at the last CQ flush
         self._last_cq = time.monotonic()
         self._pins: dict[int, object] = {}
+        self._named_upto = -1  # CommitLog files up to this index have a durable name
         #: called with the seconds each CommitLog flush took (the broker's metrics set it)
         self.on_flush = None
         self._disk_full: set[str] = set()  # what a full disk holds back now (said once each)
@@ -80,13 +83,21 @@ class FlushService(ThreadService):
         while pos < target:
             idx, off = divmod(pos, fsize)
             n = min(fsize - off, target - pos)
+            if idx > self._named_upto:
+                # before flushed_pos covers any byte of it: a file whose name is lost is lost whole
+                try:
+                    files.make_names_durable(self.store.commitlog.path(idx), os.path.dirname(self.cfg.commitlog_dir))
+                except OSError as e:
+                    self.store.mark_read_only(e.errno or errno.EIO, "fsync of the commitlog directory")
+                    return done
+                self._named_upto = idx
             buf = self._pins.get(idx)
             if buf is None:
                 if len(self._pins) > 8:
                     self._pins.clear()
                 buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
-            err = (faults.ACTIVE and faults.errno_at("msync", self.store.commitlog.path(idx))) or \
-                lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
+            err = (faults.ACTIVE and faults.msync_errno(self.store.commitlog.path(idx), self.store.commitlog.map(idx),
+                                                        off, n)) or lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
             if err:
                 self.store.mark_read_only(err, "msync of the commitlog")
                 return done
@@ -99,16 +110,20 @@ class FlushService(ThreadService):
 
     def flush_queues_and_checkpoint(self) -> None:
         self._last_cq = time.monotonic()
+        if self.cb.ctl.pos.io_error:
+            return  # read-only after a failed flush: never retried (see the module doc)
         cq_upto = self.cb.commit_pos  # every record below has its CQ entry written already
         for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
             last = self._cq_flushed.get(slot, 0)
             if nxt > last:
+                cq = self.store.queues.get(topic, qid)
                 try:
-                    self.store.queues.get(topic, qid).flush_range(last, nxt)
+                    cq.flush_range(last, nxt)
                 except OSError as e:
                     self.store.mark_read_only(e.errno or errno.EIO, f"fdatasync of consume queue {topic}:{qid}")
                     return
                 self._cq_flushed[slot] = nxt
+                prepare_next(cq, nxt)  # the queue's next file, before a writer needs it
         log_flushed = self.flush_commitlog()
         if self.cb.ctl.pos.io_error:
             return  # read-only: the checkpoint keeps saying what was flushed before the error

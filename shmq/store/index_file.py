@@ -194,6 +194,7 @@ class IndexFile:
                 pass
             raise
         os.close(fd)                          # the mapping keeps the file referenced
+        faults.created(path)
         b, e = max(begin_timestamp, 0), max(begin_phy_offset, 0)
         _HEADER.pack_into(mm, 0, b, b, e, e, 0, 1)
         f = cls(path, mm, hash_slot_num, index_num)
@@ -408,7 +409,7 @@ class IndexFile:
         if self.readonly:
             return
         self.dirty = False                    # before the msync: see the ``dirty`` comment
-        faults.hit("msync", self.path)
+        faults.before_sync("msync", self.path)
         mm.flush()
 
     def close(self) -> None:

@@ -44,6 +44,7 @@ import time
 from shmq.errors import StoreClosed, StoreCorrupt, StoreError, StoreReadOnly
 from shmq.native import ffi as _ffi, lib as _lib
 
+from . import faults
 from .index_file import DEFAULT_HASH_SLOT_NUM, DEFAULT_INDEX_NUM, IndexFile
 
 __all__ = ["IndexService", "index_file_name", "TRANSACTION_ROLLBACK_TYPE"]
@@ -289,6 +290,7 @@ class IndexService:
         # flush(). ``prev`` stays dirty until then (RocketMQ flushes it in a side thread).
         dfd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
+            faults.dir_synced(self.directory)
             os.fsync(dfd)
         finally:
             os.close(dfd)

@@ -133,7 +133,7 @@ class MessageStore(Reader):
         store._lock_fd = lock_fd
         store.tag_code = tag_code  # a slave's replica writer dispatches with it too
         store.checkpoint = Checkpoint.load(path_of(cfg.root))
-        report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code)
+        report, tables = recover(store.commitlog, store.queues, store.checkpoint, tag_code, crashed=crashed)
         store.recovery = report
         if crashed or report.cq_entries_written or report.cq_entries_cut or report.bytes_zeroed:
             log.warning("recovered %s after %s: scanned %d records from %d, end %d (%s); "
@@ -151,8 +151,19 @@ class MessageStore(Reader):
         _sync_range(store.commitlog, report.start, report.end)
         lib.shmq_publish_recovered(cb.ctl, report.end)
         for key, qid, off in load_offsets(cfg.config_dir):
+            # After a crash, an offset past the recovered end (a consumer read records a power
+            # cut then took) would skip as many new messages: it becomes the queue's max
+            # offset. After a clean stop every record was flushed: offsets stay as committed.
+            nxt = tables.get((key.split("@", 1)[0], qid), (0, 0))[0]
+            if crashed and off > nxt:
+                log.warning("consumer offset %s:%d was %d, past the recovered max offset %d: set to %d",
+                            key, qid, off, nxt, nxt)
+                off = nxt
             store._offset_set(key, qid, off)
-        store.checkpoint = Checkpoint(report.end, report.end, min(store.checkpoint.index_flushed, report.end))
+        # The log is synced to report.end; the ConsumeQueue entries recovery wrote for
+        # [start, end) are not yet (the flusher syncs them): cq_flushed stays at start.
+        store.checkpoint = Checkpoint(report.end, min(report.start, report.end),
+                                      min(store.checkpoint.index_flushed, report.end))
         store.checkpoint.store(path_of(cfg.root))
         cb.set_state(lib.SHMQ_STATE_READY)
         if start_services:
@@ -173,7 +184,8 @@ class MessageStore(Reader):
         except (OSError, ValueError) as e:
             raise StaleSegment(f"{root} is not an initialised shmq store") from e
         cb = ControlBlock.attach(root, nonce)
-        if cb.state != lib.SHMQ_STATE_READY or not cb.owner_alive():
+        # READONLY (a flush failed) is attachable: reads go on, puts answer StoreReadOnly
+        if cb.state not in (lib.SHMQ_STATE_READY, lib.SHMQ_STATE_READONLY) or not cb.owner_alive():
             cb.close()
             raise StaleSegment(f"the broker that owned {root} is gone or not ready")
         cfg = StoreConfig(root=root, lock_timeout_ms=lock_timeout_ms,
@@ -450,6 +462,7 @@ def _sync_range(commitlog: CommitLog, start: int, end: int) -> None:
         except FileNotFoundError:
             continue
         try:
+            faults.synced(path)
             os.fdatasync(fd)
         finally:
             os.close(fd)

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from shmq.message.layout import R_STORETS
-from shmq.native import ffi, lib
+from shmq.native import ffi, hot_read, lib
+
+from .consume_queue import ENTRY_SIZE
 
 _I64 = struct.Struct(">q")
 
@@ -158,6 +160,49 @@ class Reader:
             # nothing readable yet at offset (file gone or record not yet committed)
             res.status = GetStatus.OFFSET_FOUND_NULL
         return res
+
+    def read_decoded(self, topic: str, queue_id: int, offset: int, max_count: int, topic_utf8: bytes,
+                     broker: str) -> tuple[list, int]:
+        """The local consumer's read: up to ``max_count`` messages from ``offset``, walked and
+        decoded in C (``hot_read``, into the class bound with ``bind_ext``); returns them and
+        the next offset. It reads only what get_messages would answer FOUND for without a
+        filter, under the same visibility invariant, and stops early (maybe at none) wherever
+        get_messages has to decide (an offset out of range, an expired file, a compressed or
+        bad record, a file not there): the caller then asks get_messages."""
+        s = self._find_slot(topic, queue_id)
+        if s < 0:
+            return [], offset
+        slot = self.cb.ctl.queues[s]
+        mx = lib.shmq_load_i64(ffi.addressof(slot, "next_offset"))
+        if offset < slot.min_offset or offset >= mx:
+            return [], offset
+        commit = self.cb.commit_pos
+        min_phys = self.cb.ctl.pos.min_pos
+        cq = self.queues.get(topic, queue_id)
+        per, fsize = cq.per_file, self.commitlog.file_size
+        out: list = []
+        pos = offset
+        while len(out) < max_count and pos < mx:
+            fi, n = divmod(pos, per)
+            mm = cq.map(fi)
+            if mm is None:
+                break
+            at = n * ENTRY_SIZE
+            phys = int.from_bytes(mm[at:at + 8], "big", signed=True)
+            if phys < min_phys:
+                break
+            li = phys // fsize
+            try:
+                log = self.commitlog.map(li)
+            except (OSError, ValueError):
+                break
+            msgs, used = hot_read(mm, at, min(max_count - len(out), mx - pos, per - n), log, li * fsize,
+                                  commit, topic, topic_utf8, broker)
+            if not used:
+                break
+            out += msgs
+            pos += used
+        return out, pos
 
     # ---- by position and time --------------------------------------------------------------
     def read_at(self, phys: int):

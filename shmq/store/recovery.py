@@ -23,6 +23,7 @@ from shmq.message.layout import I32, has_cq_entry
 from shmq.message.record import unpack_record
 from shmq.native import lib
 
+from . import files
 from .checkpoint import Checkpoint
 from .commitlog import CommitLog
 from .consume_queue import ENTRY, ENTRY_SIZE
@@ -67,8 +68,11 @@ def default_tag_code(topic: str, props: bytes, store_ts: int) -> int:
     return lib.shmq_tag_code_of_props(props, len(props))
 
 
-def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=default_tag_code) -> tuple[RecoveryReport, dict]:
-    """Returns the report and {(topic, qid): (next_offset, min_offset)} for the tables."""
+def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=default_tag_code, *,
+            crashed: bool = False) -> tuple[RecoveryReport, dict]:
+    """Returns the report and {(topic, qid): (next_offset, min_offset)} for the tables.
+    ``crashed`` (the abort file was there) also clears entries a power cut left past a hole
+    in a ConsumeQueue (see ``_cut_queue``)."""
     fsize = commitlog.file_size
     report = RecoveryReport()
     indexes = commitlog.file_indexes()
@@ -121,7 +125,7 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
     tables = {}
     for (topic, qid), n in list(next_of.items()):
         cq = queues.get(topic, qid)
-        n = _cut_queue(cq, n, end, report)
+        n = _cut_queue(cq, n, end, report, crashed)
         tables[(topic, qid)] = (n, _first_live(cq, n, min_phys))
     return report, tables
 
@@ -135,6 +139,10 @@ def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryR
         if i > idx:
             commitlog.delete(i)
             report.files_deleted.append(i)
+    if report.files_deleted:
+        # a deleted file that came back after another power cut would be reused by the
+        # next roll with its old records still in it
+        files.fsync_dir(commitlog.dir)
 
 
 def _zero_dirty_tail(mm, off: int) -> int:
@@ -158,9 +166,13 @@ def _zero_dirty_tail(mm, off: int) -> int:
     return zeroed
 
 
-def _cut_queue(cq, n: int, end: int, report: RecoveryReport) -> int:
+def _cut_queue(cq, n: int, end: int, report: RecoveryReport, crashed: bool = False) -> int:
     """Entries are in commitlog order, so those at or past ``end`` are a suffix: find it by
-    bisection, zero it, and return the new entry count."""
+    bisection, zero it, and return the new entry count. After a crash the rest of the queue's
+    last file is checked too: a power cut keeps or drops each page of entries, so entries for
+    records past the end may sit beyond a page of zeros, where the entry count (the first
+    empty entry) does not reach; left there, a later start would count them again and serve
+    whatever the log holds at their offsets by then."""
     lo, hi = cq.first_file_offset(), n
     while lo < hi:
         mid = (lo + hi) // 2
@@ -169,7 +181,7 @@ def _cut_queue(cq, n: int, end: int, report: RecoveryReport) -> int:
             lo = mid + 1
         else:
             hi = mid
-    if lo < n:
+    if lo < n or (crashed and cq.has_entries_from(lo)):
         report.cq_entries_cut += n - lo
         cq.clear_from(lo)
     return lo

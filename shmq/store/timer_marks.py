@@ -56,7 +56,7 @@ import os
 import struct
 import zlib
 
-from . import files
+from . import faults, files
 
 DIR = "shmqtimer"
 MARKS_PER_FILE = 1 << 20
@@ -139,7 +139,8 @@ class TimerMarks:
         return hi
 
     def sync(self) -> None:
-        for mm in self._maps.values():
+        for (qid, index), mm in self._maps.items():
+            faults.synced(self._path(qid, index))
             mm.flush()
 
     def drop_below(self, qid: int, low: int) -> None:

@@ -78,3 +78,15 @@ def test_file_primitives_fail_cleanly(tmp_path):
     assert e2.value.errno == errno.ENOSPC
     assert (tmp_path / "cfg.json").read_bytes() == b"old"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cfg.json"]
+
+
+def test_a_filesystem_without_fallocate_still_gets_allocated_files(tmp_path, monkeypatch):
+    """The fallback writes zeros (a sparse file would turn a full disk into SIGBUS later)."""
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, "Operation not supported")
+    monkeypatch.setattr(files.os, "posix_fallocate", unsupported)
+    path = tmp_path / "f"
+    assert files.create_preallocated(str(path), 3 << 20)
+    st = path.stat()
+    assert st.st_size == 3 << 20 and st.st_blocks * 512 >= 3 << 20
+    assert path.read_bytes() == bytes(3 << 20)

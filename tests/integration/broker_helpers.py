@@ -16,8 +16,7 @@ import psutil
 import pytest
 
 from shmq.protocol import RequestCode, SyncRemotingClient, request
-from shmq.protocol.headers import (CreateTopicRequestHeader, PullMessageRequestHeader,
-                                   SendMessageRequestHeader, send_header_to_v2)
+from shmq.protocol.wire import create_topic, pull, send  # noqa: F401 (the tests import them from here)
 
 from .conftest import Proc, start_process
 
@@ -102,38 +101,7 @@ def start_broker(processes, tmp_path: Path):
             pass
 
 
-# ---- wire helpers -------------------------------------------------------------------------------
-def create_topic(c: SyncRemotingClient, topic: str, queues: int = 4, perm: int = 6):
-    h = CreateTopicRequestHeader(topic=topic, defaultTopic="TBW102", readQueueNums=queues, writeQueueNums=queues,
-                                 perm=perm, topicFilterType="SINGLE_TAG")
-    return c.invoke(request(RequestCode.UPDATE_AND_CREATE_TOPIC, h))
-
-
-def send(c: SyncRemotingClient, topic: str, body: bytes, queue_id: int = 0, tags: str | None = None,
-         keys: str | None = None, v2: bool = True, props: str | None = None, default_topic: str = "TBW102",
-         timeout: float | None = None):
-    p = props if props is not None else ""
-    if tags:
-        p += f"TAGS\x01{tags}\x02"
-    if keys:
-        p += f"KEYS\x01{keys}\x02"
-    h = SendMessageRequestHeader(producerGroup="pg", topic=topic, defaultTopic=default_topic,
-                                 defaultTopicQueueNums=4, queueId=queue_id, sysFlag=0,
-                                 bornTimestamp=int(time.time() * 1000), flag=0, properties=p or None)
-    if v2:
-        cmd = request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(h), body)
-    else:
-        cmd = request(RequestCode.SEND_MESSAGE, h, body)
-    return c.invoke(cmd, timeout)
-
-
-def pull(c: SyncRemotingClient, topic: str, queue_id: int, offset: int, group: str = "cg",
-         suspend_ms: int = 0, sub: str | None = "*", max_nums: int = 32, timeout: float | None = None):
-    sysflag = (2 if suspend_ms else 0) | (4 if sub is not None else 0)
-    h = PullMessageRequestHeader(consumerGroup=group, topic=topic, queueId=queue_id, queueOffset=offset,
-                                 maxMsgNums=max_nums, sysFlag=sysflag, commitOffset=0,
-                                 suspendTimeoutMillis=suspend_ms, subVersion=0, subscription=sub)
-    return c.invoke(request(RequestCode.PULL_MESSAGE, h), timeout)
+# ---- wire helpers (create_topic, send, pull live in shmq/protocol/wire.py) ----------------------
 
 
 def worker_id(c: SyncRemotingClient) -> int:

@@ -11,7 +11,7 @@ import pytest
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.bodies import KVTable, decode_json
 
-from .broker_helpers import pull
+from shmq.protocol.wire import pull_all  # noqa: F401 (the tests import it from here)
 
 HA_SETTINGS = {"haSendHeartbeatInterval": 500, "slaveSynchronizeInterval": 500,
                "registerNameServerPeriod": 1000}
@@ -42,27 +42,6 @@ def ha_port(addr: str) -> int:
     with SyncRemotingClient(addr, timeout=5) as c:
         t = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
     return int(t["shmqHaListenPort"])
-
-
-def pull_all(addr: str, topic: str, queues: int, group: str = "cg") -> list[bytes]:
-    """Every message body of ``topic`` on the broker at ``addr``, queue by queue."""
-    from shmq.message.record import decode_record
-    out: list[bytes] = []
-    with SyncRemotingClient(addr, timeout=5) as c:
-        for q in range(queues):
-            off = 0
-            while True:
-                r = pull(c, topic, q, off, group=group, max_nums=32)
-                if r.code != 0:
-                    break
-                body = r.body
-                pos = 0
-                while pos < len(body):
-                    size = int.from_bytes(body[pos:pos + 4], "big")
-                    out.append(bytes(decode_record(memoryview(body)[pos:pos + size]).body))
-                    pos += size
-                off = int(r.ext_fields["nextBeginOffset"])
-    return out
 
 
 @pytest.fixture

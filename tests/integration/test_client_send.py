@@ -35,6 +35,30 @@ def consume_all(ns, n, group="cg", topic="T", local="never", **kw):
     return col.msgs
 
 
+def test_many_async_and_oneway_sends_from_two_threads_over_tcp_all_arrive_once(env):
+    # send_async from several threads shares wake-ups of the client's loop thread, oneway goes
+    # over each thread's own connection: none may be lost, doubled or left unanswered
+    ns, b = env
+    with Producer("pg-many", ns.addr, local="never") as p:
+        results: list = []
+
+        def sender(t: int) -> None:
+            futs = [p.send_async(Message("T", b"a%d-%d" % (t, i))) for i in range(300)]
+            for i in range(100):
+                p.send_oneway(Message("T", b"o%d-%d" % (t, i)))
+            results.extend(f.result(20) for f in futs)
+        threads = [threading.Thread(target=sender, args=(t,)) for t in range(2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert len(results) == 600 and all(r.status is SendStatus.SEND_OK for r in results)
+        assert len({(r.queue.queue_id, r.queue_offset) for r in results}) == 600
+    bodies = [m.body for m in consume_all(ns, 800, group="cg-many")]
+    expected = {b"%s%d-%d" % (k, t, i) for t in range(2) for k, n in ((b"a", 300), (b"o", 100)) for i in range(n)}
+    assert len(bodies) == 800 and set(bodies) == expected
+
+
 @pytest.mark.parametrize("local", MODES)
 def test_every_send_mode(env, local):
     ns, b = env

@@ -1,4 +1,4 @@
-"""The package layers: imports point one way (cli > bench > client/broker/namesrv > protocol,
+"""The package layers: imports point one way (cli > chaos > bench > client/broker/namesrv > protocol,
 store > message > native, errors), and modules stay small. The table is the project's rule;
 the test reads only files in this repository."""
 from __future__ import annotations
@@ -10,21 +10,24 @@ ROOT = pathlib.Path(__file__).resolve().parents[2] / "shmq"
 MAX_LINES = 600
 
 FORBIDDEN = {   # package -> shmq packages it must never import
-    "native":   {"errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
-    "message":  {"protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
-    "errors":   {"native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
-    "protocol": {"native", "store", "client", "broker", "namesrv", "cli", "bench"},
-    "store":    {"protocol", "client", "broker", "namesrv", "cli", "bench"},
-    "namesrv":  {"store", "native", "client", "broker", "cli", "bench"},   # message is allowed
-    "client":   {"broker", "namesrv", "cli", "bench"},
-    "broker":   {"client", "namesrv", "cli", "bench"},
+    "native":   {"errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    "message":  {"protocol", "store", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    "errors":   {"native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    "protocol": {"native", "store", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    "store":    {"protocol", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    "namesrv":  {"store", "native", "client", "broker", "cli", "chaos", "bench"},   # message is allowed
+    "client":   {"broker", "namesrv", "cli", "chaos", "bench"},
+    "broker":   {"client", "namesrv", "cli", "chaos", "bench"},
     # the dashboard sees a cluster only as a client does (issue 15): client, protocol, message
-    "dashboard": {"native", "store", "broker", "namesrv", "cli", "bench"},
+    "dashboard": {"native", "store", "broker", "namesrv", "cli", "chaos", "bench"},
     # colours and units shared by the dashboard and shmq-bench --plot: imports nothing of shmq
-    "palette":  {"native", "errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli",
+    "palette":  {"native", "errors", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "chaos",
                  "bench", "dashboard", "service"},
     # the background-service pattern: every layer may use it, so it imports no shmq package
-    "service":  {"errors", "native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "bench"},
+    "service":  {"errors", "native", "message", "protocol", "store", "client", "broker", "namesrv", "cli", "chaos", "bench"},
+    # shmq chaos (issue 14) starts servers and clients as a user would, through bench.services:
+    # below cli only; nothing imports it but cli
+    "chaos":    {"cli", "dashboard"},
 }
 
 

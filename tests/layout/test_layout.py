@@ -20,6 +20,7 @@ def test_record_offsets_match_layout_h():
     assert layout.BLANK_MIN == lib.SHMQ_BLANK_MIN
     assert layout.TOPIC_MAX == lib.SHMQ_TOPIC_MAX
     assert layout.PROPS_MAX == lib.SHMQ_PROPS_MAX
+    assert layout.FLAG_COMPRESSED == lib.SHMQ_FLAG_COMPRESSED
     assert layout.HEADER.size == layout.R_BODY == lib.SHMQ_R_BODYLEN + 4
 
 

@@ -9,6 +9,7 @@ import pytest
 
 from shmq.message.batch import BatchEntry, encode_batch
 from shmq.message.classify import AS_SENT, classify
+from shmq.message.javahash import java_string_hash
 from shmq.message.layout import FLAG_COMPRESSED, TX_PREPARED_TYPE
 from shmq.message.properties import encode_properties
 from shmq.message.record import iter_records
@@ -110,6 +111,7 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     the pipeline stores for a plain message; while another writer holds the append lock it
     answers SHMQ_EBUSY and stores nothing (the producer then appends through cffi, which
     releases the GIL while it waits)."""
+    from shmq.client.message import SendResult, SendStatus
     from shmq.client.uniq_id import generator
     from shmq.native import ffi, hot_send, lib
     uniq = generator()
@@ -120,16 +122,63 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     holder = roads.store.queue_writer("T", 2)
     assert lib.shmq_lock(holder.c_writer) == 0
     try:
-        assert hot_send(r.addr, b"local body", head) == lib.SHMQ_EBUSY
+        assert hot_send(r.addr, b"local body", head, "the queue", b"8 bytes!") == lib.SHMQ_EBUSY
         assert roads.store.commit_pos == before
     finally:
         lib.shmq_unlock(holder.c_writer)
-    got = hot_send(r.addr, b"local body", head)
-    if not isinstance(got, bytes):  # a fresh queue: its ConsumeQueue file is mapped first
+    got = hot_send(r.addr, b"local body", head, "the queue", b"8 bytes!")
+    if isinstance(got, int):  # a fresh queue: its ConsumeQueue file is mapped first
         fw.finish_plain(got, b"local body", head, uniq, r.id_out)
-        got = ffi.unpack(r.id_out, 32)
+        got = hot_send(r.addr, b"local body", head, "the queue", b"8 bytes!")
+    assert isinstance(got, SendResult) and got.status is SendStatus.SEND_OK
+    assert (got.queue, got.queue_offset, got.transaction_id, got.recall_handle) == ("the queue", r.out.queue_offset,
+                                                                                  None, None)
+    assert got.msg_id == ffi.unpack(r.id_out, 32).decode()
     local = _last_record(roads)
-    assert local[-1]["UNIQ_KEY"] == got.decode()
-    roads.put(PutRequest("T", b"local body", encode_properties({"TAGS": "A", "UNIQ_KEY": got.decode()}).encode(),
+    assert local[-1]["UNIQ_KEY"] == got.msg_id
+    roads.put(PutRequest("T", b"local body", encode_properties({"TAGS": "A", "UNIQ_KEY": got.msg_id}).encode(),
                          queue_id=1, born_timestamp=local[4], born_host=BORN, write_queues=4), wait_flush=False)
     assert _last_record(roads) == local
+    cq = roads.store.queues.get("T", 1)  # the same tag code (TAGS hash) in both ConsumeQueue entries
+    assert cq.entry(got.queue_offset)[2] == cq.entry(got.queue_offset + 1)[2] == java_string_hash("A")
+
+
+def test_local_uniform_batch_road(roads):
+    """hot_send_batch (a uniform local send_batch, checked and encoded in C) stores each message
+    as the C batch encoder of put_plain_batch does, with its own UNIQ_KEY and the TAGS hash in
+    every ConsumeQueue entry; a list it does not take (another tag, a property, a subclass) is
+    None, and a held lock is SHMQ_EBUSY, both with nothing stored."""
+    from shmq.client.message import Message, SendResult
+    from shmq.client.uniq_id import generator
+    from shmq.native import hot_send_batch, lib
+    fw = roads.fast_writer("T", 1, BORN)
+    r = fw.route(generator())
+    head = b"TAGS\x01A\x02"
+    msgs = [Message("T", b"b%d" % k, tags="A") for k in range(5)]
+    before = roads.store.commit_pos
+
+    class Sub(Message):
+        __slots__ = ()
+    for bad in ([*msgs[:4], Message("T", b"x", tags="B")], [*msgs[:4], Message("T", b"x", tags="A", keys="k")],
+                [*msgs[:4], Sub("T", b"x", tags="A")], [*msgs[:4], Message("T", b"", tags="A")]):
+        assert hot_send_batch(r.addr, bad, head, 4096, "q", b"8 bytes!") is None
+    holder = roads.store.queue_writer("T", 2)
+    assert lib.shmq_lock(holder.c_writer) == 0
+    try:
+        assert hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!") == lib.SHMQ_EBUSY
+    finally:
+        lib.shmq_unlock(holder.c_writer)
+    assert roads.store.commit_pos == before
+    got = hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!")
+    if isinstance(got, int):  # a fresh queue: its ConsumeQueue file is mapped first
+        fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)
+        got = hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!")
+    assert isinstance(got, SendResult) and got.queue == "q"
+    ids = got.msg_id.split(",")
+    mv = memoryview(roads.store.commitlog.map(0))[:roads.store.commit_pos]
+    stored = list(iter_records(mv))[-5:]
+    assert [bytes(m.body) for m in stored] == [m.body for m in msgs]
+    assert [dict(m.properties) for m in stored] == [{"TAGS": "A", "UNIQ_KEY": i, "CLUSTER": "TestCluster"} for i in ids]
+    assert [m.queue_offset for m in stored] == list(range(got.queue_offset, got.queue_offset + 5))
+    cq = roads.store.queues.get("T", 1)
+    assert {cq.entry(m.queue_offset)[2] for m in stored} == {java_string_hash("A")}

@@ -32,7 +32,7 @@ import os
 import zlib
 from dataclasses import dataclass, field
 
-from shmq.store import files
+from shmq.store import faults, files
 
 log = logging.getLogger("shmq.broker.pop")
 DIR = "shmqpop"
@@ -143,6 +143,7 @@ class PopState:
         self._size = os.fstat(self._fd).st_size
 
     def sync(self) -> None:
+        faults.synced(self.path)
         os.fdatasync(self._fd)
 
     def close(self) -> None:

@@ -71,7 +71,13 @@ class Worker:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._stop.set)
-        self.ctl = await cc.connect(self.cfg.control_path, self._ctl_handlers(), self._ctl_closed)
+        try:
+            self.ctl = await cc.connect(self.cfg.control_path, self._ctl_handlers(), self._ctl_closed)
+        except (OSError, asyncio.TimeoutError) as e:
+            # the supervisor died between spawning this worker and its start (shmq chaos does
+            # that): nothing to serve for; leave with one line, not a traceback
+            log.warning("worker %d: no supervisor at %s (%s); exiting", self.wid, self.cfg.control_path, e)
+            return 1
         resp = await cc.call(self.ctl, cc.ctl(Ctl.HELLO, worker=self.wid, pid=os.getpid()))
         self.topics.replace(resp.body)
         self.store = MessageStore.attach(self.cfg.store_root)

@@ -1,0 +1,282 @@
+#!/usr/bin/env python3
+"""The Python client's TCP paths over one connection, beside the machine's own TCP limit.
+
+    .venv/bin/python bench/tcp_paths.py [--duration 3] [--rounds 1] [--workers 2] [--skip-e2e]
+
+One run, in this order (100 B bodies, loopback, a shmq NameServer and broker started here):
+
+* **limit**: a raw TCP round trip between two Python processes (a blocking echo server, a
+  blocking client; a 200-byte frame each way, about a SEND_MESSAGE_V2 and its answer), and the
+  same against an echo server on the event loop the broker uses (asyncio or uvloop): what one
+  sync round trip can cost here before any broker work.
+* **sync send()**: ``Producer(local="never").send`` in a loop, alone and then with a
+  ``PushConsumer`` process (20 consume threads) taking the messages: msgs/s, call p50 / p99.
+* **async / oneway / batch**: ``send_async`` with up to 2,000 in flight, ``send_oneway``
+  (counted when the broker has stored them), ``send_batch`` of 32: msgs/s.
+* **e2e**: ``shmq-bench e2e --transport tcp`` (a paced 10,000 msgs/s, latency from each
+  message's intended send time to the consumer) on its own broker, unless ``--skip-e2e``.
+
+Every process it starts is stopped by pid; stores go to a temp dir that is removed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import socket
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from shmq import ConsumeResult, Message, Producer, PushConsumer  # noqa: E402
+from shmq.bench.peers.shmq_client import create_topic  # noqa: E402
+from shmq.protocol import RequestCode, SyncRemotingClient, loop as loops, request  # noqa: E402
+
+BODY = b"x" * 100
+FRAME = 200
+
+
+def pct(xs: list[float], q: float) -> float:
+    s = sorted(xs)
+    return s[min(len(s) - 1, int(len(s) * q))] * 1e6
+
+
+# ---------------------------------------------------------------- the limit --
+def _echo_blocking(port_w) -> None:
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    os.write(port_w, struct.pack("<I", srv.getsockname()[1]))
+    c, _ = srv.accept()
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while data := c.recv(65536):
+        c.sendall(data)
+
+
+def _echo_loop(port_w) -> None:
+    import asyncio
+
+    class Echo(asyncio.Protocol):
+        def connection_made(self, t):
+            self.t = t
+            t.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def data_received(self, data):
+            self.t.write(data)
+
+    async def main():
+        srv = await asyncio.get_running_loop().create_server(Echo, "127.0.0.1", 0)
+        os.write(port_w, struct.pack("<I", srv.sockets[0].getsockname()[1]))
+        await asyncio.Event().wait()
+
+    loops.run(main())
+
+
+def echo_round_trips(kind: str, duration: float) -> tuple[float, list[float]]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the server process
+        os.close(r)
+        try:
+            (_echo_blocking if kind == "blocking" else _echo_loop)(w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    (port,) = struct.unpack("<I", os.read(r, 4))
+    os.close(r)
+    try:
+        s = socket.create_connection(("127.0.0.1", port))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        msg = b"y" * FRAME
+        lat: list[float] = []
+        t_end = time.perf_counter() + duration
+        warm = 500
+        while True:
+            t0 = time.perf_counter()
+            s.sendall(msg)
+            got = 0
+            while got < FRAME:
+                got += len(s.recv(65536))
+            t1 = time.perf_counter()
+            if warm:
+                warm -= 1
+                continue
+            lat.append(t1 - t0)
+            if t1 > t_end:
+                break
+        s.close()
+        return len(lat) / sum(lat), lat
+    finally:
+        os.kill(pid, 15)
+        os.waitpid(pid, 0)
+
+
+# ---------------------------------------------------------------- shmq paths --
+def consumer_main(ns: str, topic: str) -> None:
+    n = [0]
+
+    def listener(msgs):
+        n[0] += len(msgs)
+        return ConsumeResult.SUCCESS
+    c = PushConsumer("tcp-paths-cg", namesrv=ns, model="CLUSTERING", local="never", consume_from="LAST_OFFSET",
+                     consume_batch_size=32, rebalance_interval=1.0, consume_threads=20)
+    c.subscribe(topic, "*")
+    c.on_message(listener)
+    c.start()
+    print("started", flush=True)
+    sys.stdin.read()
+    print(n[0], flush=True)
+    c.shutdown()
+
+
+def sync_sends(p: Producer, topic: str, duration: float) -> tuple[float, list[float]]:
+    for _ in range(300):
+        p.send(Message(topic, BODY))
+    lat: list[float] = []
+    t_start = time.perf_counter()
+    t_end = t_start + duration
+    while True:
+        t0 = time.perf_counter()
+        p.send(Message(topic, BODY))
+        t1 = time.perf_counter()
+        lat.append(t1 - t0)
+        if t1 > t_end:
+            break
+    return len(lat) / (time.perf_counter() - t_start), lat
+
+
+def max_offsets(broker: str, topic: str, queues: int) -> int:
+    with SyncRemotingClient(broker, timeout=5) as c:
+        return sum(int(c.invoke(request(RequestCode.GET_MAX_OFFSET, topic=topic, queueId=q)).ext_fields["offset"])
+                   for q in range(queues))
+
+
+def async_sends(p: Producer, topic: str, duration: float, window: int = 2000) -> float:
+    import collections
+    inflight: collections.deque = collections.deque()
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        while len(inflight) < window:
+            inflight.append(p.send_async(Message(topic, BODY)))
+        inflight.popleft().result(10)
+        n += 1
+    while inflight:
+        inflight.popleft().result(10)
+        n += 1
+    return n / (time.perf_counter() - t0)
+
+
+def oneway_sends(p: Producer, broker: str, topic: str, queues: int, duration: float) -> float:
+    before = max_offsets(broker, topic, queues)
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        for _ in range(100):
+            p.send_oneway(Message(topic, BODY))
+        n += 100
+    while max_offsets(broker, topic, queues) - before < n and time.perf_counter() - t0 < duration + 30:
+        time.sleep(0.01)
+    return (max_offsets(broker, topic, queues) - before) / (time.perf_counter() - t0)
+
+
+def batch_sends(p: Producer, topic: str, duration: float) -> float:
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        p.send_batch([Message(topic, BODY) for _ in range(32)])
+        n += 32
+    return n / (time.perf_counter() - t0)
+
+
+def e2e_run() -> dict | None:
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        proc = subprocess.run([sys.executable, "-m", "shmq.cli.bench", "e2e", "--transport", "tcp", "--peers", "none",
+                               "--shmq", "shmq", "--no-progress", "--json", f.name], capture_output=True, text=True)
+        try:
+            rows = json.load(open(f.name))["results"]
+        except (OSError, ValueError, KeyError):
+            print(f"# shmq-bench e2e failed: {proc.stderr[-500:]}")
+            return None
+    return rows[0] if rows else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--skip-e2e", action="store_true")
+    a = ap.parse_args()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; nproc {os.cpu_count()}; loop "
+          f"{loops.loop_name()}; load average {os.getloadavg()[0]:.2f}", flush=True)
+    rows: dict[str, list[tuple[float, str]]] = {}
+
+    def add(name: str, rate: float, note: str = "") -> None:
+        rows.setdefault(name, []).append((rate, note))
+        print(f"#   {name}: {rate:,.0f}/s {note}", flush=True)
+
+    work = Path(tempfile.mkdtemp(prefix="shmq-tcp-paths-"))
+    try:
+        run_rounds(a, work, add)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    print(f"# load average after {os.getloadavg()[0]:.2f}")
+    print("| path (one connection, 100 B) | msgs/s (median) | latency, notes (each round) |")
+    print("|---|---:|---|")
+    for name, vals in rows.items():
+        print(f"| {name} | {statistics.median(v for v, _ in vals):,.0f} | {' / '.join(n for _, n in vals)} |")
+
+
+def run_rounds(a, work: Path, add) -> None:
+    import vs_rocketmq  # the shmq NameServer + broker pair
+    for rnd in range(a.rounds):
+        for kind in ("blocking", "event loop"):
+            rate, lat = echo_round_trips("blocking" if kind == "blocking" else "loop", a.duration)
+            add(f"limit: raw TCP round trip, Python {kind} echo server", rate,
+                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
+        pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", work / f"r{rnd}", a.workers)
+        try:
+            topic, queues = f"TcpPaths{rnd}", 4
+            create_topic(pair.addr, pair.namesrv, topic, queues)
+            p = Producer("tcp-paths-pg", namesrv=pair.namesrv, local="never")
+            p.start()
+            rate, lat = sync_sends(p, topic, a.duration)
+            add("sync send(), alone", rate, f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
+            cons = subprocess.Popen([sys.executable, __file__, "--consumer", pair.namesrv, topic],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            cons.stdout.readline()
+            time.sleep(2.5)  # its rebalance takes the queues
+            rate, lat = sync_sends(p, topic, a.duration)
+            cons.stdin.close()
+            got = cons.stdout.readline().strip()
+            cons.wait(30)
+            add("sync send(), a PushConsumer process taking them", rate,
+                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {got}")
+            add("send_async(), 2,000 in flight", async_sends(p, topic, a.duration))
+            add("send_oneway() (stored)", oneway_sends(p, pair.addr, topic, queues, a.duration))
+            add("send_batch() of 32", batch_sends(p, topic, a.duration))
+            p.shutdown()
+        finally:
+            pair.stop()
+        if not a.skip_e2e:
+            r = e2e_run()
+            if r is not None:
+                lu = r.get("latency_us") or {}
+                add("e2e paced 10,000/s (shmq-bench): delivered", r.get("msgs_per_s") or 0,
+                    f"sent {r.get('send_msgs_per_s') or 0:,.0f}/s; p50 {lu.get('p50', '-')} µs, p99 "
+                    f"{lu.get('p99', '-')} µs; {r.get('note', '')}")
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--consumer"]:
+        consumer_main(sys.argv[2], sys.argv[3])
+    else:
+        main()

@@ -1,0 +1,1 @@
+from tests.integration.conftest import processes  # noqa: F401
