@@ -29,7 +29,7 @@ from .runner import Progress, machine
 SCHEMA = "shmq-bench-curve/1"
 
 #: modules that export ``CURVES`` (a list of CurveSpec); add yours here
-CURVE_MODULES = ("shmq.bench.curve_defs", "shmq.bench.backlog", "shmq.bench.memory")
+CURVE_MODULES = ("shmq.bench.curve_defs", "shmq.bench.backlog", "shmq.bench.memory", "shmq.bench.queues")
 
 #: the figures a point may carry, with their table headings (extra ones go in ``Point.extra``)
 BASE_COLUMNS = (("msgs_per_s", "msgs/s"), ("mb_per_s", "MB/s"), ("p50_us", "p50 µs"), ("p99_us", "p99 µs"))

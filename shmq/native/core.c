@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -679,6 +680,56 @@ static int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int
     return SHMQ_OK;
 }
 
+/* A writer's ConsumeQueue mappings are its own (w->cqs, two per slot: the current file and
+ * the next), made here under the lock the first time the append needs a file, and replaced
+ * (the old one unmapped) when the queue moves two files on: open + mmap in C is a few
+ * microseconds, where the Python mapping cost the first message to a queue three times more.
+ * A file that does not exist yet answers SHMQ_ENEEDCQ: the caller creates it (sparse) and
+ * calls again. Nothing else touches w->cqs but shmq_writer_unmap (the writer's close). */
+static int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi) {
+    shmq_ctl *c = w->ctl;
+    int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    int fd = open_cq(c, qs, fi);
+    if (fd < 0) {
+        if (errno == ENOENT) { w->need_slot = slot; w->need_index = fi; return SHMQ_ENEEDCQ; }
+        w->os_errno = errno;
+        return SHMQ_ECQSPACE;
+    }
+    struct stat st;
+    void *a = MAP_FAILED;
+    if (fstat(fd, &st) != 0) w->os_errno = errno;
+    else if (st.st_size != fbytes) w->os_errno = EINVAL;  /* a mapping past its end would SIGBUS */
+    else if ((a = mmap(NULL, (size_t)fbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        w->os_errno = errno;
+    close(fd);
+    if (a == MAP_FAILED) return SHMQ_ECQSPACE;
+    shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
+    if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
+    m->addr = a;
+    m->ready = 0;
+    m->index = fi;
+    return SHMQ_OK;
+}
+
+void shmq_writer_unmap(shmq_writer *w) {
+    int64_t fbytes = (int64_t)w->ctl->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    for (uint64_t i = 0; i < 2 * (uint64_t)w->ctl->header.queue_capacity; i++) {
+        shmq_map *m = &w->cqs[i];
+        if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
+        m->index = -1;
+        m->addr = NULL;
+        m->ready = 0;
+    }
+}
+
+/* The mapping of file fi of slot's queue, made now if this writer has none (under the lock). */
+static inline uint8_t *cq_need(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi, int *rc) {
+    uint8_t *a = cq_map(w, slot, fi);
+    if (a) return a;
+    *rc = cq_attach(w, slot, qs, fi);
+    return *rc ? NULL : cq_map(w, slot, fi);
+}
+
 /* Entries [first, last] of slot's queue, in at most two files (both mapped by the caller). */
 static inline int cq_reserve(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t first, int64_t last) {
     uint32_t per = w->ctl->header.cq_entries_per_file;
@@ -831,8 +882,8 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     if (has_cq) {
         uint32_t per = c->header.cq_entries_per_file;
         qoff = qs->next_offset;
-        cqe = cq_map(w, slot, qoff / per);
-        if (!cqe) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+        cqe = cq_need(w, slot, qs, qoff / per, &rc);
+        if (!cqe) goto unlock;
         rc = cq_reserve(w, slot, qs, qoff, qoff);
         if (rc) goto unlock;
         cqe += (qoff % per) * SHMQ_CQ_ENTRY_SIZE;
@@ -930,8 +981,7 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     uint32_t per = c->header.cq_entries_per_file;
     int64_t qoff = qs->next_offset, last = qoff + count - 1;
     /* a batch may cross one CQ file boundary: both files must be mapped (ring of two) */
-    if (!cq_map(w, slot, qoff / per)) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
-    if (!cq_map(w, slot, last / per)) { w->need_slot = slot; w->need_index = last / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+    if (!cq_need(w, slot, qs, qoff / per, &rc) || !cq_need(w, slot, qs, last / per, &rc)) goto unlock;
     rc = cq_reserve(w, slot, qs, qoff, last);
     if (rc) goto unlock;
     int64_t ts = next_store_ts(c);

@@ -39,6 +39,9 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *batch, uint32_t batch_len,
                    const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
 
+/* the writer's own ConsumeQueue mappings, unmapped (its close; no append after) */
+void shmq_writer_unmap(shmq_writer *w);
+
 /* the client's plain local send: UNIQ_KEY formed here, properties assembled here */
 typedef struct shmq_uniq {
     char prefix[20];              /* hex of IPv4 (4) | pid (2) | loader hash (4): per process */

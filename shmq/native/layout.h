@@ -121,8 +121,8 @@
 #define SHMQ_ESLAVE -12
 /* shmq_send with try_lock: the append lock is held by another writer (call again without) */
 #define SHMQ_EBUSY -13
-/* a ConsumeQueue page could not be allocated ahead of the append (shmq_writer.os_errno: why;
- * ENOSPC/EDQUOT: the disk is full); nothing was written */
+/* the append could not map its ConsumeQueue file or allocate the pages ahead of its entries
+ * (shmq_writer.os_errno: why; ENOSPC/EDQUOT: the disk is full); nothing was written */
 #define SHMQ_ECQSPACE -14
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1

@@ -99,3 +99,16 @@ def test_consumer_offset_enospc_keeps_offsets_in_memory_and_the_old_file(start_b
         assert wait_for(lambda: on_disk() == {"0": 4}, 10), on_disk()
     log = br.log()
     assert log.count("consumerOffset.json not written") == 1 and "Traceback" not in log
+
+
+def test_timer_checkpoint_enospc_is_said_once_and_written_after(start_broker, fault_file):
+    fault_file.set("enospc:write:/shmqtimer/checkpoint")
+    br = start_broker(workers=1)
+    assert wait_for(lambda: "timer checkpoint not written" in br.log(), 10)
+    with SyncRemotingClient(br.addr, timeout=10) as c:
+        assert create_topic(c, "TT", queues=1).code == 0
+        assert send(c, "TT", b"still accepted").code == 0
+    fault_file.clear()
+    assert wait_for(lambda: "timer checkpoint written again" in br.log(), 10)
+    log = br.log()
+    assert log.count("timer checkpoint not written") == 1 and "Traceback" not in log

@@ -14,7 +14,7 @@ from shmq.errors import StoreReadOnly
 from shmq.protocol import SyncRemotingClient
 
 from ..integration.broker_helpers import send, start_broker  # noqa: F401
-from ..integration.client_helpers import make_topic, wait_route
+from ..integration.client_helpers import Collector, consumer, make_topic, wait_route
 from ..integration.conftest import namesrv, processes, start_namesrv  # noqa: F401
 from .helpers import drain, query_key, runtime_info, wait_for
 
@@ -71,6 +71,12 @@ def test_sync_flush_eio_answers_flush_disk_timeout_then_read_only(namesrv, start
         assert _read_only(c)
         got = drain(c, "EIO")                                          # reads go on
         assert got[:len(acked)] == acked and set(got) <= set(acked) | set(maybe)
+        col = Collector()                                              # a local consumer too
+        cons = consumer(namesrv.addr, "eio-cg", "EIO", col, local="always")
+        try:
+            assert col.wait_for(lambda s: set(acked) <= s.bodies(), 20), col.bodies()
+        finally:
+            cons.shutdown()
     assert wait_for(lambda: "CRITICAL shmq.store" in br.log() and "READ-ONLY" in br.log(), 5)
     assert "Traceback" not in br.log(), br.log()
     fault_file.clear()

@@ -70,9 +70,10 @@ def tmpfs_broker(processes, tmp_path):
     br = NamespacedBroker(proc, mnt)
     assert os.path.isdir(f"{br.seen}/store/commitlog")
     yield br
-    assert proc.alive(), proc.log()                    # no SIGBUS, no crash
+    assert proc.alive(), f"the broker died (exit {proc.popen.poll()}):\n{proc.log()[-3000:]}"   # no SIGBUS
     time.sleep(0.2)
-    assert "Traceback" not in proc.log(), proc.log()
+    log = proc.log()
+    assert "Traceback" not in log, log[max(0, log.find("Traceback") - 1500):][:4000]
 
 
 def test_a_full_tmpfs_refuses_the_next_commitlog_file_cleanly_and_recovers(tmpfs_broker):

@@ -97,5 +97,5 @@ def test_append_that_cannot_allocate_its_page_stores_nothing(store_root):
                        text=True, timeout=60)
     assert r.returncode == 0, r.stderr[-2000:]
     lines = r.stdout.splitlines()
-    assert lines[0].startswith("refused: cannot allocate ConsumeQueue space"), r.stdout
+    assert lines[0].startswith("refused: cannot map or allocate a ConsumeQueue file: File too large"), r.stdout
     assert lines[1:] == ["unchanged", "A 2"], r.stdout
