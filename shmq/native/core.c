@@ -928,9 +928,11 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b
  * batch-level properties (extra) are appended to each entry's properties. */
 #define BATCH_ENTRY_FIXED 22
 
+/* tag_all: every entry's TAGS hash when the caller knows it (one head shared by a local batch);
+ * NULL: from each entry's properties, as m->tag_mode says */
 static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta *m,
                       const uint8_t *b, uint32_t n, uint32_t extra_len, uint32_t *count,
-                      uint64_t *total) {
+                      uint64_t *total, const int64_t *tag_all) {
     uint32_t i = 0, k = 0;
     uint64_t sum = 0;
     while (i < n) {
@@ -947,8 +949,8 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
         if ((uint32_t)blen > w->ctl->header.max_message_size) return SHMQ_ETOOBIG;
         if (k >= w->scratch_cap) return SHMQ_EBADBATCH;
         w->scratch_crc[k] = shmq_crc32(0, e + 20, (size_t)blen) & 0x7FFFFFFFu;
-        w->scratch_tag[k] = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, (size_t)plen)
-                                                               : m->tag_code;
+        w->scratch_tag[k] = m->tag_mode != SHMQ_TAG_FROM_PROPS ? m->tag_code
+                            : tag_all ? *tag_all : shmq_tag_code_of_props(props, (size_t)plen);
         sum += SHMQ_RECORD_FIXED + (uint64_t)blen + qs->topic_len + merged;
         i += BATCH_ENTRY_FIXED + (uint32_t)blen + (uint32_t)plen;
         k++;
@@ -959,19 +961,20 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
     return SHMQ_OK;
 }
 
-int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
-                   const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
+static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                     const uint8_t *extra, uint32_t extra_len, shmq_result *out, int try_lock,
+                     const int64_t *tag_all) {
     shmq_ctl *c = w->ctl;
     if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
     if (is_prepared_or_rollback(m->sysflag) || extra_len > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
     shmq_queue_slot *qs = &c->queues[slot];
     uint32_t count;
     uint64_t total;
-    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total);
+    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total, tag_all);
     if (rc) return rc;
     if (total + SHMQ_BLANK_MIN > c->header.file_size) return SHMQ_ETOOBIG;
 
-    rc = shmq_lock(w);
+    rc = lock_take(w, try_lock);
     if (rc) return rc;
     fault(w, SHMQ_FP_AFTER_LOCK);
     int64_t pos, rec;
@@ -1027,6 +1030,11 @@ unlock:
     return rc;
 }
 
+int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                   const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
+    return put_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
+}
+
 /* ============================================================ local send == */
 /* UNIQ_KEY as the Java client forms it (MessageClientIDSetter): 32 upper-case hex chars,
  *   prefix (20: IPv4, pid, loader hash) | ms since month start (8) | counter (4)
@@ -1043,9 +1051,11 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     if (now < u->month_start_ms || now >= u->next_month_ms) return SHMQ_EMONTH;
     uint32_t ms = (uint32_t)(now - u->month_start_ms);  /* Java's (int) cast: the low 32 bits */
     uint32_t c0 = __atomic_fetch_add(&u->counter, n, __ATOMIC_RELAXED);
+    char head[28]; /* prefix and time: the same for every id of one call */
+    memcpy(head, u->prefix, 20);
+    hexn(head + 20, ms, 8);
     for (uint32_t k = 0; k < n; k++, out += 32) {
-        memcpy(out, u->prefix, 20);
-        hexn(out + 20, ms, 8);
+        memcpy(out, head, 28);
         hexn(out + 28, (c0 + k) & 0xFFFF, 4);
     }
     return SHMQ_OK;
@@ -1087,16 +1097,16 @@ int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t blen, const uin
                      r->id_out, try_lock);
 }
 
-/* A batch of n plain messages: bodies concatenated (body_lens[k] each); heads either
- * concatenated with head_lens, or (head_lens NULL) one head of head_len shared by all;
- * flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to ids_out, 32 chars
- * each); the batch body is built in scratch and appended as shmq_put_batch with extra. */
-int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
-                         const uint8_t *bodies, const uint32_t *blens,
-                         const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0,
-                         const int32_t *flags, uint32_t n, shmq_uniq *u,
-                         const uint8_t *extra, uint32_t elen,
-                         uint8_t *scratch, uint64_t cap, shmq_result *out, char *ids_out) {
+/* A batch of n plain messages: bodies concatenated (body_lens[k] each), or (body_ptrs not
+ * NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one head
+ * of head_len shared by all; flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to
+ * ids_out, 32 chars each); the batch body is built in scratch and appended as shmq_put_batch
+ * with extra. */
+static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
+                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
+                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
+                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
+                       char *ids_out, int try_lock) {
     if (n == 0) return SHMQ_EBADBATCH;
     uint64_t need = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1111,13 +1121,14 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
     for (uint32_t k = 0; k < n; k++) {
         uint32_t hl = hlens ? hlens[k] : hlen0;
         uint32_t plen = hl + UNIQ_PAIR_LEN;
+        const uint8_t *body = body_ptrs ? body_ptrs[k] : bodies;
         be32(p, BATCH_ENTRY_FIXED + blens[k] + plen);
         be32(p + 4, 0);
         be32(p + 8, 0);
         be32(p + 12, flags ? (uint32_t)flags[k] : 0);
         be32(p + 16, blens[k]);
-        memcpy(p + 20, bodies, blens[k]);
-        bodies += blens[k];
+        memcpy(p + 20, body, blens[k]);
+        if (!body_ptrs) bodies += blens[k];
         p += 20 + blens[k];
         be16(p, (uint16_t)plen);
         p += 2;
@@ -1126,7 +1137,28 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
         memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
         memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
     }
-    return shmq_put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out);
+    /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
+    int64_t tag = hlens ? 0 : shmq_tag_code_of_props(heads, hlen0);
+    return put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
+}
+
+int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
+                         const uint8_t *bodies, const uint32_t *blens,
+                         const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0,
+                         const int32_t *flags, uint32_t n, shmq_uniq *u,
+                         const uint8_t *extra, uint32_t elen,
+                         uint8_t *scratch, uint64_t cap, shmq_result *out, char *ids_out) {
+    return local_batch(w, slot, m, bodies, NULL, blens, heads, hlens, hlen0, flags, n, u, extra, elen, scratch, cap,
+                       out, ids_out, 0);
+}
+
+/* The uniform local batch of a route (one head, flags 0): the batch-level properties are the
+ * route's tail without its leading \x02 (put_batch puts the separator back). */
+int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const uint32_t *blens, uint32_t n,
+                    const uint8_t *head, uint32_t hlen, uint8_t *scratch, uint64_t cap, char *ids_out, int try_lock) {
+    if (r->tail_len < 1) return SHMQ_EINVAL;
+    return local_batch(r->w, r->slot, r->meta, NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, r->u, r->tail + 1,
+                       r->tail_len - 1, scratch, cap, r->out, ids_out, try_lock);
 }
 
 /* ================================================================== index == */
