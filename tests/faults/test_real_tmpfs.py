@@ -6,6 +6,7 @@ whole before they are mapped), then frees the space and sends again. Skipped, wi
 where the machine does not allow unprivileged namespaces."""
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import subprocess
@@ -46,10 +47,21 @@ class NamespacedBroker:
         self.filler = f"{self.seen}/filler"
 
     def fill(self, leave: int = 0) -> None:
-        """Fill the broker's filesystem up to ``leave`` bytes free."""
-        free = os.statvfs(self.seen)
+        """Fill the broker's filesystem until at most ``leave`` bytes are free (greedily, in
+        shrinking steps: the broker may be allocating a file at the same moment)."""
+        step = 1 << 20
         with open(self.filler, "ab") as f:
-            os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, free.f_bavail * free.f_frsize - leave)
+            while step >= 4096:
+                st = os.statvfs(self.seen)
+                room = st.f_bavail * st.f_frsize - leave
+                if room < 4096:
+                    return
+                try:
+                    os.posix_fallocate(f.fileno(), os.fstat(f.fileno()).st_size, min(step, room))
+                except OSError as e:
+                    if e.errno != errno.ENOSPC:
+                        raise
+                    step //= 2
 
     def free(self) -> None:
         os.unlink(self.filler)
