@@ -65,6 +65,7 @@ class Outcome:
     oldest_loss_s: float = 0.0                             # age at the kill of the oldest lost ack
     garbage: list = field(default_factory=list)
     duplicates: int = 0
+    served_lost: int = 0        # delivered to the consumer before the cut, gone after it (reported)
     problems: list = field(default_factory=list)           # files inconsistent with the log
     image: dict = field(default_factory=dict)
 
@@ -179,6 +180,7 @@ def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float, s
         t.stop.set()
         t.join(10)
     _local_acks(ackfile, acks)
+    acks.served = consumer.served
     return store, trace, acks, killed_at
 
 
@@ -226,6 +228,7 @@ def _judge(out: Outcome, acks: load.Acks, ids: list[int], killed_at: float, mode
     out.duplicates = len(ids) - len(got)
     out.acked = len(acks.acked)
     out.local_acked = acks.local
+    out.served_lost = len(acks.served - got)
     window = FLUSH_INTERVAL_MS / 1000 + ASYNC_SLACK_S
     for mid, at in acks.acked.items():
         if mid in got:
@@ -260,6 +263,7 @@ def cut_and_load_again(runner: Runner, n: int, rng: random.Random, seconds: floa
     for mid, at in acks.acked.items():
         acks2.acked[mid] = at - killed_at + killed2
     acks2.local += acks.local
+    acks2.served |= acks.served
     return live2, trace2, acks2, killed2
 
 
@@ -297,6 +301,7 @@ def summary(outcomes: list[Outcome]) -> str:
             f"{sum(o.lost_in_window for o in outcomes)} lost within the flush window, "
             f"oldest loss {max((o.oldest_loss_s for o in outcomes), default=0):.3f}s, "
             f"{sum(len(o.garbage) for o in outcomes)} garbage, {sum(o.duplicates for o in outcomes)} duplicates, "
+            f"{sum(o.served_lost for o in outcomes)} served then lost, "
             f"{sum(o.image.get('pages_live', 0) for o in outcomes)} pages written back / "
             f"{sum(o.image.get('pages_durable', 0) for o in outcomes)} dropped; "
             f"failing: {[(o.seed, o.acked_lost[:3], o.garbage[:2], o.problems[:3], o.image) for o in bad][:3]}")
