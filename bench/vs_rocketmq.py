@@ -16,8 +16,9 @@ seconds. RmqBench re-implements ``org.apache.rocketmq.example.benchmark.Producer
 
 One table: send TPS and RT avg / p50 / p99 / max (ms) over the measured window, the
 consumer's TPS and born-to-store / store-to-consume averages over the same wall-clock window,
-and shmq's ratios to Apache RocketMQ (TPS: shmq / Apache, above 1 is better; p99: shmq /
-Apache, below 1 is better). Both brokers stay up through a flush mode's runs (the idle one
+the broker's CPU per message sent (all its processes, over the producer's run), and shmq's
+ratios to Apache RocketMQ (TPS: shmq / Apache, above 1 is better; p99: shmq / Apache, below 1
+is better). Both brokers stay up through a flush mode's runs (the idle one
 costs little); each broker's own processes are stopped by pid at the end.
 """
 from __future__ import annotations
@@ -90,6 +91,9 @@ class ShmqPair:
         threading.Thread(target=p.stdout.read, daemon=True).start()  # keep its stdout drained
         return m.group(1)
 
+    def pids(self) -> list[int]:
+        return [self.procs[1].pid]  # the broker supervisor; its workers are its children
+
     def stop(self) -> None:
         for p in reversed(self.procs):
             if p.poll() is None:
@@ -119,6 +123,9 @@ class ApachePair:
             raise
         self.addr = self.br.addr
 
+    def pids(self) -> list[int]:
+        return [self.br.pid]
+
     def stop(self) -> None:
         self.br.stop()
         self.ns.stop()
@@ -138,6 +145,21 @@ def create_topic(broker_addr: str, namesrv: str) -> None:
                 return
         time.sleep(0.5)
     raise SystemExit(f"{TOPIC} not routed by {namesrv} within 60 s")
+
+
+def broker_cpu(pids: list[int]) -> float:
+    """CPU seconds (user + system) of these processes and their children."""
+    import psutil
+    total = 0.0
+    for pid in pids:
+        try:
+            p = psutil.Process(pid)
+            for q in [p, *p.children(recursive=True)]:
+                t = q.cpu_times()
+                total += t.user + t.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 def _lines(p: subprocess.Popen, sink: list[dict], ready: threading.Event | None = None) -> None:
@@ -160,11 +182,13 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     try:
         if not ready.wait(90):
             raise SystemExit(f"consumer did not start; see {logs / (tag + '-c.err')}")
-        time.sleep(3.0)  # its first rebalance takes the queues
+        time.sleep(5.0)  # its first rebalance takes the queues (3 s was sometimes too short here)
+        cpu0 = broker_cpu(pair.pids())
         prod = subprocess.run(jvm.java_command("RmqBench", cp, "producer", pair.namesrv, TOPIC, str(threads),
                                                str(size), str(warmup), str(measure), heap="256m", props=props),
                               stdout=subprocess.PIPE, stderr=open(logs / f"{tag}-p.err", "wb"),
                               stdin=subprocess.DEVNULL, timeout=warmup + measure + 120)
+        cpu1 = broker_cpu(pair.pids())
         time.sleep(1.5)  # the consumer's line for the window's last second
     finally:
         cons.stdin.close()
@@ -178,6 +202,10 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     if summ is None:
         raise SystemExit(f"producer printed no summary (exit {prod.returncode}); see {logs / (tag + '-p.err')}")
     summ["per_second"] = [d for d in plines if d["kind"] == "producer"]
+    sent_all = sum(d["tps"] for d in summ["per_second"])
+    # the broker's CPU (all its processes) per message over the producer's whole run: what
+    # bounds its rate when the 2 cores are shared (the other sessions' load included)
+    summ["broker_cpu_us_per_msg"] = (cpu1 - cpu0) / sent_all * 1e6 if sent_all else 0.0
     summ["consumer"] = consumer_window(cons_lines, summ["start_ms"], summ["end_ms"])
     summ["consumer_per_second"] = [d for d in cons_lines if d.get("kind") == "consumer"]
     return summ
@@ -264,8 +292,8 @@ def _median(rows: list[dict], key, sub: str | None = None) -> float:
 
 def print_table(results: list[dict], a) -> None:
     print("| flush | body | system | send TPS | RT avg ms | RT p50 ms | RT p99 ms | RT max ms | failed | "
-          "consume TPS | B2S avg ms | S2C avg ms | TPS shmq/Apache | p99 shmq/Apache |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "consume TPS | B2S avg ms | S2C avg ms | broker CPU µs/msg | TPS shmq/Apache | p99 shmq/Apache |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for flush in a.flush:
         for size in a.sizes:
             by = {}
@@ -286,6 +314,7 @@ def print_table(results: list[dict], a) -> None:
                       f"{_median(rows, 'p50_ms'):.2f} | {p99:.2f} | {_median(rows, 'max_ms'):.1f} | "
                       f"{sum(r['failed'] for r in rows)} | {_median(rows, 'tps', 'consumer'):,.0f} | "
                       f"{_median(rows, 'b2s_avg_ms', 'consumer'):.2f} | {_median(rows, 's2c_avg_ms', 'consumer'):.2f} | "
+                      f"{_median(rows, 'broker_cpu_us_per_msg'):.1f} | "
                       f"{ratio} |")
 
 

@@ -14,6 +14,7 @@ import threading
 import time
 
 from shmq.errors import ShmqError, StaleSegment
+from shmq.native import lib
 from shmq.protocol import RemotingCommand, attach
 from shmq.protocol.codes import SHMQ_GET_ATTACH_INFO
 from shmq.store import MessageStore
@@ -52,7 +53,9 @@ class LocalLink:
     @property
     def alive(self) -> bool:
         cb = self.store.cb
-        return cb.ctl is not None and cb.state == 1 and cb.generation == self.generation
+        # READONLY after a failed flush stays attached: reads go on, puts raise StoreReadOnly
+        return (cb.ctl is not None and cb.state in (lib.SHMQ_STATE_READY, lib.SHMQ_STATE_READONLY)
+                and cb.generation == self.generation)
 
     def close(self) -> None:
         try:

@@ -24,7 +24,7 @@ from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegm
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, hot_send, lib
+from shmq.native import ffi, hot_send, hot_send_batch, lib
 from shmq.store import validate
 from shmq.store.put import FastWriter, Route
 
@@ -213,6 +213,19 @@ class LocalSender:
         m0 = msgs[0]
         topic, tags0 = m0.topic, m0.tags
         limit = self.producer.compress_over
+        if msgs.__class__ is list:
+            t = self._topic(topic)
+            if t is None:
+                return None
+            head = _tags_head(tags0) if tags0 else b""
+            if head is not None:
+                i = t.i = (t.i + 1) % t.n
+                mq, _, addr, sync, _ = t.writers[i]
+                if not sync:
+                    # one topic and tags, nothing else: checked, encoded and appended in C
+                    res = hot_send_batch(addr, msgs, head, limit, mq, t.store_host)
+                    if res.__class__ is SendResult:
+                        return res  # else None (not uniform) or a status: the general code below
         uniform = True
         bodies = []
         add = bodies.append

@@ -15,7 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import bind_ext, bind_result
+from shmq.native import bind_ext, bind_message, bind_result
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -85,6 +85,11 @@ class Message:
 
     def __repr__(self) -> str:
         return f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, {len(self.body)} bytes)"
+
+
+# A local send_batch of uniform plain messages is checked and encoded by
+# shmq.native.hot_send_batch (hot.c), which reads these slots in __slots__ order.
+bind_message(Message, tuple(Message.__dict__[name] for name in Message.__slots__), None)
 
 
 def _timer_properties(deliver_at, delay) -> dict[str, str]:

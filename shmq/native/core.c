@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -639,6 +640,120 @@ static inline uint8_t *cq_map(shmq_writer *w, uint32_t slot, int64_t file_index)
     return m->index == file_index ? m->addr : NULL;
 }
 
+/* ConsumeQueue files are sparse (store/files.py): a store into a hole of a shared mapping
+ * allocates at the page fault, and on a full disk that is SIGBUS in the middle of an append.
+ * So before the append writes entries [first, last] it makes sure their pages are allocated,
+ * by pwrite(2) of zeros, which answers ENOSPC instead. Under the lock. Why zeros are safe:
+ * entries below next_offset are written, so every page up to the one holding the last of them
+ * is allocated already, and nothing valid lies past next_offset (a crashed append's leftovers
+ * are garbage the next entry overwrites); zeros are written only from the page after the last
+ * published entry on. m->ready remembers what this writer knows, so the steady path is one
+ * compare; extents grow with the file (a page first, then doubling to 64 KiB): disk follows the
+ * entries stored, a syscall per extent. Another writer may zero a range this one reserved:
+ * harmless, it is past next_offset. */
+#define CQ_EXTENT_MAX (64 * 1024)
+static int64_t page_bytes;
+
+/* fd: the file open already (cq_attach's), or -1 to open it here. */
+static int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int64_t fi,
+                           int64_t written, int64_t end, int fd) {
+    shmq_ctl *c = w->ctl;
+    if (!page_bytes) page_bytes = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
+    int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    int64_t known = (written + page_bytes - 1) / page_bytes * page_bytes;
+    if (known < m->ready) known = m->ready;
+    if (end <= known) { m->ready = known; return SHMQ_OK; }
+    int64_t step = known < page_bytes ? page_bytes : known > CQ_EXTENT_MAX ? CQ_EXTENT_MAX : known;
+    int64_t to = known + step, need = (end + page_bytes - 1) / page_bytes * page_bytes;
+    if (to < need) to = need;
+    if (to > fbytes) to = fbytes;
+    static const uint8_t zeros[CQ_EXTENT_MAX];
+    int own = fd < 0;
+    if (own && (fd = open_cq(c, qs, fi)) < 0) { w->os_errno = errno; return SHMQ_ECQSPACE; }
+    int rc = SHMQ_OK;
+    for (int64_t p = known; p < to;) {
+        int64_t n = to - p < CQ_EXTENT_MAX ? to - p : CQ_EXTENT_MAX;
+        ssize_t r = pwrite(fd, zeros, (size_t)n, (off_t)p);
+        if (r <= 0) { w->os_errno = r < 0 ? errno : ENOSPC; rc = SHMQ_ECQSPACE; break; }
+        p += r;
+    }
+    if (own) close(fd);
+    if (rc == SHMQ_OK) m->ready = to;
+    return rc;
+}
+
+/* A writer's ConsumeQueue mappings are its own (w->cqs, two per slot: the current file and
+ * the next), made here under the lock the first time the append needs a file, and replaced
+ * (the old one unmapped) when the queue moves two files on: open + mmap in C is a few
+ * microseconds, where the Python mapping cost the first message to a queue three times more.
+ * A file that does not exist yet answers SHMQ_ENEEDCQ: the caller creates it (sparse) and
+ * calls again. Nothing else touches w->cqs but shmq_writer_unmap (the writer's close). */
+static int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi) {
+    shmq_ctl *c = w->ctl;
+    int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    int fd = open_cq(c, qs, fi);
+    if (fd < 0) {
+        if (errno == ENOENT) { w->need_slot = slot; w->need_index = fi; return SHMQ_ENEEDCQ; }
+        w->os_errno = errno;
+        return SHMQ_ECQSPACE;
+    }
+    struct stat st;
+    void *a = MAP_FAILED;
+    if (fstat(fd, &st) != 0) w->os_errno = errno;
+    else if (st.st_size != fbytes) w->os_errno = EINVAL;  /* a mapping past its end would SIGBUS */
+    else if ((a = mmap(NULL, (size_t)fbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+        w->os_errno = errno;
+    if (a == MAP_FAILED) { close(fd); return SHMQ_ECQSPACE; }
+    shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
+    if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
+    m->addr = a;
+    m->ready = 0;
+    m->index = fi;
+    /* the page of the next entry, while the file is open (saves cq_reserve an open) */
+    int64_t n = LOAD_RLX(&qs->next_offset) - fi * (int64_t)c->header.cq_entries_per_file;
+    int rc = SHMQ_OK;
+    if (n >= 0 && n < (int64_t)c->header.cq_entries_per_file)
+        rc = cq_reserve_file(w, m, qs, fi, n * SHMQ_CQ_ENTRY_SIZE, (n + 1) * SHMQ_CQ_ENTRY_SIZE, fd);
+    close(fd);
+    return rc;
+}
+
+void shmq_writer_unmap(shmq_writer *w) {
+    int64_t fbytes = (int64_t)w->ctl->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
+    for (uint64_t i = 0; i < 2 * (uint64_t)w->ctl->header.queue_capacity; i++) {
+        shmq_map *m = &w->cqs[i];
+        if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
+        m->index = -1;
+        m->addr = NULL;
+        m->ready = 0;
+    }
+}
+
+/* The mapping of file fi of slot's queue, made now if this writer has none (under the lock). */
+static inline uint8_t *cq_need(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi, int *rc) {
+    uint8_t *a = cq_map(w, slot, fi);
+    if (a) return a;
+    *rc = cq_attach(w, slot, qs, fi);
+    return *rc ? NULL : cq_map(w, slot, fi);
+}
+
+/* Entries [first, last] of slot's queue, in at most two files (both mapped by the caller). */
+static inline int cq_reserve(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t first, int64_t last) {
+    uint32_t per = w->ctl->header.cq_entries_per_file;
+    int64_t fi = first / per, base = fi * (int64_t)per;
+    shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
+    int64_t stop = last / per == fi ? last : base + per - 1;
+    int64_t end = (stop - base + 1) * SHMQ_CQ_ENTRY_SIZE;
+    if (end > m->ready) {
+        int rc = cq_reserve_file(w, m, qs, fi, (first - base) * SHMQ_CQ_ENTRY_SIZE, end, -1);
+        if (rc) return rc;
+    }
+    if (last / per == fi) return SHMQ_OK;
+    m = &w->cqs[2 * (uint64_t)slot + (uint64_t)((fi + 1) & 1)];
+    end = (last - (base + per) + 1) * SHMQ_CQ_ENTRY_SIZE;
+    return end > m->ready ? cq_reserve_file(w, m, qs, fi + 1, 0, end, -1) : SHMQ_OK;
+}
+
 static inline int is_prepared_or_rollback(int32_t sysflag) {
     int32_t t = sysflag & 0xC;
     return t == 0x4 || t == 0xC;
@@ -774,8 +889,10 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     if (has_cq) {
         uint32_t per = c->header.cq_entries_per_file;
         qoff = qs->next_offset;
-        cqe = cq_map(w, slot, qoff / per);
-        if (!cqe) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+        cqe = cq_need(w, slot, qs, qoff / per, &rc);
+        if (!cqe) goto unlock;
+        rc = cq_reserve(w, slot, qs, qoff, qoff);
+        if (rc) goto unlock;
         cqe += (qoff % per) * SHMQ_CQ_ENTRY_SIZE;
     }
     int64_t ts = next_store_ts(c);
@@ -818,9 +935,11 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b
  * batch-level properties (extra) are appended to each entry's properties. */
 #define BATCH_ENTRY_FIXED 22
 
+/* tag_all: every entry's TAGS hash when the caller knows it (one head shared by a local batch);
+ * NULL: from each entry's properties, as m->tag_mode says */
 static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta *m,
                       const uint8_t *b, uint32_t n, uint32_t extra_len, uint32_t *count,
-                      uint64_t *total) {
+                      uint64_t *total, const int64_t *tag_all) {
     uint32_t i = 0, k = 0;
     uint64_t sum = 0;
     while (i < n) {
@@ -837,8 +956,8 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
         if ((uint32_t)blen > w->ctl->header.max_message_size) return SHMQ_ETOOBIG;
         if (k >= w->scratch_cap) return SHMQ_EBADBATCH;
         w->scratch_crc[k] = shmq_crc32(0, e + 20, (size_t)blen) & 0x7FFFFFFFu;
-        w->scratch_tag[k] = m->tag_mode == SHMQ_TAG_FROM_PROPS ? shmq_tag_code_of_props(props, (size_t)plen)
-                                                               : m->tag_code;
+        w->scratch_tag[k] = m->tag_mode != SHMQ_TAG_FROM_PROPS ? m->tag_code
+                            : tag_all ? *tag_all : shmq_tag_code_of_props(props, (size_t)plen);
         sum += SHMQ_RECORD_FIXED + (uint64_t)blen + qs->topic_len + merged;
         i += BATCH_ENTRY_FIXED + (uint32_t)blen + (uint32_t)plen;
         k++;
@@ -849,19 +968,20 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
     return SHMQ_OK;
 }
 
-int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
-                   const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
+static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                     const uint8_t *extra, uint32_t extra_len, shmq_result *out, int try_lock,
+                     const int64_t *tag_all) {
     shmq_ctl *c = w->ctl;
     if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
     if (is_prepared_or_rollback(m->sysflag) || extra_len > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
     shmq_queue_slot *qs = &c->queues[slot];
     uint32_t count;
     uint64_t total;
-    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total);
+    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total, tag_all);
     if (rc) return rc;
     if (total + SHMQ_BLANK_MIN > c->header.file_size) return SHMQ_ETOOBIG;
 
-    rc = shmq_lock(w);
+    rc = lock_take(w, try_lock);
     if (rc) return rc;
     fault(w, SHMQ_FP_AFTER_LOCK);
     int64_t pos, rec;
@@ -871,8 +991,9 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     uint32_t per = c->header.cq_entries_per_file;
     int64_t qoff = qs->next_offset, last = qoff + count - 1;
     /* a batch may cross one CQ file boundary: both files must be mapped (ring of two) */
-    if (!cq_map(w, slot, qoff / per)) { w->need_slot = slot; w->need_index = qoff / per; rc = SHMQ_ENEEDCQ; goto unlock; }
-    if (!cq_map(w, slot, last / per)) { w->need_slot = slot; w->need_index = last / per; rc = SHMQ_ENEEDCQ; goto unlock; }
+    if (!cq_need(w, slot, qs, qoff / per, &rc) || !cq_need(w, slot, qs, last / per, &rc)) goto unlock;
+    rc = cq_reserve(w, slot, qs, qoff, last);
+    if (rc) goto unlock;
     int64_t ts = next_store_ts(c);
     begin_intent(c, pos, rec, rec + (int64_t)total, qoff, slot, count, 1);
     fault(w, SHMQ_FP_AFTER_INTENT);
@@ -916,6 +1037,11 @@ unlock:
     return rc;
 }
 
+int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                   const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
+    return put_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
+}
+
 /* ============================================================ local send == */
 /* UNIQ_KEY as the Java client forms it (MessageClientIDSetter): 32 upper-case hex chars,
  *   prefix (20: IPv4, pid, loader hash) | ms since month start (8) | counter (4)
@@ -932,9 +1058,11 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     if (now < u->month_start_ms || now >= u->next_month_ms) return SHMQ_EMONTH;
     uint32_t ms = (uint32_t)(now - u->month_start_ms);  /* Java's (int) cast: the low 32 bits */
     uint32_t c0 = __atomic_fetch_add(&u->counter, n, __ATOMIC_RELAXED);
+    char head[28]; /* prefix and time: the same for every id of one call */
+    memcpy(head, u->prefix, 20);
+    hexn(head + 20, ms, 8);
     for (uint32_t k = 0; k < n; k++, out += 32) {
-        memcpy(out, u->prefix, 20);
-        hexn(out + 20, ms, 8);
+        memcpy(out, head, 28);
         hexn(out + 28, (c0 + k) & 0xFFFF, 4);
     }
     return SHMQ_OK;
@@ -976,16 +1104,16 @@ int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t blen, const uin
                      r->id_out, try_lock);
 }
 
-/* A batch of n plain messages: bodies concatenated (body_lens[k] each); heads either
- * concatenated with head_lens, or (head_lens NULL) one head of head_len shared by all;
- * flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to ids_out, 32 chars
- * each); the batch body is built in scratch and appended as shmq_put_batch with extra. */
-int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
-                         const uint8_t *bodies, const uint32_t *blens,
-                         const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0,
-                         const int32_t *flags, uint32_t n, shmq_uniq *u,
-                         const uint8_t *extra, uint32_t elen,
-                         uint8_t *scratch, uint64_t cap, shmq_result *out, char *ids_out) {
+/* A batch of n plain messages: bodies concatenated (body_lens[k] each), or (body_ptrs not
+ * NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one head
+ * of head_len shared by all; flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to
+ * ids_out, 32 chars each); the batch body is built in scratch and appended as shmq_put_batch
+ * with extra. */
+static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
+                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
+                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
+                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
+                       char *ids_out, int try_lock) {
     if (n == 0) return SHMQ_EBADBATCH;
     uint64_t need = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1000,13 +1128,14 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
     for (uint32_t k = 0; k < n; k++) {
         uint32_t hl = hlens ? hlens[k] : hlen0;
         uint32_t plen = hl + UNIQ_PAIR_LEN;
+        const uint8_t *body = body_ptrs ? body_ptrs[k] : bodies;
         be32(p, BATCH_ENTRY_FIXED + blens[k] + plen);
         be32(p + 4, 0);
         be32(p + 8, 0);
         be32(p + 12, flags ? (uint32_t)flags[k] : 0);
         be32(p + 16, blens[k]);
-        memcpy(p + 20, bodies, blens[k]);
-        bodies += blens[k];
+        memcpy(p + 20, body, blens[k]);
+        if (!body_ptrs) bodies += blens[k];
         p += 20 + blens[k];
         be16(p, (uint16_t)plen);
         p += 2;
@@ -1015,7 +1144,28 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
         memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
         memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
     }
-    return shmq_put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out);
+    /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
+    int64_t tag = hlens ? 0 : shmq_tag_code_of_props(heads, hlen0);
+    return put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
+}
+
+int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
+                         const uint8_t *bodies, const uint32_t *blens,
+                         const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0,
+                         const int32_t *flags, uint32_t n, shmq_uniq *u,
+                         const uint8_t *extra, uint32_t elen,
+                         uint8_t *scratch, uint64_t cap, shmq_result *out, char *ids_out) {
+    return local_batch(w, slot, m, bodies, NULL, blens, heads, hlens, hlen0, flags, n, u, extra, elen, scratch, cap,
+                       out, ids_out, 0);
+}
+
+/* The uniform local batch of a route (one head, flags 0): the batch-level properties are the
+ * route's tail without its leading \x02 (put_batch puts the separator back). */
+int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const uint32_t *blens, uint32_t n,
+                    const uint8_t *head, uint32_t hlen, uint8_t *scratch, uint64_t cap, char *ids_out, int try_lock) {
+    if (r->tail_len < 1) return SHMQ_EINVAL;
+    return local_batch(r->w, r->slot, r->meta, NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, r->u, r->tail + 1,
+                       r->tail_len - 1, scratch, cap, r->out, ids_out, try_lock);
 }
 
 /* ================================================================== index == */

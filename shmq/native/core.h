@@ -39,6 +39,9 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *batch, uint32_t batch_len,
                    const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
 
+/* the writer's own ConsumeQueue mappings, unmapped (its close; no append after) */
+void shmq_writer_unmap(shmq_writer *w);
+
 /* the client's plain local send: UNIQ_KEY formed here, properties assembled here */
 typedef struct shmq_uniq {
     char prefix[20];              /* hex of IPv4 (4) | pid (2) | loader hash (4): per process */
@@ -65,6 +68,10 @@ typedef struct shmq_route {
 } shmq_route;
 int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t body_len,
               const uint8_t *head, uint32_t head_len, int try_lock);
+/* shmq_put_local_batch's uniform case for a route (one head, flags 0), bodies by pointer */
+int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const uint32_t *body_lens, uint32_t n,
+                    const uint8_t *head, uint32_t head_len, uint8_t *scratch, uint64_t scratch_cap,
+                    char *ids_out, int try_lock);
 int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                          const uint8_t *bodies, const uint32_t *body_lens,
                          const uint8_t *heads, const uint32_t *head_lens, uint32_t head_len,

@@ -13,17 +13,24 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <stdlib.h>
 #include <structmember.h>
 #include "core.h"
 
 typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
+typedef int (*send_batch_fn)(const shmq_route *, const uint8_t *const *, const uint32_t *, uint32_t,
+                             const uint8_t *, uint32_t, uint8_t *, uint64_t, char *, int);
 static send_fn f_send;
+static send_batch_fn f_send_batch;
 
-/* bind(address of shmq_send): once, at import of shmq.native */
-static PyObject *hot_bind(PyObject *self, PyObject *addr) {
-    void *p = PyLong_AsVoidPtr(addr);
-    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+/* bind(address of shmq_send, address of shmq_send_batch): once, at import of shmq.native */
+static PyObject *hot_bind(PyObject *self, PyObject *args) {
+    PyObject *a, *b;
+    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
+    void *p = PyLong_AsVoidPtr(a), *q = PyLong_AsVoidPtr(b);
+    if (!p || !q) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
     f_send = (send_fn)p;
+    f_send_batch = (send_batch_fn)q;
     Py_RETURN_NONE;
 }
 
@@ -65,12 +72,13 @@ static PyObject *hot_bind_result(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* the SendResult of the append shmq_send just made (ids and offsets raw: formatted when read) */
-static PyObject *send_result(const shmq_route *r, PyObject *mq, PyObject *store_host) {
+/* the SendResult of the append just made: n ids of 32 chars at ids, the route's offsets (ids
+ * and offsets raw: formatted when read) */
+static PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq, PyObject *store_host) {
     PyObject *o = res.cls->tp_alloc(res.cls, 0);
     if (!o) return NULL;
     SET(res, o, S_STATUS, REF(send_ok));
-    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(r->id_out, 32));
+    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(ids, 32 * n));
     SET(res, o, S_OFFID, PyLong_FromLongLong(r->out->phys_offset));
     SET(res, o, S_QUEUE, REF(mq));
     SET(res, o, S_QOFF, PyLong_FromLongLong(r->out->queue_offset));
@@ -99,19 +107,122 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
     int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(args[1]), (uint32_t)blen,
                     (const uint8_t *)PyBytes_AS_STRING(args[2]), (uint32_t)hlen, 1);
     if (rc) return PyLong_FromLong(rc);
-    return send_result(r, args[3], args[4]);
+    return send_result(r, r->id_out, 1, args[3], args[4]);
+}
+
+/* ---- the producer's uniform batch ---------------------------------------------------------
+ * send_batch(route address, messages, head, body limit, mq, store_host) -> SendResult, an int
+ * SHMQ_* status (nothing appended), or None when the list is not a batch this call takes: every
+ * item exactly a Message (the class bound by bind_message) of the first one's topic and tags,
+ * with a body of 1..limit bytes and no delay level, flag, properties or keys. Anything else the
+ * caller's Python path checks and raises on. */
+enum { M_TOPIC, M_BODY, M_TAGS, M_KEYS, M_PROPS, M_DELAY, M_FLAG, M_NSLOTS };
+static slotted msg;
+static PyObject *msg_unused;
+
+/* bind_message(Message, slot descriptors in __slots__ order, anything) */
+static PyObject *hot_bind_message(PyObject *self, PyObject *args) {
+    if (bind_slots(&msg, args, M_NSLOTS, &msg_unused)) return NULL;
+    Py_RETURN_NONE;
+}
+
+#define MAX_BATCH_BYTES (4u << 20) /* local_send.MAX_BATCH_BYTES: the encoded batch */
+/* the GIL is held from entry to return, so one set of buffers serves every thread */
+static uint8_t *b_scratch;
+static const uint8_t **b_ptrs;
+static uint32_t *b_lens;
+static char *b_ids;
+static Py_ssize_t b_cap;
+
+static int batch_room(Py_ssize_t n) {
+    if (!b_scratch && !(b_scratch = malloc(MAX_BATCH_BYTES))) return -1;
+    if (n <= b_cap) return 0;
+    const uint8_t **p = realloc(b_ptrs, n * sizeof *p);
+    if (p) b_ptrs = p;
+    uint32_t *l = realloc(b_lens, n * sizeof *l);
+    if (l) b_lens = l;
+    char *i = realloc(b_ids, n * 32);
+    if (i) b_ids = i;
+    if (!p || !l || !i) return -1;
+    b_cap = n;
+    return 0;
+}
+
+#define SLOT(o, k) (*(PyObject **)((char *)(o) + msg.off[k]))
+
+/* Only exact built-in types are looked at, so no Python code runs (none could change the list
+ * while its items are borrowed): a str equal to another, or None / 0 / an empty container. */
+static int same_text(PyObject *a, PyObject *b) {
+    if (a == b) return 1;
+    return PyUnicode_CheckExact(a) && PyUnicode_CheckExact(b) && PyUnicode_Compare(a, b) == 0;
+}
+
+static int empty(PyObject *v) {
+    if (v == Py_None) return 1;
+    if (PyLong_CheckExact(v)) {
+        int over;
+        long long x = PyLong_AsLongLongAndOverflow(v, &over);
+        return !over && x == 0;
+    }
+    if (PyDict_CheckExact(v)) return PyDict_GET_SIZE(v) == 0;
+    if (PyList_CheckExact(v)) return PyList_GET_SIZE(v) == 0;
+    if (PyTuple_CheckExact(v)) return PyTuple_GET_SIZE(v) == 0;
+    if (PyUnicode_CheckExact(v)) return PyUnicode_GET_LENGTH(v) == 0;
+    return 0;
+}
+
+static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
+        return NULL;
+    }
+    if (!f_send_batch || !res.cls || !msg.cls) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
+    PyObject *list = args[1];
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n == 0 || n > UINT32_MAX / 2) Py_RETURN_NONE;
+    if (batch_room(n)) return PyErr_NoMemory();
+    PyObject *m0 = PyList_GET_ITEM(list, 0);
+    if (Py_TYPE(m0) != msg.cls) Py_RETURN_NONE;
+    PyObject *topic = SLOT(m0, M_TOPIC), *tags = SLOT(m0, M_TAGS);
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *m = PyList_GET_ITEM(list, k);
+        if (Py_TYPE(m) != msg.cls) Py_RETURN_NONE;
+        PyObject *t = SLOT(m, M_TOPIC), *g = SLOT(m, M_TAGS), *b = SLOT(m, M_BODY);
+        if (!t || !g || !b || !PyBytes_CheckExact(b)) Py_RETURN_NONE;
+        if (!same_text(t, topic) || !same_text(g, tags)) Py_RETURN_NONE;
+        for (int f = M_KEYS; f <= M_FLAG; f++) {
+            PyObject *v = SLOT(m, f);
+            if (!v || !empty(v)) Py_RETURN_NONE;
+        }
+        Py_ssize_t blen = PyBytes_GET_SIZE(b);
+        if (blen < 1 || blen > limit) Py_RETURN_NONE;
+        b_ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(b);
+        b_lens[k] = (uint32_t)blen;
+    }
+    int rc = f_send_batch(r, b_ptrs, b_lens, (uint32_t)n, (const uint8_t *)PyBytes_AS_STRING(args[2]),
+                          (uint32_t)PyBytes_GET_SIZE(args[2]), b_scratch, MAX_BATCH_BYTES, b_ids, 1);
+    if (rc) return PyLong_FromLong(rc);
+    return send_result(r, b_ids, n, args[4], args[5]);
 }
 
 /* ---- the consumer's record walk ---------------------------------------------------------
- * read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, used)
- * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` and decodes
- * each record, found in the CommitLog mapping ``log`` (whose first byte is commit-log offset
- * ``log_base``), straight into a MessageExt (the class and its slots bound by bind_ext). It
- * stops at an empty entry, a record not yet below ``commit`` (the caller's acquire load of the
- * commit position: the visibility invariant of store/reader.py), one outside ``log``, one that
- * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the
- * caller reads the rest (and raises on a bad record) through the Python reader. Never sleeps,
- * never writes. */
+ * read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker)
+ *   -> (messages, used, elsewhere)
+ * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` (queue offset
+ * ``qoff``) and decodes each record, found in the CommitLog mapping ``log`` (whose first byte is
+ * commit-log offset ``log_base``), straight into a MessageExt (the class and its slots bound by
+ * bind_ext). ``positions`` and ``next_offset`` are the addresses of the store's shmq_positions
+ * and of the queue's published next offset, read here with acquire loads: an entry is used only
+ * below that next offset and when its record ends at or before the commit position (the
+ * visibility invariant of store/reader.py). It stops there, at an empty entry, an expired
+ * record (below min_pos), a record that does not check (magic, lengths) or a compressed one,
+ * and answers how many entries it used, and ``elsewhere``: the commit-log offset of the record
+ * it stopped at when that one is outside ``log`` (the caller maps its file and goes on), else -1.
+ * The caller reads what is left (and raises on a bad record) through the Python reader. Never
+ * sleeps, never writes. */
 enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
        X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
 static slotted ext;
@@ -181,18 +292,31 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
-static PyObject *hot_read(PyObject *self, PyObject *args) {
-    PyObject *cqo, *logo, *topic, *tu, *broker;
-    Py_ssize_t at, count;
-    long long log_base, commit;
-    if (!PyArg_ParseTuple(args, "OnnOLLUSU", &cqo, &at, &count, &logo, &log_base, &commit, &topic, &tu, &broker))
+static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11 || !PyUnicode_CheckExact(args[8]) || !PyBytes_CheckExact(args[9]) ||
+        !PyUnicode_CheckExact(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "read(cq, at, qoff, count, log, log_base, positions, next_offset, "
+                                         "topic: str, topic_utf8: bytes, broker: str)");
         return NULL;
+    }
     if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]), count = PyLong_AsSsize_t(args[3]);
+    long long qoff = PyLong_AsLongLong(args[2]), log_base = PyLong_AsLongLong(args[5]);
+    const shmq_positions *P = (const shmq_positions *)PyLong_AsVoidPtr(args[6]);
+    const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (!P || !next) { PyErr_SetString(PyExc_ValueError, "null position"); return NULL; }
+    PyObject *topic = args[8], *tu = args[9], *broker = args[10];
+    int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
+    int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
+    int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
+    if (mx - qoff < count) count = mx - qoff;
     Py_buffer cq, lg;
-    if (PyObject_GetBuffer(cqo, &cq, PyBUF_SIMPLE)) return NULL;
-    if (PyObject_GetBuffer(logo, &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    if (PyObject_GetBuffer(args[0], &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(args[4], &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     PyObject *out = PyList_New(0);
     Py_ssize_t used = 0;
+    long long elsewhere = -1;
     if (!out) goto done;
     const char *tub = PyBytes_AS_STRING(tu);
     Py_ssize_t tlen = PyBytes_GET_SIZE(tu);
@@ -202,7 +326,8 @@ static PyObject *hot_read(PyObject *self, PyObject *args) {
         const uint8_t *ent = (const uint8_t *)cq.buf + e;
         int64_t phys = (int64_t)rd64(ent);
         int32_t size = (int32_t)rd32(ent + 8);
-        if (size <= 0 || phys + size > commit || phys < log_base || phys - log_base + size > lg.len) break;
+        if (size <= 0 || phys + size > commit || phys < min_pos) break;
+        if (phys < log_base || phys - log_base + size > lg.len) { elsewhere = phys; break; }
         const uint8_t *r = (const uint8_t *)lg.buf + (phys - log_base);
         if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
         PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
@@ -213,14 +338,18 @@ done:
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
     if (!out) return NULL;
-    return Py_BuildValue("(Nn)", out, used);
+    return Py_BuildValue("(NnL)", out, used, elsewhere);
 }
 
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
-    {"read", (PyCFunction)hot_read, METH_VARARGS,
-     "read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, entries used)"},
-    {"bind", (PyCFunction)hot_bind, METH_O, "bind(address of shmq_send)"},
+    {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
+     "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
+     "-> (messages, entries used, elsewhere)"},
+    {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
+    {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, slot descriptors, _)"},
+    {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,
+     "send_batch(route, messages, head, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
      "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
     {"bind_result", (PyCFunction)hot_bind_result, METH_VARARGS, "bind_result(SendResult, slot descriptors, SEND_OK)"},

@@ -121,6 +121,9 @@
 #define SHMQ_ESLAVE -12
 /* shmq_send with try_lock: the append lock is held by another writer (call again without) */
 #define SHMQ_EBUSY -13
+/* the append could not map its ConsumeQueue file or allocate the pages ahead of its entries
+ * (shmq_writer.os_errno: why; ENOSPC/EDQUOT: the disk is full); nothing was written */
+#define SHMQ_ECQSPACE -14
 /* shmq_index_records: not errors, where the run stopped */
 #define SHMQ_IDX_FULL 1
 #define SHMQ_IDX_BLANK 2
@@ -287,6 +290,7 @@ typedef struct shmq_ctl {
 typedef struct shmq_map {
     int64_t index;                /* file index (start offset / file size); -1 = none */
     uint8_t *addr;
+    int64_t ready;                /* ConsumeQueue: bytes from the file's start known allocated */
 } shmq_map;
 
 typedef struct shmq_meta {
@@ -324,7 +328,7 @@ typedef struct shmq_writer {
     uint32_t *scratch_crc;        /* batch: per-entry CRC, computed before the lock */
     int64_t *scratch_tag;         /* batch: per-entry tag code */
     uint32_t scratch_cap;
-    uint32_t _pad0;
+    int32_t os_errno;             /* out: with SHMQ_ECQSPACE */
 } shmq_writer;
 /* CDEF-END */
 

@@ -2,19 +2,24 @@
 and the translation of C status codes into exceptions (through the one table in shmq.errors).
 
 The hot path is ``Appender.put`` / ``put_batch``: one cffi call per message or batch. The C
-core answers ENEEDLOG / ENEEDCQ (after releasing the lock) when the append needs a file this
-process has not mapped; we map it outside the lock and call again. That happens once per
-file, so the retry loop costs nothing on the steady path.
+core answers ENEEDLOG (after releasing the lock) when the append needs a CommitLog file this
+process has not mapped; we map it outside the lock and call again. ConsumeQueue files the C
+append maps itself; ENEEDCQ means the file does not exist yet: we create it and call again. That happens once per
+file, so the retry loop costs nothing on the steady path. SHMQ_ECQSPACE: the append could
+not map its ConsumeQueue file or allocate the pages ahead of its entries (files are sparse;
+see files.py): DiskFull on ENOSPC/EDQUOT, StoreError otherwise; nothing was written.
 """
 from __future__ import annotations
 
+import errno
 import os
 import threading
 import weakref
 
-from shmq.errors import error_for_status
+from shmq.errors import NOT_AVAILABLE_REMARK, DiskFull, StoreError, error_for_status
 from shmq.native import ffi, lib
 
+from . import files
 from .commitlog import CommitLog
 from .config import StoreConfig
 from .consume_queue import ConsumeQueue
@@ -60,13 +65,13 @@ class Appender:
         self._cq_maps = ffi.new("shmq_map[]", 2 * qcap)
         for i in range(2 * qcap):
             self._cq_maps[i].index = -1
-        w.cqs = self._cq_maps
+        w.cqs = self._cq_maps  # filled by the C append (cq_attach), unmapped by close
         self._scratch_crc = ffi.new("uint32_t[]", BATCH_SCRATCH)
         self._scratch_tag = ffi.new("int64_t[]", BATCH_SCRATCH)
         w.scratch_crc = self._scratch_crc
         w.scratch_tag = self._scratch_tag
         w.scratch_cap = BATCH_SCRATCH
-        self._pins: dict[tuple, object] = {}  # keeps the cdata buffers behind w->logs / w->cqs
+        self._pins: dict[tuple, object] = {}  # keeps the cdata buffers behind w->logs
         self._slots: dict[tuple[str, int], int] = {}
         self.lock = threading.Lock()  # one shmq_writer: one thread inside the C append at a time
         self.meta = ffi.new("shmq_meta *")
@@ -117,6 +122,12 @@ class Appender:
             self.map_log(w.need_index)
         elif rc == lib.SHMQ_ENEEDCQ:
             self.map_cq(w.need_slot, w.need_index)
+        elif rc == lib.SHMQ_ECQSPACE:
+            why = os.strerror(w.os_errno)
+            if w.os_errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull(f"cannot allocate ConsumeQueue space: {why}",
+                               remark=NOT_AVAILABLE_REMARK.format(f"the disk is full: {why}"))
+            raise StoreError(f"cannot map or allocate a ConsumeQueue file: {why}")
         else:
             raise_for_status(rc, size=size, limit=self.cfg.max_message_size)
 
@@ -129,15 +140,12 @@ class Appender:
         self.w.logs[ring].index = index
 
     def map_cq(self, slot: int, file_index: int) -> None:
+        """ENEEDCQ: the queue's file does not exist yet (its topic's files are made when the
+        topic is: store/queue_files.py). Create it, sparse; the C append maps it itself."""
         s = self.cb.ctl.queues[slot]
         topic = ffi.unpack(s.topic, s.topic_len).decode()
-        cq = self.queues.get(topic, s.queue_id)
-        mm = cq.map(file_index, create=True)
-        buf = ffi.from_buffer(mm)
-        i = 2 * slot + (file_index & 1)
-        self._pins[("cq", i)] = buf
-        self._cq_maps[i].addr = ffi.cast("uint8_t *", buf)
-        self._cq_maps[i].index = file_index
+        cq = ConsumeQueue(self.cfg, topic, s.queue_id)
+        files.create_sparse(cq.path(file_index), cq.file_bytes, self.cfg.file_mode, self.cfg.group)
 
     def set_fault(self, point: int, action: int) -> None:
         """Tests: make the C append pause (until killed) or kill itself at a fault point."""
@@ -146,6 +154,7 @@ class Appender:
 
     def close(self) -> None:
         self._pins.clear()
+        lib.shmq_writer_unmap(self.w)  # the C append's own ConsumeQueue mappings
         for i in range(lib.SHMQ_LOG_RING):
             self.w.logs[i].index = -1
         _live.discard(self)

@@ -7,13 +7,20 @@ Entry n is at byte (n mod E) * 20 of the file starting at byte (n div E) * E * 2
 ``cq_entries_per_file`` (300,000). Entries are written by the C append under the lock before
 the queue's next offset is published; an all-zero entry is an empty one (a record at
 commitlog offset 0 still has a non-zero size).
+
+Files are sparse (files.create_sparse): disk use follows the entries stored, not the number of
+queues. A page is allocated by write(2) before anything stores into it through a mapping (the
+C append's ``cq_reserve``; ``write_entry`` here), so a full disk is an error, never SIGBUS.
 """
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import re
 import struct
+
+from shmq.errors import DiskFull
 
 from . import faults, files
 from .config import StoreConfig
@@ -22,6 +29,7 @@ ENTRY = struct.Struct(">qiq")
 #: an entry in hex: the commit-log offset (16 digits), then size and tag code (24)
 _PHYS_HEX = re.compile(r"([0-9A-F]{16})[0-9A-F]{24}")
 ENTRY_SIZE = 20
+RESERVE_STEP = 64 * 1024   # write_entry allocates the 64 KiB around the entry it writes
 
 
 class ConsumeQueue(files.MappedSet):
@@ -32,6 +40,7 @@ class ConsumeQueue(files.MappedSet):
         self.per_file = cfg.cq_entries_per_file
         self.file_bytes = self.per_file * ENTRY_SIZE
         self.dir = os.path.join(cfg.consumequeue_dir, topic, str(queue_id))
+        self._reserved: dict[int, set[int]] = {}   # write_entry: RESERVE_STEP chunks allocated
         self._named_upto = -1  # files up to this index have a durable name (flush_range)
         files.MappedSet.__init__(self)
 
@@ -50,11 +59,13 @@ class ConsumeQueue(files.MappedSet):
             mm = self._maps.get(file_index)
             if mm is None:
                 path = self.path(file_index)
-                if create:
-                    files.create_preallocated(path, self.file_bytes, self.cfg.file_mode, self.cfg.group)
-                elif not os.path.exists(path):
-                    return None
-                mm = files.map_file(path, self.file_bytes)
+                try:
+                    mm = files.map_file(path, self.file_bytes)
+                except FileNotFoundError:
+                    if not create:
+                        return None
+                    files.create_sparse(path, self.file_bytes, self.cfg.file_mode, self.cfg.group)
+                    mm = files.map_file(path, self.file_bytes)
                 self._maps[file_index] = mm
             return mm
 
@@ -95,13 +106,54 @@ class ConsumeQueue(files.MappedSet):
             count -= take
         return out
 
+    def forget(self, index: int) -> None:
+        self._reserved.pop(index, None)
+        files.MappedSet.forget(self, index)
+
+    def create_first(self) -> bool:
+        """Create the queue's first file (sparse, nothing allocated) unless the queue has files:
+        done when a topic is created, so the first message to the queue finds its file."""
+        if self.file_indexes():
+            return False
+        return files.create_sparse(self.path(0), self.file_bytes, self.cfg.file_mode, self.cfg.group)
+
     def write_entry(self, offset: int, phys: int, size: int, tag: int) -> None:
-        """Recovery only: the append writes entries in C."""
+        """Recovery and a slave's replica writer only (no C append writes the queue meanwhile):
+        the append writes entries in C. DiskFull when the page cannot be allocated."""
         fi, n = divmod(offset, self.per_file)
-        ENTRY.pack_into(self.map(fi, create=True), n * ENTRY_SIZE, phys, size, tag)
+        mm = self.map(fi, create=True)
+        done = self._reserved.setdefault(fi, set())
+        for chunk in {n * ENTRY_SIZE // RESERVE_STEP, ((n + 1) * ENTRY_SIZE - 1) // RESERVE_STEP}:
+            if chunk not in done:
+                self._reserve(fi, chunk)
+                done.add(chunk)
+        ENTRY.pack_into(mm, n * ENTRY_SIZE, phys, size, tag)
+
+    def _reserve(self, fi: int, chunk: int) -> None:
+        """Allocate RESERVE_STEP bytes number ``chunk`` of file ``fi`` by writing its own bytes
+        back (holes read as zeros): nothing changes but the allocation. Safe only with no other
+        writer of the file, which is why the C append reserves differently (zeros past its
+        last published entry, under the lock)."""
+        start = chunk * RESERVE_STEP
+        stop = min(self.file_bytes, start + RESERVE_STEP)
+        path = self.path(fi)
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+        try:
+            faults.hit("preallocate", path)
+            data = os.pread(fd, stop - start, start)
+            if os.pwrite(fd, data, start) != len(data):
+                raise OSError(errno.ENOSPC, "short write")
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise DiskFull.at(path, stop - start, e.strerror) from e
+            raise
+        finally:
+            os.close(fd)
 
     def clear_from(self, offset: int) -> None:
-        """Recovery only: zero every entry from ``offset`` on (files past it are deleted)."""
+        """Recovery only: zero every entry from ``offset`` on (files past it are deleted).
+        Only allocated ranges are written (SEEK_DATA/SEEK_HOLE): zeros into a hole would
+        allocate the whole sparse file."""
         fi, n = divmod(offset, self.per_file)
         deleted = False
         for idx in self.file_indexes():
@@ -109,8 +161,7 @@ class ConsumeQueue(files.MappedSet):
                 self.delete_file(idx)
                 deleted = True
             elif idx == fi:
-                mm = self.map(idx)
-                mm[n * ENTRY_SIZE:] = bytes(self.file_bytes - n * ENTRY_SIZE)
+                _zero_data(self.path(idx), n * ENTRY_SIZE, self.file_bytes)
         # Durable at once: a cut that a second power cut undid would leave entries pointing
         # into the records appended after this recovery (the flusher syncs only below the
         # queue's next offset).
@@ -188,3 +239,25 @@ class ConsumeQueue(files.MappedSet):
                 # that follows says these entries are on disk
                 files.make_names_durable(self.path(fi), os.path.dirname(self.cfg.consumequeue_dir))
                 self._named_upto = fi
+
+
+def _zero_data(path: str, start: int, stop: int) -> None:
+    """Write zeros over the allocated ranges of [start, stop) of ``path``, leaving holes holes.
+    On a filesystem without SEEK_DATA the whole file counts as data (all of it is written)."""
+    fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        pos = start
+        while pos < stop:
+            try:
+                data = os.lseek(fd, pos, os.SEEK_DATA)
+            except OSError as e:
+                if e.errno == errno.ENXIO:
+                    return  # only holes from pos on
+                raise
+            hole = min(stop, os.lseek(fd, data, os.SEEK_HOLE))
+            while data < hole:
+                n = min(hole - data, 1 << 20)
+                data += os.pwrite(fd, bytes(n), data)
+            pos = hole
+    finally:
+        os.close(fd)

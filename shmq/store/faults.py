@@ -5,8 +5,11 @@ producer), while the broker runs. The power-loss harness adds its durability tra
 
 Call sites (``point``: the call; ``what``, passed by every site, is the path of the file):
 
-- ``preallocate``: posix_fallocate of a new CommitLog, ConsumeQueue or timer-marks file
-  (``files.create_preallocated``) and of a new IndexFile (``IndexFile.create``);
+- ``preallocate``: posix_fallocate of a new CommitLog or timer-marks file
+  (``files.create_preallocated``) and of a new IndexFile (``IndexFile.create``); the ftruncate
+  of a new (sparse) ConsumeQueue file (``files.create_sparse``) and the allocation of its pages
+  by recovery (``ConsumeQueue.write_entry``; the C append's own allocation, ``cq_reserve``,
+  answers ENOSPC itself);
 - ``write``: an atomic small-file write (``files.write_atomic``: topics.json,
   subscriptionGroup.json, consumerOffset.json, the checkpoint, ...), before its first byte;
 - ``msync``: the flush of a mapped file: CommitLog (flush.py), ConsumeQueue

@@ -1,11 +1,19 @@
-"""File primitives shared by the store: preallocated creation, atomic replacement, mapping.
+"""File primitives shared by the store: preallocated and sparse creation, atomic replacement, mapping.
 
-Rules (what a crash or power loss may leave behind decides them): files are created whole with posix_fallocate (a full
-disk is ENOSPC at creation, not SIGBUS inside an append); a file appears under its final
-name only once complete (link(2) from a temp name, so two creators never clobber each
-other); permissions are set with fchmod so no umask weakens them; small files (checkpoint,
-JSON config) are replaced by write temp + fsync + rename + fsync of the directory; mapped
-files are never truncated, only unlinked whole.
+Rules (what a crash or power loss may leave behind decides them): CommitLog, IndexFile and
+timer files are created whole with posix_fallocate (a full disk is ENOSPC at creation, not
+SIGBUS inside an append). ConsumeQueue files are created sparse (``create_sparse``: their full
+size by ftruncate, no block allocated), because a queue holds 20 bytes an entry and a store
+has thousands of queues: fully allocated, 10,000 queues took 60 GB before one message. A
+store into a hole of a shared mapping allocates at the page fault and, on a full disk, kills
+the writer with SIGBUS, so nothing writes a ConsumeQueue page through a mapping before it is
+allocated by a write(2), which answers ENOSPC instead: the C append reserves the pages ahead
+of its entries (``cq_reserve`` in native/core.c, under the append lock, zeros only past the
+last published entry), recovery and a slave's replica writer use ``ConsumeQueue.write_entry``
+(allocates by writing back the bytes already there). A file appears under its final name only
+once complete (link(2) from a temp name, so two creators never clobber each other); permissions are set with fchmod
+so no umask weakens them; small files (checkpoint, JSON config) are replaced by write temp +
+fsync + rename + fsync of the directory; mapped files are never truncated, only unlinked whole.
 """
 from __future__ import annotations
 
@@ -117,6 +125,35 @@ def _write_zeros(fd: int, path: str, size: int) -> None:
         if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             raise DiskFull.at(path, size, e.strerror) from e
         raise
+
+
+def create_sparse(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
+    """Create ``path`` of ``size`` bytes with no block allocated (reads see zeros). Returns
+    False when another process created it first. Whoever writes it through a mapping must
+    allocate each page with write(2) first (see the rules above)."""
+    if os.path.exists(path):
+        return False
+    d = os.path.dirname(path)
+    ensure_dir(d, dir_mode(mode), group)
+    fd, tmp = tempfile.mkstemp(prefix=".new-", dir=d)
+    try:
+        _apply_mode(fd, mode, group)
+        try:
+            faults.hit("preallocate", path)
+            os.ftruncate(fd, size)
+        except OSError as e:
+            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+                raise DiskFull.at(path, size, e.strerror) from e
+            raise
+        try:
+            os.link(tmp, path)
+            faults.created(path)  # its size, like a preallocated file's, goes with its name
+            return True
+        except FileExistsError:
+            return False
+    finally:
+        os.close(fd)
+        os.unlink(tmp)
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = None) -> None:

@@ -24,6 +24,7 @@ from shmq.service import ThreadService
 
 from . import faults, files
 from .checkpoint import Checkpoint, path_of
+from .queue_files import prepare_next
 
 log = logging.getLogger("shmq.store.flush")
 
@@ -115,12 +116,14 @@ class FlushService(ThreadService):
         for slot, topic, qid, nxt, _ in self.cb.iter_queue_slots():
             last = self._cq_flushed.get(slot, 0)
             if nxt > last:
+                cq = self.store.queues.get(topic, qid)
                 try:
-                    self.store.queues.get(topic, qid).flush_range(last, nxt)
+                    cq.flush_range(last, nxt)
                 except OSError as e:
                     self.store.mark_read_only(e.errno or errno.EIO, f"fdatasync of consume queue {topic}:{qid}")
                     return
                 self._cq_flushed[slot] = nxt
+                prepare_next(cq, nxt)  # the queue's next file, before a writer needs it
         log_flushed = self.flush_commitlog()
         if self.cb.ctl.pos.io_error:
             return  # read-only: the checkpoint keeps saying what was flushed before the error

@@ -184,7 +184,8 @@ class MessageStore(Reader):
         except (OSError, ValueError) as e:
             raise StaleSegment(f"{root} is not an initialised shmq store") from e
         cb = ControlBlock.attach(root, nonce)
-        if cb.state != lib.SHMQ_STATE_READY or not cb.owner_alive():
+        # READONLY (a flush failed) is attachable: reads go on, puts answer StoreReadOnly
+        if cb.state not in (lib.SHMQ_STATE_READY, lib.SHMQ_STATE_READONLY) or not cb.owner_alive():
             cb.close()
             raise StaleSegment(f"the broker that owned {root} is gone or not ready")
         cfg = StoreConfig(root=root, lock_timeout_ms=lock_timeout_ms,

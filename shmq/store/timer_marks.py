@@ -97,8 +97,10 @@ class TimerMarks:
         self.dir = os.path.join(root, DIR)
         self.mode = mode
         self._maps: dict[tuple[int, int], mmap.mmap] = {}
+        self._named: set[tuple[int, int]] = set()   # files whose name sync() made durable
         for q in QUEUES:
             files.ensure_dir(os.path.join(self.dir, "marks", str(q)))
+            files.make_names_durable(os.path.join(self.dir, "marks", str(q)), root)
 
     def _path(self, qid: int, index: int) -> str:
         return os.path.join(self.dir, "marks", str(qid), files.name_of(index * MARKS_PER_FILE))
@@ -142,6 +144,9 @@ class TimerMarks:
         for (qid, index), mm in self._maps.items():
             faults.synced(self._path(qid, index))
             mm.flush()
+            if (qid, index) not in self._named:  # an msync keeps no name: the directory's fsync does
+                files.fsync_dir(os.path.dirname(self._path(qid, index)))
+                self._named.add((qid, index))
 
     def drop_below(self, qid: int, low: int) -> None:
         """Unlink the files wholly below ``low`` (all settled)."""

@@ -19,6 +19,7 @@ from shmq.protocol import SyncRemotingClient
 from ..integration.broker_helpers import send, start_broker  # noqa: F401
 from ..integration.client_helpers import make_topic, wait_route
 from ..integration.conftest import namesrv, processes, start_namesrv  # noqa: F401
+from ..integration.test_metrics import free_port, wait_value
 from .helpers import drain, query_key, wait_for
 
 FILE = 256 * 1024      # small CommitLog files: a few dozen sends fill one
@@ -70,7 +71,9 @@ def test_commitlog_preallocation_enospc_refuses_cleanly_then_recovers(namesrv, s
 
 def test_index_file_enospc_holds_indexing_back_never_the_store(namesrv, start_broker, fault_file):
     fault_file.set("enospc:preallocate:/index/")                         # no IndexFile can be made
-    br = start_broker(namesrv, workers=1)
+    port = free_port()
+    br = start_broker(namesrv, workers=1, settings={"metricsExporterType": "PROM", "metricsPromExporterPort": port,
+                                                    "metricsPushIntervalMillis": 100})
     make_topic(br, "DI", queues=1)
     with SyncRemotingClient(br.addr, timeout=10) as c:
         for i in range(20):
@@ -79,12 +82,14 @@ def test_index_file_enospc_holds_indexing_back_never_the_store(namesrv, start_br
         for i in range(20, 30):                                          # still accepting
             assert send(c, "DI", b"m%d" % i, keys=f"k{i % 2}").code == 0
         assert query_key(c, "DI", "k1") == []
+        assert wait_value(port, "shmq_index_held_back", 1)[1] == 1
         fault_file.clear()
         want = sorted(b"m%d" % i for i in range(1, 30, 2))
         assert wait_for(lambda: query_key(c, "DI", "k1") == want, 15), query_key(c, "DI", "k1")
         assert send(c, "DI", b"m30", keys="k0").code == 0
         assert wait_for(lambda: b"m30" in query_key(c, "DI", "k0"), 10)
         assert len(drain(c, "DI")) == 31
+        assert wait_value(port, "shmq_index_held_back", 0)[1] == 0
     log = br.log()
     assert log.count("indexing held back") == 1 and "indexing resumed" in log
     assert "Traceback" not in log

@@ -14,8 +14,9 @@ from shmq.errors import StoreReadOnly
 from shmq.protocol import SyncRemotingClient
 
 from ..integration.broker_helpers import send, start_broker  # noqa: F401
-from ..integration.client_helpers import make_topic, wait_route
+from ..integration.client_helpers import Collector, consumer, make_topic, wait_route
 from ..integration.conftest import namesrv, processes, start_namesrv  # noqa: F401
+from ..integration.test_metrics import free_port, wait_value
 from .helpers import drain, query_key, runtime_info, wait_for
 
 FLUSH_DISK_TIMEOUT, SERVICE_NOT_AVAILABLE = 10, 14
@@ -71,6 +72,12 @@ def test_sync_flush_eio_answers_flush_disk_timeout_then_read_only(namesrv, start
         assert _read_only(c)
         got = drain(c, "EIO")                                          # reads go on
         assert got[:len(acked)] == acked and set(got) <= set(acked) | set(maybe)
+        col = Collector()                                              # a local consumer too
+        cons = consumer(namesrv.addr, "eio-cg", "EIO", col, local="always")
+        try:
+            assert col.wait_for(lambda s: set(acked) <= s.bodies(), 20), col.bodies()
+        finally:
+            cons.shutdown()
     assert wait_for(lambda: "CRITICAL shmq.store" in br.log() and "READ-ONLY" in br.log(), 5)
     assert "Traceback" not in br.log(), br.log()
     fault_file.clear()
@@ -79,7 +86,9 @@ def test_sync_flush_eio_answers_flush_disk_timeout_then_read_only(namesrv, start
 
 @pytest.mark.parametrize("rule", ["eio:msync:/consumequeue/", "eio:msync:/index/", "eio:write:{store}/checkpoint"])
 def test_async_flush_eio_anywhere_makes_the_store_read_only(start_broker, fault_file, rule):
-    br = start_broker(workers=1)
+    port = free_port()
+    br = start_broker(workers=1, settings={"metricsExporterType": "PROM", "metricsPromExporterPort": port,
+                                           "metricsPushIntervalMillis": 100})
     acked = []
     with SyncRemotingClient(br.addr, timeout=10) as c:
         make_topic(br, "EIO", queues=1)
@@ -100,6 +109,7 @@ def test_async_flush_eio_anywhere_makes_the_store_read_only(start_broker, fault_
         r = send(c, "EIO", b"refused")
         assert r.code == SERVICE_NOT_AVAILABLE and "read-only" in r.remark, (r.code, r.remark)
         assert set(drain(c, "EIO")) == set(acked) | set(maybe)
+        assert wait_value(port, "shmq_storage_read_only", 1)[1] == 1
     assert "CRITICAL shmq.store" in br.log() and "READ-ONLY" in br.log()
     assert "Traceback" not in br.log(), br.log()
     fault_file.clear()

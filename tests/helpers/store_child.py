@@ -12,6 +12,11 @@
         (SIGSTOP) inside the append holding the lock; after SIGCONT it finishes and exits 0.
     python -m tests.helpers.store_child ROOT batch WID N BATCH QUEUES
         like write, in batches of BATCH messages (one lock per batch).
+    python -m tests.helpers.store_child ROOT spread WID N ACKFILE [KILL_AT POINT]
+        put N messages "WID:i", each the first of a new queue (topic WID-i//8, queue i % 8),
+        acknowledged as in write.
+    python -m tests.helpers.store_child ROOT own-spread WID N ACKFILE
+        open the store as its owner (recovering it), then spread; waits to be killed after.
 """
 from __future__ import annotations
 
@@ -43,11 +48,34 @@ def own(root: str, argv: list[str]) -> int:
         time.sleep(1)
 
 
+def spread(store, wid: str, n: int, ack_path: str, kill_at: int = -1, point: int = 0) -> None:
+    ack = os.open(ack_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    for i in range(n):
+        if i == kill_at:
+            store.appender.set_fault(point, lib.SHMQ_FA_KILL)
+        store.queue_writer(f"{wid}-{i // 8}", i % 8).put(f"{wid}:{i}".encode())
+        os.write(ack, b"%d\n" % i)
+
+
 def main(argv: list[str]) -> int:
     root, mode = argv[0], argv[1]
     if mode == "own":
         return own(root, argv[2:])
+    if mode == "own-spread":
+        import time
+
+        from shmq.store import StoreConfig
+        cfg = StoreConfig(root=root, mapped_file_size_commitlog=64 * 1024, cq_entries_per_file=100,
+                          max_hash_slot_num=1024, max_index_num=4096, disk_max_used_space_ratio=100,
+                          flush_interval_commitlog_ms=50, flush_interval_consume_queue_ms=100)
+        store = MessageStore.open(cfg)
+        spread(store, argv[2], int(argv[3]), argv[4])
+        print("done", flush=True)
+        while True:
+            time.sleep(1)
     store = MessageStore.attach(root, lock_timeout_ms=20000)
+    if mode == "spread":
+        spread(store, argv[2], int(argv[3]), argv[4], *(int(a) for a in argv[5:7]))
     if mode == "write":
         wid, n, queues = argv[2], int(argv[3]), int(argv[4])
         ack = os.open(argv[5], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600) if len(argv) > 5 and argv[5] != "-" else None

@@ -1,6 +1,7 @@
 """One power-loss run: a broker (supervisor and workers) with the durability trace on, under
-load from TCP producers and a committing consumer; SIGKILL of its whole process group at a
-random moment (every process at once, as a power cut stops them); then, for each seed, the
+load from TCP producers, a local producer (local_producer.py, on the shared mapping) and a
+committing consumer; SIGKILL of every one of those processes at a random moment (back to
+back, as a power cut stops them); then, for each seed, the
 store a power cut could have left (image.py) and a broker started on it, checked:
 
 * it starts (recovery never refuses the store);
@@ -19,6 +20,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -56,12 +58,14 @@ class Outcome:
     seed: int
     started: bool = False
     acked: int = 0
+    local_acked: int = 0
     recovered: int = 0
     acked_lost: list = field(default_factory=list)        # lost beyond the allowed window
     lost_in_window: int = 0                                # ASYNC_FLUSH: within the window
     oldest_loss_s: float = 0.0                             # age at the kill of the oldest lost ack
     garbage: list = field(default_factory=list)
     duplicates: int = 0
+    served_lost: int = 0        # delivered to the consumer before the cut, gone after it (reported)
     problems: list = field(default_factory=list)           # files inconsistent with the log
     image: dict = field(default_factory=dict)
 
@@ -79,11 +83,12 @@ class Runner:
         self.stores: list[Path] = []
         self.n = 0
 
-    def start(self, store: Path, trace: Path | None = None, broken: bool = False) -> BrokerProc:
+    def start(self, store: Path, trace: Path | None = None, broken: bool = False,
+              settings: dict | None = None) -> BrokerProc:
         self.n += 1
         launcher = [str(HERE / "broken_broker.py")] if broken else ["-m", "shmq.cli.broker"]
         argv = [sys.executable, *launcher, "--port", "0", "--store", str(store), "--workers", "2"]
-        for k, v in {**SETTINGS, "brokerName": "powerloss", "flushDiskType": self.mode}.items():
+        for k, v in {**SETTINGS, "brokerName": "powerloss", "flushDiskType": self.mode, **(settings or {})}.items():
             argv += ["--set", f"{k}={v}"]
         env = {k: v for k, v in os.environ.items() if k != "SHMQ_DURABILITY_TRACE"}
         if trace is not None:
@@ -104,36 +109,78 @@ class Runner:
                 pass
 
 
-def kill_all(p: BrokerProc) -> None:
-    """SIGKILL the supervisor and its workers (each in its own session) back to back, as a
-    power cut stops them, then wait for all of them."""
-    pids = [p.pid, *p.worker_pids()]
+def kill_all(p: BrokerProc, local: subprocess.Popen) -> None:
+    """SIGKILL the supervisor, its workers (each in its own session) and the local producer
+    back to back, as a power cut stops them, then wait for all of them."""
+    pids = [p.pid, *p.worker_pids(), local.pid]
     for pid in pids:
-        os.kill(pid, signal.SIGKILL)
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     p.popen.wait(10)
-    for pid in pids[1:]:
+    local.wait(10)
+    for pid in pids[1:-1]:
         try:
             psutil.Process(pid).wait(10)
         except psutil.NoSuchProcess:
             pass
 
 
-def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float):
-    """Run the load on a fresh traced store and cut it: (live store, trace dir, acks, kill time)."""
-    store, trace = runner.tmp / f"l{n}", runner.tmp / f"t{n}"
-    trace.mkdir()
-    b = runner.start(store, trace, broken=runner.broken)
+def start_local_producer(store: Path, trace: Path, base: int, seed: int, ackfile: Path) -> subprocess.Popen:
+    """tests/powerloss/local_producer.py on the broker's store, once it says it is attached."""
+    env = dict(os.environ, SHMQ_DURABILITY_TRACE=str(trace))  # it may create ConsumeQueue files
+    p = subprocess.Popen([sys.executable, "-m", "tests.powerloss.local_producer", str(store), str(base),
+                          str(seed), str(ackfile)], cwd=HERE.parent.parent, env=env, stdout=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, start_new_session=True)
+    line = p.stdout.readline()
+    p.stdout.close()
+    if line.strip() != b"ready":
+        p.kill()
+        p.wait()
+        raise RuntimeError(f"the local producer did not attach to {store} (exit {p.poll()})")
+    return p
+
+
+def _local_acks(ackfile: Path, acks: load.Acks) -> None:
+    for line in ackfile.read_text().splitlines():
+        mid, at = line.split()
+        acks.acked[int(mid)] = float(at)
+        acks.local += 1
+
+
+def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float, store: Path | None = None,
+                   trace: Path | None = None, phase: int = 0):
+    """Run the load on a traced store (a fresh one by default) and kill everything: (live
+    store, trace dir, acks, kill time). The kill comes after 0.3-1 x ``seconds`` in phase 0;
+    in a later phase (a store just recovered from a cut) as early as 0.05 x, with ConsumeQueues
+    flushed every 3 s: the kill lands before the first ConsumeQueue flush after recovery, when
+    only the checkpoint recovery wrote says what of them is on disk."""
+    store, trace = store or runner.tmp / f"l{n}", trace or runner.tmp / f"t{n}"
+    trace.mkdir(exist_ok=True)
+    b = runner.start(store, trace, broken=runner.broken,
+                     settings={"flushIntervalConsumeQueue": 3000} if phase else None)
     acks = load.Acks()
-    producers = [load.Producer(b.addr, (n * 10 + i) * 10_000_000, acks, rng.randrange(1 << 30)) for i in range(3)]
+    base = (n * 10) * 10_000_000 + phase * 5_000_000
+    producers = [load.Producer(b.addr, base + i * 10_000_000, acks, rng.randrange(1 << 30)) for i in range(3)]
     consumer = load.Consumer(b.addr)
-    for t in (*producers, consumer):
-        t.start()
-    time.sleep(rng.uniform(0.3, 1.0) * seconds)
-    killed_at = time.monotonic()
-    kill_all(b)
+    ackfile = runner.tmp / f"local-acks-{n}-{phase}"
+    local = start_local_producer(store, trace, base + 9 * 10_000_000, rng.randrange(1 << 30), ackfile)
+    try:
+        for t in (*producers, consumer):
+            t.start()
+        time.sleep(rng.uniform(0.05 if phase else 0.3, 1.0) * seconds)
+        killed_at = time.monotonic()
+        kill_all(b, local)
+    finally:
+        if local.poll() is None:
+            local.kill()
+            local.wait()
     for t in (*producers, consumer):
         t.stop.set()
         t.join(10)
+    _local_acks(ackfile, acks)
+    acks.served = consumer.served
     return store, trace, acks, killed_at
 
 
@@ -180,6 +227,8 @@ def _judge(out: Outcome, acks: load.Acks, ids: list[int], killed_at: float, mode
     out.recovered = len(got)
     out.duplicates = len(ids) - len(got)
     out.acked = len(acks.acked)
+    out.local_acked = acks.local
+    out.served_lost = len(acks.served - got)
     window = FLUSH_INTERVAL_MS / 1000 + ASYNC_SLACK_S
     for mid, at in acks.acked.items():
         if mid in got:
@@ -203,16 +252,34 @@ def _check_files(out: Outcome, image: Path, cut_cp: Checkpoint) -> None:
         out.problems.append(f"checkpoint cq_flushed {cut_cp.cq_flushed} ahead of the recovered end {v.end}")
 
 
+def cut_and_load_again(runner: Runner, n: int, rng: random.Random, seconds: float, live: Path, trace: Path,
+                       acks: load.Acks, killed_at: float):
+    """A second power loss: cut once, restart a traced broker on the cut store (its recovery's
+    own syncs are traced), load it again and kill it. The first run's acknowledgements keep
+    their age at its own kill (their times are shifted to the second kill)."""
+    image, trace2 = runner.tmp / f"{live.name}d", runner.tmp / f"{trace.name}d"
+    power_cut(str(live), str(trace), str(image), rng.randrange(1 << 30), durable_into=str(trace2))
+    live2, trace2, acks2, killed2 = load_then_kill(runner, n, rng, seconds, image, trace2, phase=1)
+    for mid, at in acks.acked.items():
+        acks2.acked[mid] = at - killed_at + killed2
+    acks2.local += acks.local
+    acks2.served |= acks.served
+    return live2, trace2, acks2, killed2
+
+
 def run(processes, tmp: Path, mode: str, *, crashes: int, cuts: int, seed: int, seconds: float = 1.5,
-        broken: bool = False, stop_on_loss: bool = False) -> list[Outcome]:
-    """``crashes`` loaded runs, each cut ``cuts`` ways. Seeded: the load's timing is not, so a
-    seed fixes the cuts' coins, not which bytes were in flight."""
+        broken: bool = False, stop_on_loss: bool = False, twice: bool = False) -> list[Outcome]:
+    """``crashes`` loaded runs, each cut ``cuts`` ways (``twice``: after a first cut, a restart
+    and more load). Seeded: the load's timing is not, so a seed fixes the cuts' coins, not
+    which bytes were in flight."""
     rng = random.Random(seed)
     runner = Runner(processes, tmp, mode, broken=broken)
     outcomes = []
     try:
         for n in range(crashes):
             live, trace, acks, killed_at = load_then_kill(runner, n, rng, seconds)
+            if twice:
+                live, trace, acks, killed_at = cut_and_load_again(runner, n, rng, seconds, live, trace, acks, killed_at)
             for _ in range(cuts):
                 o = check_cut(runner, live, trace, acks, killed_at, rng.randrange(1 << 30))
                 outcomes.append(o)
@@ -228,11 +295,13 @@ def run(processes, tmp: Path, mode: str, *, crashes: int, cuts: int, seed: int, 
 
 def summary(outcomes: list[Outcome]) -> str:
     bad = [o for o in outcomes if not o.ok]
-    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acks checked, "
+    return (f"{len(outcomes)} cuts, {sum(o.acked for o in outcomes)} acks checked "
+            f"({sum(o.local_acked for o in outcomes)} local), "
             f"{sum(len(o.acked_lost) for o in outcomes)} acked-lost, "
             f"{sum(o.lost_in_window for o in outcomes)} lost within the flush window, "
             f"oldest loss {max((o.oldest_loss_s for o in outcomes), default=0):.3f}s, "
             f"{sum(len(o.garbage) for o in outcomes)} garbage, {sum(o.duplicates for o in outcomes)} duplicates, "
+            f"{sum(o.served_lost for o in outcomes)} served then lost, "
             f"{sum(o.image.get('pages_live', 0) for o in outcomes)} pages written back / "
             f"{sum(o.image.get('pages_durable', 0) for o in outcomes)} dropped; "
             f"failing: {[(o.seed, o.acked_lost[:3], o.garbage[:2], o.problems[:3], o.image) for o in bad][:3]}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import stat
 import urllib.parse
 from dataclasses import dataclass, field
 
@@ -59,7 +60,9 @@ def _live_inodes(root: str) -> dict[str, str]:
     for d, _, names in os.walk(root):
         for n in names:
             p = os.path.join(d, n)
-            out.setdefault(_key(os.lstat(p)), p)
+            st = os.lstat(p)
+            if stat.S_ISREG(st.st_mode):
+                out.setdefault(_key(st), p)
     return out
 
 
@@ -88,16 +91,17 @@ class Cut:
         return self.report
 
     def _dir(self, live_dir: str, out_dir: str) -> None:
-        live = {}
+        live, special = {}, set()
         with os.scandir(live_dir) as it:
             for e in it:
                 if not (e.is_file(follow_symlinks=False) or e.is_dir(follow_symlinks=False)):
-                    continue  # a unix socket (broker.sock) holds nothing a power cut keeps
+                    special.add(e.name)  # a unix socket (broker.sock) holds nothing a power cut keeps
+                    continue
                 st = e.stat(follow_symlinks=False)
                 live[e.name] = (_key(st), e.is_dir(follow_symlinks=False))
         durable = self.listings.get(os.path.abspath(live_dir), {})
         rel = os.path.relpath(live_dir, self.live_root)
-        for name in sorted(set(live) | set(durable)):
+        for name in sorted((set(live) | set(durable)) - special):
             have, old = live.get(name), durable.get(name)
             path = os.path.join(rel, name)
             if have is not None and have[0] == old:

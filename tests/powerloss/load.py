@@ -46,6 +46,8 @@ def parse_body(body: bytes) -> int | None:
 @dataclass
 class Acks:
     sent: int = 0
+    local: int = 0                               # of ``acked``, from the local producer
+    served: set = field(default_factory=set)     # ids a consumer received before the kill
     acked: dict = field(default_factory=dict)   # id -> monotonic time of the SEND_OK
     other: dict = field(default_factory=dict)   # response code -> count (FLUSH_DISK_TIMEOUT...)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -100,13 +102,15 @@ def pull(c: SyncRemotingClient, qid: int, offset: int, commit: int = 0, max_nums
 
 
 class Consumer(threading.Thread):
-    """Pulls every queue from 0 and commits what it has read (UPDATE_CONSUMER_OFFSET)."""
+    """Pulls every queue from 0 and commits what it has read (UPDATE_CONSUMER_OFFSET);
+    ``served`` is the ids of the intact messages it was given."""
 
     def __init__(self, addr: str):
         super().__init__(daemon=True)
         self.addr = addr
         self.stop = threading.Event()
         self.next = [0] * QUEUES
+        self.served: set[int] = set()
 
     def run(self) -> None:
         try:
@@ -118,7 +122,11 @@ class Consumer(threading.Thread):
                 for q in range(QUEUES):
                     r = pull(c, q, self.next[q])
                     if r.code == SUCCESS and r.body:
-                        self.next[q] += sum(1 for _ in iter_records(r.body))
+                        for m in iter_records(r.body):
+                            self.next[q] += 1
+                            mid = parse_body(bytes(m.body))
+                            if mid is not None:
+                                self.served.add(mid)
                     h = UpdateConsumerOffsetRequestHeader(consumerGroup=GROUP, topic=TOPIC, queueId=q,
                                                           commitOffset=self.next[q])
                     c.invoke(request(RequestCode.UPDATE_CONSUMER_OFFSET, h), 5)

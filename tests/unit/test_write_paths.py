@@ -141,3 +141,44 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     assert _last_record(roads) == local
     cq = roads.store.queues.get("T", 1)  # the same tag code (TAGS hash) in both ConsumeQueue entries
     assert cq.entry(got.queue_offset)[2] == cq.entry(got.queue_offset + 1)[2] == java_string_hash("A")
+
+
+def test_local_uniform_batch_road(roads):
+    """hot_send_batch (a uniform local send_batch, checked and encoded in C) stores each message
+    as the C batch encoder of put_plain_batch does, with its own UNIQ_KEY and the TAGS hash in
+    every ConsumeQueue entry; a list it does not take (another tag, a property, a subclass) is
+    None, and a held lock is SHMQ_EBUSY, both with nothing stored."""
+    from shmq.client.message import Message, SendResult
+    from shmq.client.uniq_id import generator
+    from shmq.native import hot_send_batch, lib
+    fw = roads.fast_writer("T", 1, BORN)
+    r = fw.route(generator())
+    head = b"TAGS\x01A\x02"
+    msgs = [Message("T", b"b%d" % k, tags="A") for k in range(5)]
+    before = roads.store.commit_pos
+
+    class Sub(Message):
+        __slots__ = ()
+    for bad in ([*msgs[:4], Message("T", b"x", tags="B")], [*msgs[:4], Message("T", b"x", tags="A", keys="k")],
+                [*msgs[:4], Sub("T", b"x", tags="A")], [*msgs[:4], Message("T", b"", tags="A")]):
+        assert hot_send_batch(r.addr, bad, head, 4096, "q", b"8 bytes!") is None
+    holder = roads.store.queue_writer("T", 2)
+    assert lib.shmq_lock(holder.c_writer) == 0
+    try:
+        assert hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!") == lib.SHMQ_EBUSY
+    finally:
+        lib.shmq_unlock(holder.c_writer)
+    assert roads.store.commit_pos == before
+    got = hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!")
+    if isinstance(got, int):  # a fresh queue: its ConsumeQueue file is mapped first
+        fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)
+        got = hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!")
+    assert isinstance(got, SendResult) and got.queue == "q"
+    ids = got.msg_id.split(",")
+    mv = memoryview(roads.store.commitlog.map(0))[:roads.store.commit_pos]
+    stored = list(iter_records(mv))[-5:]
+    assert [bytes(m.body) for m in stored] == [m.body for m in msgs]
+    assert [dict(m.properties) for m in stored] == [{"TAGS": "A", "UNIQ_KEY": i, "CLUSTER": "TestCluster"} for i in ids]
+    assert [m.queue_offset for m in stored] == list(range(got.queue_offset, got.queue_offset + 5))
+    cq = roads.store.queues.get("T", 1)
+    assert {cq.entry(m.queue_offset)[2] for m in stored} == {java_string_hash("A")}

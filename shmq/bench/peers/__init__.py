@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from .base import Peer
 from .fifo import FasterFifoPeer
+from .limits import FloorPeer, FutexPeer
 from .mpqueue import MpQueuePeer
 from .redis_streams import RedisPeer
 from .shmq_client import ShmqClientPeer
@@ -17,12 +18,15 @@ PEERS: dict[str, type[Peer]] = {
     "faster-fifo": FasterFifoPeer,
     "zmq": ZmqPeer,
     "redis": RedisPeer,
+    "py-floor": FloorPeer,
+    "futex-limit": FutexPeer,
 }
 SHMQ: dict[str, type[Peer]] = {
     "shmq": ShmqClientPeer,
     "shmq-store": ShmqStorePeer,
 }
-DEFAULT_PEERS = tuple(PEERS)
+#: the limit rows (limits.py) run when named: --peers py-floor,futex-limit,...
+DEFAULT_PEERS = tuple(n for n in PEERS if n not in ("py-floor", "futex-limit"))
 
 
 def resolve(names: list[str]) -> list[type[Peer]]:

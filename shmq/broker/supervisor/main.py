@@ -42,6 +42,7 @@ from shmq.protocol.bodies import TopicConfig
 from shmq.store import MessageStore, segment_gc
 from shmq.store.delay_levels import DelayLevels
 from shmq.store.put import PutPipeline
+from shmq.store.queue_files import QueueFilePreparer
 from shmq.service import AsyncService
 
 from shmq.broker.shared import attach
@@ -124,6 +125,7 @@ class Supervisor:
         self.tx_check: TransactionCheckService | None = None
         self.metrics: metrics.BrokerMetrics | None = None
         self.replication: Replication | None = None
+        self.cq_files: QueueFilePreparer | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
@@ -159,7 +161,10 @@ class Supervisor:
                                                             cfg.autoCreateTopicEnable, cfg.defaultTopicQueueNums)
                                   if t.topicName not in self.topics])
             self.registrar = Registrar(cfg, self.topics, on_result=self._on_register_result)
-            self.plane = ControlPlane(cfg, self.topics, self.registrar.trigger)
+            # every queue's first ConsumeQueue file, made when its topic is (not by its first send)
+            self.cq_files = QueueFilePreparer(self.store.cfg, self._queue_counts)
+            self.cq_files.start()
+            self.plane = ControlPlane(cfg, self.topics, self._topics_changed)
             self.replication = Replication(cfg, self.store, self.topics, self.plane.adopt_topics)
             self.replication.start()
             # POP state is the supervisor's: every worker asks here (pop_service)
@@ -194,6 +199,13 @@ class Supervisor:
             svc.start()
         log.info("broker %s (%s) up on %s with %d worker(s), store %s", cfg.brokerName, cfg.brokerClusterName,
                  self.address, len(self.workers), cfg.store_root)
+
+    def _topics_changed(self) -> None:
+        self.registrar.trigger()
+        self.cq_files.wake()
+
+    def _queue_counts(self) -> list[tuple[str, int]]:
+        return [(t.topicName, max(t.readQueueNums, t.writeQueueNums)) for t in list(self.topics.table.values())]
 
     def _start_master_services(self, loop, levels) -> None:
         self.schedule = ScheduleService(self.store, self.pipeline, levels)
@@ -243,6 +255,8 @@ class Supervisor:
             self.timer.stop()
         if self.pop is not None:
             self.pop.stop()
+        if self.cq_files is not None:
+            await asyncio.to_thread(self.cq_files.stop)
         if self.replication is not None:
             await self.replication.close()
         if self.store is not None:
@@ -358,6 +372,8 @@ class Supervisor:
             await asyncio.to_thread(self.timer.stop)     # likewise: it flushes and writes its checkpoint
         if self.pop is not None:
             await asyncio.to_thread(self.pop.stop)       # syncs its journal
+        if self.cq_files is not None:
+            await asyncio.to_thread(self.cq_files.stop)
         if self.replication is not None:
             await self.replication.close()
             self.replication = None

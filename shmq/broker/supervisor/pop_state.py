@@ -75,6 +75,7 @@ class PopState:
         self._replay()
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, mode)
         self._size = os.fstat(self._fd).st_size
+        files.make_names_durable(self.path, root)  # fdatasync of the journal keeps no name
 
     # ---- journal ---------------------------------------------------------------------
     @staticmethod

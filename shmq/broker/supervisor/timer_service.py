@@ -10,6 +10,7 @@ thread at most 1,000 passes a second, not one per append.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
@@ -38,6 +39,7 @@ class TimerService(ThreadService):
         self._last_ck = 0.0
         self._seen = 0
         self._opened = False
+        self._ck_held_back = False  # the checkpoint held back by a full disk (said once)
 
     def start(self) -> None:
         if self.running:
@@ -75,13 +77,29 @@ class TimerService(ThreadService):
         self._serve_rolls()
         if time.monotonic() - self._last_ck >= self.checkpoint_interval:
             self._last_ck = time.monotonic()
-            ts.checkpoint()
+            self._checkpoint()
         if busy:
             return 0.0
         nd = ts.index.next_due()
         if nd is None:
             return self.max_wait
         return min(self.max_wait, max(0.0, (nd - ts.now()) / 1000.0))
+
+    def _checkpoint(self) -> None:
+        """A full disk holds the timer checkpoint back: said once, the old file stays whole
+        (atomic replace), retried at the next interval; any other error propagates."""
+        try:
+            self.timers.checkpoint()
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            if not self._ck_held_back:
+                log.error("timer checkpoint not written: %s; retrying every %.0f s", e, self.checkpoint_interval)
+            self._ck_held_back = True
+            return
+        if self._ck_held_back:
+            self._ck_held_back = False
+            log.warning("timer checkpoint written again: the disk has room")
 
     def sleep(self, seconds: float) -> None:
         if self.store.wait(self._seen, seconds) != self._seen and not self.stopping:

@@ -11,6 +11,13 @@ No lost wake-up: a hold is checked once right after it is registered (on the loo
 when the thread goes from idle to waiting it reads the commit position and then schedules
 a check, so a commit between a pull's first look and the thread's first futex wait is
 still seen by some check.
+
+A send served by this worker checks the holds itself, on the loop, right after its append
+(:meth:`appended`): its own held pulls are answered with no thread hop, after the send's
+answer (the re-run pull is a task of the next turn). It records the commit position it read
+*before* that check, and the thread schedules no check of its own for a position at or below
+it (every commit up to it was seen by the loop's check), which saves the self-pipe write and
+a wake-up of the loop per message while a consumer is caught up.
 """
 from __future__ import annotations
 
@@ -36,6 +43,7 @@ class PullHolds:
         self._active = threading.Event()   # set while holds exist: the thread waits on the store
         self._stop = False
         self._check_pending = False
+        self._loop_seen = -1               # commit position covered by the loop's last own check
         self._thread = threading.Thread(target=self._run, name="pull-wake", daemon=True)
         self._thread.start()
 
@@ -59,6 +67,12 @@ class PullHolds:
     def _check_one(self, h: _Hold) -> None:
         if not h.fut.done() and self.store.max_offset(h.topic, h.qid) > h.offset:
             h.fut.set_result(True)
+
+    def appended(self) -> None:
+        """On the loop, after this worker appended: answer the holds its append satisfied."""
+        if self._holds:
+            self._loop_seen = self.store.commit_pos  # read before the check: see the docstring
+            self.check()
 
     def check(self) -> None:
         """On the loop: resolve every hold whose queue grew."""
@@ -99,7 +113,8 @@ class PullHolds:
                     return
                 if pos != seen:
                     seen = pos
-                    self._schedule_check()
+                    if pos > self._loop_seen:
+                        self._schedule_check()
 
     def close(self) -> None:
         self._stop = True

@@ -178,7 +178,11 @@ class BrokerCollector:
                 ("rocketmq_storage_size", "Bytes of CommitLog files on disk.", len(files) * s.commitlog.file_size),
                 ("rocketmq_storage_flush_behind_bytes", "Bytes committed and not yet flushed.", max(commit - flushed, 0)),
                 ("rocketmq_storage_dispatch_behind_bytes", "Bytes committed and not yet indexed.", max(commit - dispatched, 0)),
-                ("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest stored message.", self._reserve_ms())):
+                ("rocketmq_storage_message_reserve_time", "Milliseconds since the oldest stored message.", self._reserve_ms()),
+                ("shmq_storage_read_only", "1 once a flush failed (I/O error): the store refuses writes until a restart.",
+                 1 if s.cb.ctl.pos.io_error else 0),
+                ("shmq_index_held_back", "1 while a full disk holds indexing back (no room for the next IndexFile).",
+                 1 if disp is not None and disp.disk_full else 0)):
             g = GaugeMetricFamily(name, doc, labels=list(BASE))
             g.add_metric(self.base, value)
             yield g

@@ -130,6 +130,7 @@ class Processor:
         fw = self._writer(h.topic, qid)
         self.w.stats["put"] += 1
         end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
+        self.w.holds.appended()
         out = fw.out
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
@@ -146,6 +147,7 @@ class Processor:
                                                              self.cfg.maxReconsumeTimes),
             producer_group=h.producerGroup, write_queues=tc.writeQueueNums, read_queues=tc.readQueueNums)
         pr = self.w.pipeline.put(req, wait_flush=False)
+        self.w.holds.appended()
         self.w.stats["put"] += 1
         if pr.half:
             self._register_tx_producer(conn, h.producerGroup)
@@ -167,6 +169,7 @@ class Processor:
             if isinstance(e, MessageTooLarge):
                 raise
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
+        self.w.holds.appended()
         out = fw.out
         self.w.stats["put"] += out.count
         store = self.w.store

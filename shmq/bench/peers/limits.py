@@ -1,0 +1,148 @@
+"""Rows that measure this machine's floor in the same run as shmq and the peers (no broker,
+no queue semantics, no durability): what a Python producer and consumer cannot go below here.
+
+``py-floor`` (produce): the producer loop with a send that only builds the ``shmq.Message``
+the shmq row's send takes (a list of them for a batch) and drops it: the highest send rate any
+client taking a Message can reach in this harness. Nothing is delivered.
+
+``futex-limit`` (e2e): the producer copies each message into a ring in a shared mapping,
+bumps a 32-bit sequence word and FUTEX_WAKEs it; the consumer sleeps in FUTEX_WAIT on that
+word (no spin) and copies out what is new. Its latency is the floor of "a Python reader woken
+by a futex" under shmq's default wait. The futex calls go straight to libc's syscall through
+cffi's ABI mode (as cheap as the C core's calls, without importing it).
+"""
+from __future__ import annotations
+
+import mmap
+import os
+import time
+
+from .base import FuncReceiver, FuncSender, Peer
+
+RING = 8192           # messages the ring holds (the producer waits when it is full)
+HEAD = 64             # [0:4] sequence word (futex), [8:16] consumer position
+_FUTEX_WAIT, _FUTEX_WAKE = 0, 1
+_SYS_FUTEX = {"x86_64": 202, "aarch64": 98}
+
+
+class FloorPeer(Peer):
+    name = "py-floor"
+    description = ("limit: the producer loop building the shmq.Message objects the shmq row sends, "
+                   "and nothing else (the ceiling of any Message-taking send here; delivers nothing)")
+
+    def skip_reason(self, sc, env):
+        if sc.kind != "produce":
+            return "a throughput limit (produce only)"
+        return super().skip_reason(sc, env)
+
+    @classmethod
+    def open_sender(cls, ch, sc, idx):
+        from shmq import Message
+        topic = "Floor"
+        return FuncSender(lambda body: Message(topic, body), lambda bodies: [Message(topic, b) for b in bodies])
+
+    @classmethod
+    def open_receiver(cls, ch, sc, idx):
+        def recv(timeout):
+            time.sleep(timeout)
+            return []
+        return FuncReceiver(recv)
+
+
+def _futex():
+    """(wait(addr, val, timeout_s), wake(addr)) on a 32-bit word of a shared mapping."""
+    from cffi import FFI
+    nr = _SYS_FUTEX[os.uname().machine]
+    ffi = FFI()
+    ffi.cdef("long syscall(long number, ...); struct timespec { long tv_sec; long tv_nsec; };")
+    libc = ffi.dlopen(None)
+    call, cast = libc.syscall, ffi.cast
+    ts = ffi.new("struct timespec *")
+    no = cast("void *", 0)
+
+    def wait(addr, val, timeout):
+        ts.tv_sec, ts.tv_nsec = int(timeout), int((timeout % 1) * 1e9)
+        call(cast("long", nr), addr, cast("int", _FUTEX_WAIT), cast("unsigned int", val), ts, no, cast("int", 0))
+
+    def wake(addr):
+        call(cast("long", nr), addr, cast("int", _FUTEX_WAKE), cast("int", 1 << 30), no, no, cast("int", 0))
+    return ffi, wait, wake
+
+
+class FutexPeer(Peer):
+    name = "futex-limit"
+    description = ("limit: a shared-memory ring, FUTEX_WAKE per message, the consumer asleep in FUTEX_WAIT "
+                   "(no spin): the floor of a Python reader woken by a futex")
+
+    def __init__(self):
+        self._path = None
+
+    def skip_reason(self, sc, env):
+        if sc.kind != "e2e":
+            return "a latency limit (e2e only)"
+        if os.uname().machine not in _SYS_FUTEX:
+            return f"no futex syscall number for {os.uname().machine}"
+        if sc.producers != 1 or sc.consumers != 1:
+            return "one producer and one consumer only (a single-producer ring)"
+        return super().skip_reason(sc, env)
+
+    def setup(self, sc, env, tmpdir):
+        self._path = os.path.join(tmpdir, "futex-ring")
+        with open(self._path, "wb") as f:
+            f.truncate(HEAD + RING * sc.size)
+        return self._path
+
+    def teardown(self):
+        if self._path is not None and os.path.exists(self._path):
+            os.unlink(self._path)
+
+    @staticmethod
+    def _open(path):
+        fd = os.open(path, os.O_RDWR)
+        try:
+            mm = mmap.mmap(fd, os.fstat(fd).st_size)
+        finally:
+            os.close(fd)
+        ffi, wait, wake = _futex()
+        buf = ffi.from_buffer(mm)
+        return mm, buf, ffi.cast("uint32_t *", buf), ffi.cast("int64_t *", buf + 8), wait, wake
+
+    @classmethod
+    def open_sender(cls, path, sc, idx):
+        mm, buf, seq, cur, _, wake = cls._open(path)
+        size = sc.size
+        state = [0]
+
+        def send(body):
+            s = state[0]
+            while s - cur[0] >= RING:  # full: the consumer is a ring behind
+                time.sleep(0.0001)
+            at = HEAD + (s % RING) * size
+            mm[at:at + size] = body
+            s += 1
+            state[0] = s
+            seq[0] = s & 0xFFFFFFFF  # x86/arm64 stores of one word; the body bytes were written first
+            wake(seq)
+        return FuncSender(send, None, lambda: (buf, mm))
+
+    @classmethod
+    def open_receiver(cls, path, sc, idx):
+        mm, buf, seq, cur, wait, _ = cls._open(path)
+        size = sc.size
+        state = [0]
+
+        def recv(timeout):
+            seen = state[0]
+            s = seq[0]
+            if s == seen & 0xFFFFFFFF:
+                wait(seq, s, timeout)
+                s = seq[0]
+            n = (s - seen) & 0xFFFFFFFF
+            out = []
+            for k in range(seen, seen + n):
+                at = HEAD + (k % RING) * size
+                out.append(mm[at:at + size])
+            state[0] = seen + n
+            cur[0] = seen + n
+            return out
+        return FuncReceiver(recv, lambda: (buf, mm))
