@@ -9,7 +9,9 @@ queues) -> a fresh consumer process reads it all, local, then TCP (page cache: w
 stayed after the write) -> the broker stops (it unmaps the files), the store's files are
 fsynced and fadvised out (pagecache.py: only our files, no root), the broker restarts on
 the same store and the files are fadvised again (recovery reads the newest ones) -> local
-read, and the same again for TCP. Each read reports what share of the CommitLog was in the
+read, and the same again for TCP -> the peer: the broker stops, the files are dropped and read
+with plain read() (the disk's rate for one reader), then read again (the page cache's). Each
+read reports what share of the CommitLog was in the
 page cache just before it (mincore). The store is removed after the point.
 
 GB/s is body bytes delivered to the listener per second, from the first message to the last
@@ -136,6 +138,12 @@ class _Broker:
         return pagecache.files_under(os.path.join(self.store, "commitlog"), os.path.join(self.store, "consumequeue"))
 
     def data_end(self) -> int:
+        """The CommitLog's end (asked once: the backlog does not change after the write)."""
+        if getattr(self, "_end", None) is None:
+            self._end = self._ask_end()
+        return self._end
+
+    def _ask_end(self) -> int:
         from shmq.client.admin import Admin
         admin = Admin(self.ctx.env.namesrv())
         try:
@@ -172,6 +180,30 @@ def _read_point(ctx, broker: _Broker, ch: dict, transport: str, cache: str, x) -
     return p
 
 
+def _raw_point(ctx, broker: _Broker, cache: str, x, count: int) -> Point:
+    """The peer: the CommitLog's bytes read with plain read() into one buffer (no decode, no
+    process hand-off): what the disk or the page cache gives one reader."""
+    share, end = broker.cached_share(), broker.data_end()
+    ctx.say(f"backlog {fmt_bytes(x)}: read() of the files, {cache} ({share:.0%} cached)")
+    buf, total = bytearray(1 << 20), 0
+    t0 = time.monotonic()
+    for path in pagecache.files_under(os.path.join(broker.store, "commitlog")):
+        left = end - int(os.path.basename(path))
+        if left <= 0:
+            continue
+        with open(path, "rb", buffering=0) as f:
+            while left > 0:
+                n = f.readinto(buf)
+                if not n:
+                    break
+                total, left = total + min(n, left), left - n
+    secs = time.monotonic() - t0
+    p = Point(f"read() of the files, {cache}", x, fmt_bytes(x), msgs_per_s=count / secs, mb_per_s=total / secs / 1e6)
+    p.extra.update(gb_per_s=p.mb_per_s / 1000, cached_before_pct=round(100 * share, 1))
+    p.note = "the peer: the CommitLog read with read() in 1 MiB chunks, records and all"
+    return p
+
+
 def _drop(ctx, broker: _Broker) -> None:
     broker.stop()
     pagecache.drop(broker.files())
@@ -197,6 +229,9 @@ def measure(ctx: CurveContext, series: str, x) -> list[Point]:
         for t in ("local", "tcp"):
             _drop(ctx, broker)
             out.append(_read_point(ctx, broker, ch, t, "dropped", x))
+        broker.stop()  # nothing maps the files now: the peer reads them dropped, then cached
+        pagecache.drop(broker.files())
+        out += [_raw_point(ctx, broker, c, x, ch["count"]) for c in ("dropped", "page cache")]
         out[0].note = (f"written at {w['sent'] * size / w['seconds'] / 1e6:,.0f} MB/s ({size} B bodies, "
                        f"send_batch of {_batch_of(size)})")
         return out

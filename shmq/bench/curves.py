@@ -172,6 +172,8 @@ def run(spec: CurveSpec, ctx: CurveContext, points: list, series: list[str]) -> 
     """Every series at every point, in that order (a series is one line of the plot). Ctrl-C
     stops at once and keeps what was measured."""
     report = CurveReport(spec)
+    report.notes += [f"environment: {k}={v}" for k, v in sorted(os.environ.items())
+                     if k.startswith("SHMQ_BENCH_") and k != "SHMQ_BENCH_TEST_TAG"]
     t0 = time.monotonic()
     try:
         for s in series:
@@ -221,6 +223,9 @@ def scenario_point(ctx: CurveContext, series: str, x, label: str, sc, row: str =
         p.p50_us, p.p99_us = lat.get("p50"), lat.get("p99")
         p.extra["send_per_s"] = r.send_msgs_per_s
         p.extra["cpu_us_per_msg"] = r.cpu_us_per_msg
+        if not lat and sc.records_latency and r.messages:
+            p.note = (p.note + "; " if p.note else "") + ("no latency: every message the consumers got in the window "
+                                                          "was sent (or due, at a fixed rate) before it: they are further behind than the window")
         if r.undelivered and sc.count_mode:
             p.note = (p.note + "; " if p.note else "") + f"{r.undelivered:,} undelivered"
     return p
@@ -232,6 +237,8 @@ def fmt(v) -> str:
         return "-"
     if isinstance(v, str):
         return v
+    if isinstance(v, int) and not isinstance(v, bool):
+        return f"{v:,}"
     if abs(v) >= 100:
         return f"{v:,.0f}"
     if abs(v) >= 10:

@@ -173,6 +173,12 @@ class Consumer:
                 maybe_fold()
 
     def report(self) -> dict:
+        if self._lock is not None:  # push threads may still deliver: fold under their lock
+            with self._lock:
+                return self._report()
+        return self._report()
+
+    def _report(self) -> dict:
         return {"received": self.received, "in_window": self.in_window, "duplicates": self.duplicates,
                 "corrupt": self.corrupt, "first_ns": self.first_ns, "last_ns": self.last_ns,
                 "histogram": self.recorder.encode()}

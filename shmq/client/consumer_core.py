@@ -42,7 +42,7 @@ class ProcessQueue:
         self.next_offset = next_offset
         self.msgs: dict[int, MessageExt] = {}
         self._low = next_offset                # <= the smallest offset in msgs (when any)
-        self.watch = None                      # local pulls: (store, pointer to the queue's max offset)
+        self.watch = None                      # local pulls: (store, pointer to the queue's max offset, QueueReader)
         self.max_seen = next_offset - 1
         self.lock = threading.Lock()
         self.consume_lock = threading.Lock()  # orderly: one consuming thread per queue
@@ -450,7 +450,6 @@ class ConsumerCore:
                 time.sleep(0.2)
                 continue
             store = link.store
-            load = store.load_max_offset
             try:
                 while self._running and link.alive:
                     seen = store.commit_pos
@@ -464,8 +463,12 @@ class ConsumerCore:
                         w = pq.watch
                         if w is None or w[0] is not store:
                             ptr = store.max_offset_watch(pq.mq.topic, pq.mq.queue_id)
-                            w = pq.watch = (store, ptr) if ptr is not None else None
-                        if w is not None and load(w[1]) == pq.next_offset:
+                            w = pq.watch = (store, ptr, store.queue_reader(pq.mq.topic, pq.mq.queue_id,
+                                                                           pq.mq.broker_name)) if ptr is not None else None
+                        # a plain read of the published max offset, as a hint only: what is read
+                        # is decided by the acquire loads in the readers; a stale value costs one
+                        # round (the wait below returns at once: commit_pos moved past ``seen``)
+                        if w is not None and w[1][0] == pq.next_offset:
                             continue  # caught up: no lookup, no GetResult (most queues, most wake-ups)
                         got |= self._pull_local_once(store, pq)
                     if got:
@@ -491,8 +494,8 @@ class ConsumerCore:
         sub = self.subscriptions.get(mq.topic)
         if codes is None and (sub is None or sub.expressionType != "SQL92") and not mq.topic.startswith(RETRY_PREFIX):
             # no filter, no retry topic: the C record walk (what get_messages answers FOUND for)
-            msgs, nxt = store.read_decoded(mq.topic, mq.queue_id, pq.next_offset, self.pull_batch_size,
-                                           mq.topic.encode(), mq.broker_name)
+            reader = pq.watch[2] if pq.watch is not None and pq.watch[0] is store else None
+            msgs, nxt = reader.read(pq.next_offset, self.pull_batch_size) if reader is not None else ((), 0)
             if msgs:
                 msgs = self._accept(mq.topic, msgs)
                 pq.next_offset = nxt

@@ -654,8 +654,9 @@ static inline uint8_t *cq_map(shmq_writer *w, uint32_t slot, int64_t file_index)
 #define CQ_EXTENT_MAX (64 * 1024)
 static int64_t page_bytes;
 
+/* fd: the file open already (cq_attach's), or -1 to open it here. */
 static int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int64_t fi,
-                           int64_t written, int64_t end) {
+                           int64_t written, int64_t end, int fd) {
     shmq_ctl *c = w->ctl;
     if (!page_bytes) page_bytes = sysconf(_SC_PAGESIZE) > 0 ? sysconf(_SC_PAGESIZE) : 4096;
     int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
@@ -667,17 +668,18 @@ static int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int
     if (to < need) to = need;
     if (to > fbytes) to = fbytes;
     static const uint8_t zeros[CQ_EXTENT_MAX];
-    int fd = open_cq(c, qs, fi);
-    if (fd < 0) { w->os_errno = errno; return SHMQ_ECQSPACE; }
+    int own = fd < 0;
+    if (own && (fd = open_cq(c, qs, fi)) < 0) { w->os_errno = errno; return SHMQ_ECQSPACE; }
+    int rc = SHMQ_OK;
     for (int64_t p = known; p < to;) {
         int64_t n = to - p < CQ_EXTENT_MAX ? to - p : CQ_EXTENT_MAX;
         ssize_t r = pwrite(fd, zeros, (size_t)n, (off_t)p);
-        if (r <= 0) { w->os_errno = r < 0 ? errno : ENOSPC; close(fd); return SHMQ_ECQSPACE; }
+        if (r <= 0) { w->os_errno = r < 0 ? errno : ENOSPC; rc = SHMQ_ECQSPACE; break; }
         p += r;
     }
-    close(fd);
-    m->ready = to;
-    return SHMQ_OK;
+    if (own) close(fd);
+    if (rc == SHMQ_OK) m->ready = to;
+    return rc;
 }
 
 /* A writer's ConsumeQueue mappings are its own (w->cqs, two per slot: the current file and
@@ -701,14 +703,19 @@ static int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t
     else if (st.st_size != fbytes) w->os_errno = EINVAL;  /* a mapping past its end would SIGBUS */
     else if ((a = mmap(NULL, (size_t)fbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
         w->os_errno = errno;
-    close(fd);
-    if (a == MAP_FAILED) return SHMQ_ECQSPACE;
+    if (a == MAP_FAILED) { close(fd); return SHMQ_ECQSPACE; }
     shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
     if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
     m->addr = a;
     m->ready = 0;
     m->index = fi;
-    return SHMQ_OK;
+    /* the page of the next entry, while the file is open (saves cq_reserve an open) */
+    int64_t n = LOAD_RLX(&qs->next_offset) - fi * (int64_t)c->header.cq_entries_per_file;
+    int rc = SHMQ_OK;
+    if (n >= 0 && n < (int64_t)c->header.cq_entries_per_file)
+        rc = cq_reserve_file(w, m, qs, fi, n * SHMQ_CQ_ENTRY_SIZE, (n + 1) * SHMQ_CQ_ENTRY_SIZE, fd);
+    close(fd);
+    return rc;
 }
 
 void shmq_writer_unmap(shmq_writer *w) {
@@ -738,13 +745,13 @@ static inline int cq_reserve(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs,
     int64_t stop = last / per == fi ? last : base + per - 1;
     int64_t end = (stop - base + 1) * SHMQ_CQ_ENTRY_SIZE;
     if (end > m->ready) {
-        int rc = cq_reserve_file(w, m, qs, fi, (first - base) * SHMQ_CQ_ENTRY_SIZE, end);
+        int rc = cq_reserve_file(w, m, qs, fi, (first - base) * SHMQ_CQ_ENTRY_SIZE, end, -1);
         if (rc) return rc;
     }
     if (last / per == fi) return SHMQ_OK;
     m = &w->cqs[2 * (uint64_t)slot + (uint64_t)((fi + 1) & 1)];
     end = (last - (base + per) + 1) * SHMQ_CQ_ENTRY_SIZE;
-    return end > m->ready ? cq_reserve_file(w, m, qs, fi + 1, 0, end) : SHMQ_OK;
+    return end > m->ready ? cq_reserve_file(w, m, qs, fi + 1, 0, end, -1) : SHMQ_OK;
 }
 
 static inline int is_prepared_or_rollback(int32_t sysflag) {

@@ -209,15 +209,20 @@ static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_
 }
 
 /* ---- the consumer's record walk ---------------------------------------------------------
- * read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, used)
- * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` and decodes
- * each record, found in the CommitLog mapping ``log`` (whose first byte is commit-log offset
- * ``log_base``), straight into a MessageExt (the class and its slots bound by bind_ext). It
- * stops at an empty entry, a record not yet below ``commit`` (the caller's acquire load of the
- * commit position: the visibility invariant of store/reader.py), one outside ``log``, one that
- * does not check (magic, lengths) or a compressed one, and answers how many entries it used: the
- * caller reads the rest (and raises on a bad record) through the Python reader. Never sleeps,
- * never writes. */
+ * read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker)
+ *   -> (messages, used, elsewhere)
+ * walks up to ``count`` ConsumeQueue entries of the mapping ``cq`` from byte ``at`` (queue offset
+ * ``qoff``) and decodes each record, found in the CommitLog mapping ``log`` (whose first byte is
+ * commit-log offset ``log_base``), straight into a MessageExt (the class and its slots bound by
+ * bind_ext). ``positions`` and ``next_offset`` are the addresses of the store's shmq_positions
+ * and of the queue's published next offset, read here with acquire loads: an entry is used only
+ * below that next offset and when its record ends at or before the commit position (the
+ * visibility invariant of store/reader.py). It stops there, at an empty entry, an expired
+ * record (below min_pos), a record that does not check (magic, lengths) or a compressed one,
+ * and answers how many entries it used, and ``elsewhere``: the commit-log offset of the record
+ * it stopped at when that one is outside ``log`` (the caller maps its file and goes on), else -1.
+ * The caller reads what is left (and raises on a bad record) through the Python reader. Never
+ * sleeps, never writes. */
 enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
        X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
 static slotted ext;
@@ -287,18 +292,31 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
-static PyObject *hot_read(PyObject *self, PyObject *args) {
-    PyObject *cqo, *logo, *topic, *tu, *broker;
-    Py_ssize_t at, count;
-    long long log_base, commit;
-    if (!PyArg_ParseTuple(args, "OnnOLLUSU", &cqo, &at, &count, &logo, &log_base, &commit, &topic, &tu, &broker))
+static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 11 || !PyUnicode_CheckExact(args[8]) || !PyBytes_CheckExact(args[9]) ||
+        !PyUnicode_CheckExact(args[10])) {
+        PyErr_SetString(PyExc_TypeError, "read(cq, at, qoff, count, log, log_base, positions, next_offset, "
+                                         "topic: str, topic_utf8: bytes, broker: str)");
         return NULL;
+    }
     if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t at = PyLong_AsSsize_t(args[1]), count = PyLong_AsSsize_t(args[3]);
+    long long qoff = PyLong_AsLongLong(args[2]), log_base = PyLong_AsLongLong(args[5]);
+    const shmq_positions *P = (const shmq_positions *)PyLong_AsVoidPtr(args[6]);
+    const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(args[7]);
+    if (PyErr_Occurred()) return NULL;
+    if (!P || !next) { PyErr_SetString(PyExc_ValueError, "null position"); return NULL; }
+    PyObject *topic = args[8], *tu = args[9], *broker = args[10];
+    int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
+    int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
+    int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
+    if (mx - qoff < count) count = mx - qoff;
     Py_buffer cq, lg;
-    if (PyObject_GetBuffer(cqo, &cq, PyBUF_SIMPLE)) return NULL;
-    if (PyObject_GetBuffer(logo, &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    if (PyObject_GetBuffer(args[0], &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(args[4], &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     PyObject *out = PyList_New(0);
     Py_ssize_t used = 0;
+    long long elsewhere = -1;
     if (!out) goto done;
     const char *tub = PyBytes_AS_STRING(tu);
     Py_ssize_t tlen = PyBytes_GET_SIZE(tu);
@@ -308,7 +326,8 @@ static PyObject *hot_read(PyObject *self, PyObject *args) {
         const uint8_t *ent = (const uint8_t *)cq.buf + e;
         int64_t phys = (int64_t)rd64(ent);
         int32_t size = (int32_t)rd32(ent + 8);
-        if (size <= 0 || phys + size > commit || phys < log_base || phys - log_base + size > lg.len) break;
+        if (size <= 0 || phys + size > commit || phys < min_pos) break;
+        if (phys < log_base || phys - log_base + size > lg.len) { elsewhere = phys; break; }
         const uint8_t *r = (const uint8_t *)lg.buf + (phys - log_base);
         if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
         PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
@@ -319,13 +338,14 @@ done:
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
     if (!out) return NULL;
-    return Py_BuildValue("(Nn)", out, used);
+    return Py_BuildValue("(NnL)", out, used, elsewhere);
 }
 
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
-    {"read", (PyCFunction)hot_read, METH_VARARGS,
-     "read(cq, at, count, log, log_base, commit, topic, topic_utf8, broker) -> (messages, entries used)"},
+    {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
+     "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
+     "-> (messages, entries used, elsewhere)"},
     {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
     {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, slot descriptors, _)"},
     {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,

@@ -54,10 +54,14 @@ class QueueFilePreparer(ThreadService):
         super().__init__("shmq-cq-prepare", RESCAN_S, log=log, first_delay_s=0)
         self.cfg = cfg
         self._topics = topics
+        self._done: dict[str, int] = {}  # topic -> queues prepared: a wake looks at new ones only
         self.created = 0
 
     def run_once(self) -> None:
         for topic, n in list(self._topics()):
             if self.stopping:
                 return
-            self.created += prepare_first(self.cfg, topic, range(n))
+            have = self._done.get(topic, 0)
+            if n > have:
+                self.created += prepare_first(self.cfg, topic, range(have, n))
+                self._done[topic] = n

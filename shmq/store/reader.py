@@ -161,48 +161,12 @@ class Reader:
             res.status = GetStatus.OFFSET_FOUND_NULL
         return res
 
-    def read_decoded(self, topic: str, queue_id: int, offset: int, max_count: int, topic_utf8: bytes,
-                     broker: str) -> tuple[list, int]:
-        """The local consumer's read: up to ``max_count`` messages from ``offset``, walked and
-        decoded in C (``hot_read``, into the class bound with ``bind_ext``); returns them and
-        the next offset. It reads only what get_messages would answer FOUND for without a
-        filter, under the same visibility invariant, and stops early (maybe at none) wherever
-        get_messages has to decide (an offset out of range, an expired file, a compressed or
-        bad record, a file not there): the caller then asks get_messages."""
+    def queue_reader(self, topic: str, queue_id: int, broker: str = "") -> "QueueReader | None":
+        """The local consumer's reader of one queue (QueueReader), None while it does not exist."""
         s = self._find_slot(topic, queue_id)
         if s < 0:
-            return [], offset
-        slot = self.cb.ctl.queues[s]
-        mx = lib.shmq_load_i64(ffi.addressof(slot, "next_offset"))
-        if offset < slot.min_offset or offset >= mx:
-            return [], offset
-        commit = self.cb.commit_pos
-        min_phys = self.cb.ctl.pos.min_pos
-        cq = self.queues.get(topic, queue_id)
-        per, fsize = cq.per_file, self.commitlog.file_size
-        out: list = []
-        pos = offset
-        while len(out) < max_count and pos < mx:
-            fi, n = divmod(pos, per)
-            mm = cq.map(fi)
-            if mm is None:
-                break
-            at = n * ENTRY_SIZE
-            phys = int.from_bytes(mm[at:at + 8], "big", signed=True)
-            if phys < min_phys:
-                break
-            li = phys // fsize
-            try:
-                log = self.commitlog.map(li)
-            except (OSError, ValueError):
-                break
-            msgs, used = hot_read(mm, at, min(max_count - len(out), mx - pos, per - n), log, li * fsize,
-                                  commit, topic, topic_utf8, broker)
-            if not used:
-                break
-            out += msgs
-            pos += used
-        return out, pos
+            return None
+        return QueueReader(self, topic, queue_id, s, broker)
 
     # ---- by position and time --------------------------------------------------------------
     def read_at(self, phys: int):
@@ -252,3 +216,54 @@ class Reader:
             return -1
         e = self.queues.get(topic, queue_id).entry(b[0])
         return self._store_ts(e[0]) if e else -1
+
+
+class QueueReader:
+    """One queue of an attached store as the local consumer reads it (``Reader.queue_reader``):
+    ``read(offset, max_count)`` walks and decodes in C (``hot_read``, into the class bound with
+    ``bind_ext``) and returns the messages and the next offset. It reads only what get_messages
+    would answer FOUND for without a filter, under the same visibility invariant (the acquire
+    loads are in hot_read), and stops early, maybe at none, wherever get_messages has to decide
+    (an offset out of range, an expired file, a compressed or bad record, a file not there):
+    the caller then asks get_messages. Valid while its store is attached (a slot never moves)."""
+
+    __slots__ = ("store", "topic", "utf8", "broker", "slot", "next_addr", "pos_addr", "cq", "per", "fsize", "_log")
+
+    def __init__(self, store, topic: str, queue_id: int, s: int, broker: str):
+        ctl = store.cb.ctl
+        self.store = store
+        self.topic, self.utf8, self.broker = topic, topic.encode(), broker
+        self.slot = ctl.queues[s]
+        self.next_addr = int(ffi.cast("uintptr_t", ffi.addressof(self.slot, "next_offset")))
+        self.pos_addr = int(ffi.cast("uintptr_t", ffi.addressof(ctl, "pos")))
+        self.cq = store.queues.get(topic, queue_id)
+        self.per, self.fsize = self.cq.per_file, store.commitlog.file_size
+        self._log = (-1, b"")  # (first commit-log offset, mapping) of the file read last
+
+    def read(self, offset: int, max_count: int) -> tuple[list, int]:
+        out: list = []
+        pos = offset
+        if offset < self.slot.min_offset:
+            return out, pos
+        per = self.per
+        while len(out) < max_count:
+            fi, n = divmod(pos, per)
+            mm = self.cq.map(fi)
+            if mm is None:
+                break
+            base, log = self._log
+            msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, pos, min(max_count - len(out), per - n), log, base,
+                                             self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
+            out += msgs
+            pos += used
+            if elsewhere >= 0:  # the next record is in another CommitLog file
+                li = elsewhere // self.fsize
+                if li * self.fsize == base:
+                    break  # ... but in this one, past its end: get_messages says what is wrong
+                try:
+                    self._log = (li * self.fsize, self.store.commitlog.map(li))
+                except (OSError, ValueError):
+                    break
+            elif not used or n + used < per:
+                break  # caught up, or get_messages decides; else the next ConsumeQueue file
+        return out, pos

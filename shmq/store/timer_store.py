@@ -276,8 +276,12 @@ class TimerStore:
         scan_from = self._unsettled[0][3] if self._unsettled else self.store.commit_pos
         for q in tm.QUEUES:
             self.low[q] = self.marks.first_pending(q, self.low[q], self.next_off[q])
-            self.marks.drop_below(q, self.low[q])
+        # The checkpoint is written before marks below the new low water go: if the write fails
+        # (a full disk) or the process dies in between, the old checkpoint still finds every
+        # marks file it names; files left below the new low are dropped by the next checkpoint.
         self.marks.write_checkpoint(tm.TimerCheckpoint(scan_from, tuple(self.low)), self.now())
+        for q in tm.QUEUES:
+            self.marks.drop_below(q, self.low[q])
 
     def close(self) -> None:
         self.marks.close()

@@ -13,7 +13,7 @@ from shmq.store.offsets_file import loads_int_keys
 
 from ..integration.broker_helpers import create_topic, send, start_broker  # noqa: F401
 from ..integration.conftest import processes  # noqa: F401
-from .helpers import wait_for
+from .helpers import drain, wait_for
 
 
 def _config(br, name: str) -> bytes:
@@ -112,3 +112,17 @@ def test_timer_checkpoint_enospc_is_said_once_and_written_after(start_broker, fa
     assert wait_for(lambda: "timer checkpoint written again" in br.log(), 10)
     log = br.log()
     assert log.count("timer checkpoint not written") == 1 and "Traceback" not in log
+
+
+def test_delay_offset_enospc_is_said_once_and_written_after(start_broker, fault_file):
+    fault_file.set("enospc:write:/config/delayOffset.json")
+    br = start_broker(workers=1)
+    with SyncRemotingClient(br.addr, timeout=10) as c:
+        assert create_topic(c, "DT", queues=1).code == 0
+        assert send(c, "DT", b"delayed", props="DELAY\x011\x02").code == 0     # level 1: 1 s
+        assert wait_for(lambda: drain(c, "DT") == [b"delayed"], 15)           # delivered all the same
+    assert wait_for(lambda: "cannot write delayOffset.json" in br.log(), 10)
+    fault_file.clear()
+    assert wait_for(lambda: "delayOffset.json written again" in br.log(), 10)
+    log = br.log()
+    assert log.count("cannot write delayOffset.json") == 1 and "Traceback" not in log

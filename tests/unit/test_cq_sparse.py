@@ -99,3 +99,17 @@ def test_append_that_cannot_allocate_its_page_stores_nothing(store_root):
     lines = r.stdout.splitlines()
     assert lines[0].startswith("refused: cannot map or allocate a ConsumeQueue file: File too large"), r.stdout
     assert lines[1:] == ["unchanged", "A 2"], r.stdout
+
+
+def test_preparer_makes_every_queue_file_when_its_topic_appears(tmp_path):
+    from shmq.store.queue_files import QueueFilePreparer
+    cfg = small_config(tmp_path, cq_entries_per_file=FULL)
+    topics = [("A", 3)]
+    svc = QueueFilePreparer(cfg, lambda: topics)
+    svc.run_once()
+    topics.append(("B", 2))
+    topics[0] = ("A", 5)  # the topic updated to more queues
+    svc.run_once()
+    assert svc.created == 7
+    alloc, n = _cq_allocated(cfg)
+    assert n == 7 and alloc == 0

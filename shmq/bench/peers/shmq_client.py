@@ -60,7 +60,11 @@ class ShmqClientPeer(Peer):
     @classmethod
     def open_sender(cls, ch, sc, idx):
         from shmq import Message, Producer
-        p = Producer(f"{ch['group']}-p{idx}", namesrv=ch["namesrv"], local=ch["local"])
+        # SHMQ_BENCH_COMPRESS_OVER: the client's compressMsgBodyOverHowmuch (default 4 KiB, as
+        # RocketMQ's; the bench bodies are all 'x', so a compressed run measures zlib)
+        over = os.environ.get("SHMQ_BENCH_COMPRESS_OVER")
+        kw = {"compress_msg_body_over": int(over)} if over else {}
+        p = Producer(f"{ch['group']}-p{idx}", namesrv=ch["namesrv"], local=ch["local"], **kw)
         p.start()
         topic = ch["topic"]
         send, send_batch = p.send, p.send_batch

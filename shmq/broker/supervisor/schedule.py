@@ -25,6 +25,7 @@ between a re-put and the next persist delivers that message again after the rest
 from __future__ import annotations
 
 import collections
+import errno
 import logging
 import os
 import time
@@ -95,6 +96,7 @@ class ScheduleService(ThreadService):
         self._durable: dict[int, int] = {}         # what delayOffset.json holds / will hold
         self._written: dict[int, int] | None = None
         self._last_persist = 0.0
+        self._disk_full = False  # delayOffset.json held back by a full disk (said once)
         self.delivered = 0                         # re-puts done (stats, tests)
         self.skipped = 0                           # entries that could not be delivered
 
@@ -138,11 +140,24 @@ class ScheduleService(ThreadService):
         finally:
             if time.monotonic() - self._last_persist >= self.persist_interval:
                 self._last_persist = time.monotonic()
-                try:
-                    self.persist()
-                except OSError:
-                    log.exception("cannot write %s", FILE)
+                self._persist_or_say()
         return self.poll_interval if wait is None else min(self.poll_interval, wait)
+
+    def _persist_or_say(self) -> None:
+        """Persist the progress; a full disk is said once (the old file stays whole, the next
+        round tries again), any other failure each time with its traceback."""
+        try:
+            self.persist()
+        except OSError as e:
+            if e.errno not in (errno.ENOSPC, errno.EDQUOT):
+                log.exception("cannot write %s", FILE)
+            elif not self._disk_full:
+                log.error("cannot write %s: %s; retrying", FILE, e)
+            self._disk_full = e.errno in (errno.ENOSPC, errno.EDQUOT)
+            return
+        if self._disk_full:
+            self._disk_full = False
+            log.warning("%s written again: the disk has room", FILE)
 
     def run_once(self) -> float | None:
         """One pass over every level: deliver what is due. Returns the seconds until the
