@@ -1,15 +1,18 @@
 /*
  * shmq/native/hot.c -- the local path's per-message work as CPython functions that keep the GIL
- * (module shmq.native._hot): the producer's append (``send``: the C core's shmq_send, reached
- * through the function pointer cffi gives ``bind``) and the consumer's record walk (``read``:
- * ConsumeQueue entries -> records -> MessageExt objects, read-only).
+ * (module shmq.native._hot): the producer's append (``send``, ``send_batch``: the C core's
+ * shmq_send / shmq_send_batch, reached through the function pointers cffi gives ``bind``) and
+ * the consumer's record walk (``read``: ConsumeQueue entries -> records -> MessageExt objects,
+ * read-only).
  *
  * Why it exists: a cffi call releases and re-takes the GIL around every C function and packs
  * its arguments into a tuple. For a ~0.3 us append that was a third of a local send() (and a
  * GIL hand-off to the client's own threads on every call). Holding the GIL is safe only for a
- * call that never sleeps: shmq_send is called with try_lock = 1, so a held append lock answers
- * SHMQ_EBUSY and the caller repeats the send through cffi, which releases the GIL while it
- * waits (shmq/client/local_send.py).
+ * call that never waits for another process: the sends are called with try_lock = 1, so a held
+ * append lock answers SHMQ_EBUSY and the caller repeats the send through cffi, which releases
+ * the GIL while it waits (shmq/client/local_send.py). What the append may still do with the
+ * GIL held is bounded local work: the first entry of a ConsumeQueue file opens and maps it, and
+ * a new extent of a sparse file is a pwrite of at most 64 KiB of zeros (core.c, cq_attach).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
