@@ -59,6 +59,7 @@ def report(acked_lines: list[str], drained: list[bytes], deliveries: dict[str, l
         "acked_lost": len(lost),
         "lost_sample": lost[:10],
         "duplicates": sum(c - 1 for c in stored.values()),
+        "duplicate_sample": sorted(i for i, c in stored.items() if c > 1)[:10],
         "garbage": garbage,
         "stored": sum(stored.values()),
         "stored_unacked": len(stored.keys() - acked),

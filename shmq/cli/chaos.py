@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
             return 1
         reports.append(rep)
         print(check.summary(rep) + f" (seed {seed})", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump({"seed": seed, "runs": reports}, f, indent=1)
+        if args.json:   # after each mode: a long run cut short keeps the modes it finished
+            with open(args.json, "w") as f:
+                json.dump({"seed": seed, "runs": reports}, f, indent=1)
     return 0 if all(check.ok(r) for r in reports) else 1

@@ -1,15 +1,18 @@
 /*
  * shmq/native/hot.c -- the local path's per-message work as CPython functions that keep the GIL
- * (module shmq.native._hot): the producer's append (``send``: the C core's shmq_send, reached
- * through the function pointer cffi gives ``bind``) and the consumer's record walk (``read``:
- * ConsumeQueue entries -> records -> MessageExt objects, read-only).
+ * (module shmq.native._hot): the producer's append (``send``, ``send_batch``: the C core's
+ * shmq_send / shmq_send_batch, reached through the function pointers cffi gives ``bind``) and
+ * the consumer's record walk (``read``: ConsumeQueue entries -> records -> MessageExt objects,
+ * read-only).
  *
  * Why it exists: a cffi call releases and re-takes the GIL around every C function and packs
  * its arguments into a tuple. For a ~0.3 us append that was a third of a local send() (and a
  * GIL hand-off to the client's own threads on every call). Holding the GIL is safe only for a
- * call that never sleeps: shmq_send is called with try_lock = 1, so a held append lock answers
- * SHMQ_EBUSY and the caller repeats the send through cffi, which releases the GIL while it
- * waits (shmq/client/local_send.py).
+ * call that never waits for another process: the sends are called with try_lock = 1, so a held
+ * append lock answers SHMQ_EBUSY and the caller repeats the send through cffi, which releases
+ * the GIL while it waits (shmq/client/local_send.py). What the append may still do with the
+ * GIL held is bounded local work: the first entry of a ConsumeQueue file opens and maps it, and
+ * a new extent of a sparse file is a pwrite of at most 64 KiB of zeros (core.c, cq_attach).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -169,6 +172,50 @@ static int empty(PyObject *v) {
     if (PyTuple_CheckExact(v)) return PyTuple_GET_SIZE(v) == 0;
     if (PyUnicode_CheckExact(v)) return PyUnicode_GET_LENGTH(v) == 0;
     return 0;
+}
+
+/* send_message(route address, message, body limit, mq, store_host) -> SendResult, an int SHMQ_*
+ * status (nothing appended), or None when the message is not one this call takes: exactly a
+ * Message (bind_message) with a body of 1..limit bytes, no delay level, flag, properties or keys,
+ * and no tags or tags of text without the \x01 / \x02 separators; its head (TAGS alone) is
+ * built here, as local_send._tags_head builds it. */
+static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send_message(route, message, limit: int, mq, store_host)");
+        return NULL;
+    }
+    if (!f_send || !res.cls || !msg.cls) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
+    PyObject *m = args[1];
+    if (Py_TYPE(m) != msg.cls) Py_RETURN_NONE;
+    PyObject *b = SLOT(m, M_BODY), *tags = SLOT(m, M_TAGS);
+    if (!b || !tags || !PyBytes_CheckExact(b)) Py_RETURN_NONE;
+    Py_ssize_t blen = PyBytes_GET_SIZE(b);
+    if (blen < 1 || blen > limit) Py_RETURN_NONE;
+    for (int f = M_KEYS; f <= M_FLAG; f++) {
+        PyObject *v = SLOT(m, f);
+        if (!v || !empty(v)) Py_RETURN_NONE;
+    }
+    uint8_t head[256];
+    uint32_t hlen = 0;
+    if (tags != Py_None) {
+        if (!PyUnicode_CheckExact(tags)) Py_RETURN_NONE;
+        Py_ssize_t tl;
+        const char *t = PyUnicode_AsUTF8AndSize(tags, &tl);
+        if (!t) { PyErr_Clear(); Py_RETURN_NONE; }
+        if (tl > 0) {
+            if (tl > (Py_ssize_t)sizeof head - 6 || memchr(t, 1, tl) || memchr(t, 2, tl)) Py_RETURN_NONE;
+            memcpy(head, "TAGS\001", 5);
+            memcpy(head + 5, t, tl);
+            head[5 + tl] = 2;
+            hlen = (uint32_t)tl + 6;
+        }
+    }
+    int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(b), (uint32_t)blen, head, hlen, 1);
+    if (rc) return PyLong_FromLong(rc);
+    return send_result(r, r->id_out, 1, args[3], args[4]);
 }
 
 static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -348,6 +395,8 @@ static PyMethodDef methods[] = {
      "-> (messages, entries used, elsewhere)"},
     {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
     {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, slot descriptors, _)"},
+    {"send_message", (PyCFunction)(void (*)(void))hot_send_message, METH_FASTCALL,
+     "send_message(route, message, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,
      "send_batch(route, messages, head, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,

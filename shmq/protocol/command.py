@@ -160,7 +160,21 @@ class _JsonHeaderIn(msgspec.Struct, gc=False):
     extFields: dict[str, str | int | float | bool | None] | None = None
 
 
+class _JsonHeaderStrict(msgspec.Struct, gc=False):
+    """What every Java and shmq peer sends: integers as numbers, extFields all strings. Tried
+    first (no Python pass over the fields); anything else goes to :class:`_JsonHeaderIn`."""
+
+    code: int = 0
+    language: str = "JAVA"
+    version: int = 0
+    opaque: int = 0
+    flag: int = 0
+    remark: str | None = None
+    extFields: dict[str, str] | None = None
+
+
 _json_decoder = msgspec.json.Decoder(_JsonHeaderIn)
+_json_strict = msgspec.json.Decoder(_JsonHeaderStrict)
 _json_encoder = msgspec.json.Encoder()
 
 
@@ -174,6 +188,16 @@ def _as_int(value: int | str, name: str) -> int:
 
 
 def _decode_json_header(data: bytes | memoryview) -> RemotingCommand:
+    try:
+        h = _json_strict.decode(data)
+    except msgspec.DecodeError:  # a scalar of another JSON type, a null, or not JSON at all
+        return _decode_json_header_liberal(data)
+    return RemotingCommand(code=h.code, opaque=h.opaque, flag=h.flag, remark=h.remark,
+                           ext_fields=h.extFields if h.extFields is not None else {}, language=h.language,
+                           version=h.version, serialize_type=SerializeType.JSON)
+
+
+def _decode_json_header_liberal(data: bytes | memoryview) -> RemotingCommand:
     try:
         h = _json_decoder.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError) as e:

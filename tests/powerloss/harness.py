@@ -186,6 +186,9 @@ def load_then_kill(runner: Runner, n: int, rng: random.Random, seconds: float, s
 
 def check_cut(runner: Runner, live: Path, trace: Path, acks: load.Acks, killed_at: float, seed: int) -> Outcome:
     out = Outcome(seed)
+    if (trace / "INCOMPLETE").exists():  # the trace missed a report: this cut would prove nothing
+        out.problems.append(f"durability trace incomplete: {(trace / 'INCOMPLETE').read_text()[:300]}")
+        return out
     image = runner.tmp / f"{live.name}c{seed % 10_000}"   # short: broker.sock lives there
     rep = power_cut(str(live), str(trace), str(image), seed)
     out.image = {"pages_live": rep.pages_live, "pages_durable": rep.pages_durable,
