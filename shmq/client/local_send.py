@@ -24,7 +24,7 @@ from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegm
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, hot_send, hot_send_batch, lib
+from shmq.native import ffi, hot_send, hot_send_batch, hot_send_message, lib
 from shmq.store import validate
 from shmq.store.put import FastWriter, Route
 
@@ -157,23 +157,38 @@ class LocalSender:
 
     # ---- the hot path --------------------------------------------------------------------
     def send(self, msg: Message) -> SendResult | None:
+        topic = msg.topic
+        try:
+            t = self._tls.topics[topic]
+            if t.publish.get(topic) is not t.info:
+                raise KeyError(topic)  # the route changed: build again
+        except (AttributeError, KeyError, TypeError):
+            t = self._topic(topic) if topic.__class__ is str else None
+            if t is None:
+                return None
+        if t.link is None:
+            return None
+        i = t.i = (t.i + 1) % t.n
+        mq, fw, addr, sync, r = t.writers[i]
+        # the common message (a body, maybe tags, nothing else): checked and appended in C
+        res = hot_send_message(addr, msg, self.producer.compress_over, mq, t.store_host)
+        if res.__class__ is SendResult and not sync:
+            return res
+        if res is None:
+            return self._send_plain(msg, t, mq, fw, addr, sync, r)
+        # a status (nothing appended), or SYNC_FLUSH to wait for: as _send_plain's append
+        head = _tags_head(msg.tags) if msg.tags else b""
+        return self._finish(topic, t, mq, fw, r, res, msg.body, head)
+
+    def _send_plain(self, msg: Message, t: _LocalTopic, mq, fw, addr, sync, r) -> SendResult | None:
+        """A plain message with properties or keys (or one hot_send_message did not take):
+        checked and its head built here, then the same C append."""
         body = msg.body
         if (msg.delay_level or msg.flag or not body or len(body) > self.producer.compress_over
                 or msg.__class__ is not Message):
             return None
         props = msg.properties
         if props and not REWRITE_KEYS.isdisjoint(props):
-            return None
-        topic = msg.topic
-        try:
-            t = self._tls.topics[topic]
-            if t.publish.get(topic) is not t.info:
-                raise KeyError(topic)  # the route changed: build again
-        except (AttributeError, KeyError):
-            t = self._topic(topic)
-            if t is None:
-                return None
-        if t.link is None:
             return None
         if props or msg.keys:
             head = _head(msg)
@@ -183,11 +198,9 @@ class LocalSender:
             head = b""
         if head is None:
             return None  # the general path raises InvalidMessage
-        i = t.i = (t.i + 1) % t.n
-        mq, fw, addr, sync, r = t.writers[i]
         res = hot_send(addr, body, head, mq, t.store_host)  # a SendResult, or a status (int)
         if res.__class__ is int or sync:
-            return self._finish(topic, t, mq, fw, r, res, body, head)
+            return self._finish(msg.topic, t, mq, fw, r, res, body, head)
         return res
 
     def _finish(self, topic, t, mq, fw, r: Route, rc, body, head) -> SendResult | None:

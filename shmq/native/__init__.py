@@ -10,9 +10,10 @@ _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))),
           int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send_batch"))))
 hot_send = _hot.send
 hot_send_batch = _hot.send_batch
+hot_send_message = _hot.send_message
 bind_message = _hot.bind_message
 hot_read = _hot.read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
 
-__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_read", "bind_ext", "bind_result", "bind_message"]
+__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_send_message", "hot_read", "bind_ext", "bind_result", "bind_message"]

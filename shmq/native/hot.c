@@ -174,6 +174,50 @@ static int empty(PyObject *v) {
     return 0;
 }
 
+/* send_message(route address, message, body limit, mq, store_host) -> SendResult, an int SHMQ_*
+ * status (nothing appended), or None when the message is not one this call takes: exactly a
+ * Message (bind_message) with a body of 1..limit bytes, no delay level, flag, properties or keys,
+ * and no tags or tags of text without the \x01 / \x02 separators; its head (TAGS alone) is
+ * built here, as local_send._tags_head builds it. */
+static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 5 || !PyLong_Check(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "send_message(route, message, limit: int, mq, store_host)");
+        return NULL;
+    }
+    if (!f_send || !res.cls || !msg.cls) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
+    if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
+    PyObject *m = args[1];
+    if (Py_TYPE(m) != msg.cls) Py_RETURN_NONE;
+    PyObject *b = SLOT(m, M_BODY), *tags = SLOT(m, M_TAGS);
+    if (!b || !tags || !PyBytes_CheckExact(b)) Py_RETURN_NONE;
+    Py_ssize_t blen = PyBytes_GET_SIZE(b);
+    if (blen < 1 || blen > limit) Py_RETURN_NONE;
+    for (int f = M_KEYS; f <= M_FLAG; f++) {
+        PyObject *v = SLOT(m, f);
+        if (!v || !empty(v)) Py_RETURN_NONE;
+    }
+    uint8_t head[256];
+    uint32_t hlen = 0;
+    if (tags != Py_None) {
+        if (!PyUnicode_CheckExact(tags)) Py_RETURN_NONE;
+        Py_ssize_t tl;
+        const char *t = PyUnicode_AsUTF8AndSize(tags, &tl);
+        if (!t) { PyErr_Clear(); Py_RETURN_NONE; }
+        if (tl > 0) {
+            if (tl > (Py_ssize_t)sizeof head - 6 || memchr(t, 1, tl) || memchr(t, 2, tl)) Py_RETURN_NONE;
+            memcpy(head, "TAGS\001", 5);
+            memcpy(head + 5, t, tl);
+            head[5 + tl] = 2;
+            hlen = (uint32_t)tl + 6;
+        }
+    }
+    int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(b), (uint32_t)blen, head, hlen, 1);
+    if (rc) return PyLong_FromLong(rc);
+    return send_result(r, r->id_out, 1, args[3], args[4]);
+}
+
 static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) || !PyLong_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
@@ -351,6 +395,8 @@ static PyMethodDef methods[] = {
      "-> (messages, entries used, elsewhere)"},
     {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
     {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, slot descriptors, _)"},
+    {"send_message", (PyCFunction)(void (*)(void))hot_send_message, METH_FASTCALL,
+     "send_message(route, message, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,
      "send_batch(route, messages, head, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,

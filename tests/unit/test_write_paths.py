@@ -182,3 +182,33 @@ def test_local_uniform_batch_road(roads):
     assert [m.queue_offset for m in stored] == list(range(got.queue_offset, got.queue_offset + 5))
     cq = roads.store.queues.get("T", 1)
     assert {cq.entry(m.queue_offset)[2] for m in stored} == {java_string_hash("A")}
+
+
+def test_local_message_road_builds_the_tags_head_and_refuses_the_rest(roads):
+    """hot_send_message (a local send() of a message with a body and maybe tags) stores the
+    record hot_send stores with the head the Python path builds; any other message is None
+    with nothing stored (the Python checks then decide)."""
+    from shmq.client.message import Message, SendResult
+    from shmq.client.uniq_id import generator
+    from shmq.native import hot_send, hot_send_message
+    fw = roads.fast_writer("T", 1, BORN)
+    r = fw.route(generator())
+    fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)  # the queue's ConsumeQueue file is mapped
+
+    class Sub(Message):
+        __slots__ = ()
+    before = roads.store.commit_pos
+    for bad in (Message("T", b"x", keys="k"), Message("T", b"x", properties={"a": "b"}), Sub("T", b"x"),
+                Message("T", b"x", tags="a\x01b"), Message("T", b""), Message("T", b"x" * 5000),
+                Message("T", b"x", delay_level=2), Message("T", b"x", flag=1)):
+        assert hot_send_message(r.addr, bad, 4096, "q", b"8 bytes!") is None
+    assert roads.store.commit_pos == before
+    got = hot_send_message(r.addr, Message("T", b"tagged", tags="TagA"), 4096, "q", b"8 bytes!")
+    assert isinstance(got, SendResult)
+    by_message = _last_record(roads)
+    assert by_message[-1] == {"TAGS": "TagA", "UNIQ_KEY": got.msg_id, "CLUSTER": "TestCluster"}
+    plain = hot_send_message(r.addr, Message("T", b"untagged"), 4096, "q", b"8 bytes!")
+    assert _last_record(roads)[-1] == {"UNIQ_KEY": plain.msg_id, "CLUSTER": "TestCluster"}
+    again = hot_send(r.addr, b"tagged", b"TAGS\x01TagA\x02", "q", b"8 bytes!")
+    last = _last_record(roads)  # the same record but for the born time (ms) and the id
+    assert last[:4] + last[5:-1] == by_message[:4] + by_message[5:-1] and last[-1]["UNIQ_KEY"] == again.msg_id
