@@ -83,9 +83,13 @@ def ensure_dir(path: str, mode: int = 0o700, group: str | None = None) -> None:
             os.chown(d, -1, grp.getgrnam(group).gr_gid)
 
 
-def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
-    """Create ``path`` with ``size`` bytes allocated, zero-filled. Returns False when another
-    process created it first (the existing file is left alone)."""
+_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def _create_whole(path: str, size: int, mode: int, group: str | None, size_it) -> bool:
+    """Create ``path`` under a temporary name, give it its size with ``size_it(fd)``, then
+    link it into place, so no reader ever sees it half-made. Returns False when another
+    process created it first (the existing file is left alone); a full disk is DiskFull."""
     if os.path.exists(path):
         return False
     d = os.path.dirname(path)
@@ -95,16 +99,14 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
         _apply_mode(fd, mode, group)
         try:
             faults.hit("preallocate", path)
-            os.posix_fallocate(fd, 0, size)
+            size_it(fd)
         except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+            if e.errno in _FULL:
                 raise DiskFull.at(path, size, e.strerror) from e
-            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
-                raise
-            _write_zeros(fd, path, size)  # a filesystem without fallocate (tmpfs on old kernels)
+            raise
         try:
             os.link(tmp, path)
-            faults.created(path)
+            faults.created(path)  # its size goes with its name
             return True
         except FileExistsError:
             return False
@@ -113,47 +115,33 @@ def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | No
         os.unlink(tmp)
 
 
-def _write_zeros(fd: int, path: str, size: int) -> None:
+def create_preallocated(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
+    """Create ``path`` with ``size`` bytes allocated, zero-filled. Returns False when another
+    process created it first (the existing file is left alone)."""
+    def allocate(fd: int) -> None:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as e:
+            if e.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            _write_zeros(fd, size)  # a filesystem without fallocate (tmpfs on old kernels)
+    return _create_whole(path, size, mode, group, allocate)
+
+
+def _write_zeros(fd: int, size: int) -> None:
     """Allocate by writing zeros: a sparse file (ftruncate) would be allocated at the page
     fault of a store through the mapping, and a full disk would then be SIGBUS in an append."""
     chunk = bytes(min(size, 1 << 20))
     done = 0
-    try:
-        while done < size:
-            done += os.pwrite(fd, chunk[:size - done], done)
-    except OSError as e:
-        if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-            raise DiskFull.at(path, size, e.strerror) from e
-        raise
+    while done < size:
+        done += os.pwrite(fd, chunk[:size - done], done)
 
 
 def create_sparse(path: str, size: int, mode: int = 0o600, group: str | None = None) -> bool:
     """Create ``path`` of ``size`` bytes with no block allocated (reads see zeros). Returns
     False when another process created it first. Whoever writes it through a mapping must
     allocate each page with write(2) first (see the rules above)."""
-    if os.path.exists(path):
-        return False
-    d = os.path.dirname(path)
-    ensure_dir(d, dir_mode(mode), group)
-    fd, tmp = tempfile.mkstemp(prefix=".new-", dir=d)
-    try:
-        _apply_mode(fd, mode, group)
-        try:
-            faults.hit("preallocate", path)
-            os.ftruncate(fd, size)
-        except OSError as e:
-            if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-                raise DiskFull.at(path, size, e.strerror) from e
-            raise
-        try:
-            os.link(tmp, path)
-            faults.created(path)  # its size, like a preallocated file's, goes with its name
-            return True
-        except FileExistsError:
-            return False
-    finally:
-        os.close(fd)
-        os.unlink(tmp)
+    return _create_whole(path, size, mode, group, lambda fd: os.ftruncate(fd, size))
 
 
 def write_atomic(path: str, data: bytes, mode: int = 0o600, group: str | None = None) -> None:
