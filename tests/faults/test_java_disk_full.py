@@ -24,12 +24,7 @@ BODY = 8 * 1024
 
 @pytest.fixture(scope="module")
 def producer_cp():
-    jvm.require_java()
-    try:
-        cp = jvm.classpath(jvm.ROCKETMQ_CLIENT)
-    except jvm.Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
-    return f"{jvm.compile_sources([SOURCE], cp)}:{cp}"
+    return jvm.harness_classpath(SOURCE, jvm.ROCKETMQ_CLIENT)
 
 
 def _run(cp, namesrv, tmp_path, count: int, tag: str) -> list[dict]:

@@ -18,12 +18,7 @@ SOURCE = jvm.HERE / "java" / "ha" / "HaClient.java"
 
 @pytest.fixture(scope="module")
 def ha_client_cp():
-    jvm.require_java()
-    try:
-        cp = jvm.classpath(jvm.ROCKETMQ_CLIENT)
-    except jvm.Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
-    return f"{jvm.compile_sources([SOURCE], cp)}:{cp}"
+    return jvm.harness_classpath(SOURCE, jvm.ROCKETMQ_CLIENT)
 
 
 def _java(cp, tmp_path, *args, timeout=180):

@@ -18,13 +18,7 @@ SOURCE = jvm.HERE / "java" / "acl" / "AclClient.java"
 
 @pytest.fixture(scope="module")
 def acl_client_cp():
-    jvm.require_java()
-    try:
-        cp = jvm.classpath(jvm.ROCKETMQ_CLIENT, jvm.ROCKETMQ_ACL)
-    except jvm.Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
-    classes = jvm.compile_sources([SOURCE], cp)
-    return f"{classes}:{cp}"
+    return jvm.harness_classpath(SOURCE, jvm.ROCKETMQ_CLIENT, jvm.ROCKETMQ_ACL)
 
 
 def test_java_client_with_acl_rpc_hook(acl_broker, namesrv, acl_client_cp, tmp_path):

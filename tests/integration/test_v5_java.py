@@ -22,12 +22,7 @@ SOURCE = jvm.HERE / "java" / "v5" / "V5Client.java"
 
 @pytest.fixture(scope="module")
 def v5_cp():
-    jvm.require_java()
-    try:
-        cp = jvm.classpath(jvm.ROCKETMQ_CLIENT_5)
-    except jvm.Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
-    return f"{jvm.compile_sources([SOURCE], cp)}:{cp}"
+    return jvm.harness_classpath(SOURCE, jvm.ROCKETMQ_CLIENT_5)
 
 
 def _run(cp, tmp_path, *args, timeout=180):

@@ -127,3 +127,16 @@ def java_command(main: str, cp: str, *args: str, heap: str = "128m",
            "-Djava.net.preferIPv4Stack=true"]
     cmd += [f"-D{k}={v}" for k, v in (props or {}).items()]
     return cmd + ["-cp", cp, main, *args]
+
+
+def harness_classpath(source: Path, *artifacts: str) -> str:
+    """The classpath of one compiled Java harness on ``artifacts``, for a test fixture: the
+    test skips, saying why, only when the JDK/Maven is absent or the registry refuses an
+    artifact (never for a harness that fails to compile)."""
+    require_java()
+    try:
+        cp = classpath(*artifacts)
+    except Unavailable as e:
+        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
+    return f"{compile_sources([source], cp)}:{cp}"
+
