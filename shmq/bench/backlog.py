@@ -112,12 +112,7 @@ def _child(ctx: CurveContext, target, args: tuple, what: str) -> dict:
                 return {"error": f"the {what} process exited without a report (exit code {proc.exitcode})"}
         return rx.recv()
     finally:
-        proc.join(30)
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.join(5)
-        ctx.env.untrack_process(proc.pid)
-        rx.close()
+        ctx.end_child(proc, rx, grace=30)
 
 
 class _Broker:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -77,6 +78,17 @@ class CurveContext:
 
     def say(self, text: str) -> None:
         self.progress.update(text)
+
+    def end_child(self, proc, rx, grace: float = 15) -> None:
+        """Reap a measuring child process (SIGKILL after ``grace`` seconds) and close its pipe;
+        the Env stops tracking it, so its cleanup does not signal a reused pid."""
+        if proc is not None:
+            proc.join(grace)
+            if proc.is_alive():
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.join(5)
+            self.env.untrack_process(proc.pid)
+        rx.close()
 
 
 @dataclass

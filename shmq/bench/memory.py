@@ -181,7 +181,7 @@ def measure_queues(ctx: CurveContext, series: str, x) -> Point:
     except Exception as e:
         p.status, p.note = "error", f"{type(e).__name__}: {e}"[:300]
     finally:
-        _end(ctx, proc, rx)
+        ctx.end_child(proc, rx)
         pt.close()
     return p
 
@@ -195,16 +195,6 @@ def _recv(rx, proc, timeout: float = 60.0) -> dict:
     if "error" in msg:
         raise RuntimeError(msg["error"])
     return msg
-
-
-def _end(ctx: CurveContext, proc, rx) -> None:
-    if proc is not None:
-        proc.join(15)
-        if proc.is_alive():
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.join(5)
-        ctx.env.untrack_process(proc.pid)
-    rx.close()
 
 
 def _connections_main(addr: str, n: int, conn) -> None:
@@ -263,7 +253,7 @@ def measure_connections(ctx: CurveContext, series: str, x) -> Point:
     except Exception as e:
         p.status, p.note = "error", f"{type(e).__name__}: {e}"[:300]
     finally:
-        _end(ctx, proc, rx)
+        ctx.end_child(proc, rx)
         pt.close()
     return p
 

@@ -122,13 +122,7 @@ def measure_queues(ctx: CurveContext, series: str, x) -> Point:
     except Exception as e:
         p.status, p.note = "error", f"{type(e).__name__}: {e}"[:300]
     finally:
-        if proc is not None:
-            proc.join(15)
-            if proc.is_alive():
-                os.kill(proc.pid, signal.SIGKILL)
-                proc.join(5)
-            ctx.env.untrack_process(proc.pid)
-        rx.close()
+        ctx.end_child(proc, rx)
         ctx.env.stop_process(pid, timeout=60)
         shutil.rmtree(os.path.dirname(store), ignore_errors=True)
     return p

@@ -13,7 +13,7 @@ from shmq.errors import InvalidMessage
 from shmq.message.layout import FLAG_COMPRESSED, I32
 from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
-from shmq.message.properties import decode_properties
+from shmq.message.properties import NAME_VALUE_SEP, decode_properties
 from shmq.message.record import host_tuple, unpack_record
 from shmq.native import bind_ext, bind_message, bind_result
 
@@ -89,7 +89,7 @@ class Message:
 
 # A local send_batch of uniform plain messages is checked and encoded by
 # shmq.native.hot_send_batch (hot.c), which reads these slots in __slots__ order.
-bind_message(Message, tuple(Message.__dict__[name] for name in Message.__slots__), None)
+bind_message(Message, tuple(Message.__dict__[name] for name in Message.__slots__), (TAGS + NAME_VALUE_SEP).encode())
 
 
 def _timer_properties(deliver_at, delay) -> dict[str, str]:

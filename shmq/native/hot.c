@@ -121,11 +121,18 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
  * caller's Python path checks and raises on. */
 enum { M_TOPIC, M_BODY, M_TAGS, M_KEYS, M_PROPS, M_DELAY, M_FLAG, M_NSLOTS };
 static slotted msg;
-static PyObject *msg_unused;
+/* the TAGS property's name and name/value separator, as bytes: given by the caller from
+ * shmq.message (names.TAGS + properties.NAME_VALUE_SEP), which owns the property format */
+static PyObject *msg_tags_key;
 
-/* bind_message(Message, slot descriptors in __slots__ order, anything) */
+/* bind_message(Message, slot descriptors in __slots__ order, TAGS key bytes) */
 static PyObject *hot_bind_message(PyObject *self, PyObject *args) {
-    if (bind_slots(&msg, args, M_NSLOTS, &msg_unused)) return NULL;
+    if (bind_slots(&msg, args, M_NSLOTS, &msg_tags_key)) return NULL;
+    if (!PyBytes_CheckExact(msg_tags_key) || PyBytes_GET_SIZE(msg_tags_key) > 64) {
+        PyErr_SetString(PyExc_TypeError, "bind_message: the TAGS key must be bytes of at most 64");
+        msg.cls = NULL;
+        return NULL;
+    }
     Py_RETURN_NONE;
 }
 
@@ -206,11 +213,12 @@ static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssiz
         const char *t = PyUnicode_AsUTF8AndSize(tags, &tl);
         if (!t) { PyErr_Clear(); Py_RETURN_NONE; }
         if (tl > 0) {
-            if (tl > (Py_ssize_t)sizeof head - 6 || memchr(t, 1, tl) || memchr(t, 2, tl)) Py_RETURN_NONE;
-            memcpy(head, "TAGS\001", 5);
-            memcpy(head + 5, t, tl);
-            head[5 + tl] = 2;
-            hlen = (uint32_t)tl + 6;
+            Py_ssize_t kl = PyBytes_GET_SIZE(msg_tags_key);
+            if (tl > (Py_ssize_t)sizeof head - kl - 1 || memchr(t, 1, tl) || memchr(t, 2, tl)) Py_RETURN_NONE;
+            memcpy(head, PyBytes_AS_STRING(msg_tags_key), kl);
+            memcpy(head + kl, t, tl);
+            head[kl + tl] = 2;   /* properties.PROPERTY_SEP */
+            hlen = (uint32_t)(kl + tl + 1);
         }
     }
     int rc = f_send(r, (const uint8_t *)PyBytes_AS_STRING(b), (uint32_t)blen, head, hlen, 1);
