@@ -24,17 +24,22 @@
 typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
 typedef int (*send_batch_fn)(const shmq_route *, const uint8_t *const *, const uint32_t *, uint32_t,
                              const uint8_t *, uint32_t, uint8_t *, uint64_t, char *, int);
+typedef int (*encode_batch_fn)(const uint8_t *const *, const uint32_t *, uint32_t, const uint8_t *, uint32_t,
+                               shmq_uniq *, uint8_t *, uint64_t, char *, uint64_t *);
 static send_fn f_send;
 static send_batch_fn f_send_batch;
+static encode_batch_fn f_encode_batch;
 
-/* bind(address of shmq_send, address of shmq_send_batch): once, at import of shmq.native */
+/* bind(address of shmq_send, of shmq_send_batch, of shmq_encode_batch): once, at import of
+ * shmq.native */
 static PyObject *hot_bind(PyObject *self, PyObject *args) {
-    PyObject *a, *b;
-    if (!PyArg_ParseTuple(args, "OO", &a, &b)) return NULL;
-    void *p = PyLong_AsVoidPtr(a), *q = PyLong_AsVoidPtr(b);
-    if (!p || !q) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+    PyObject *a, *b, *c;
+    if (!PyArg_ParseTuple(args, "OOO", &a, &b, &c)) return NULL;
+    void *p = PyLong_AsVoidPtr(a), *q = PyLong_AsVoidPtr(b), *e = PyLong_AsVoidPtr(c);
+    if (!p || !q || !e) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
     f_send = (send_fn)p;
     f_send_batch = (send_batch_fn)q;
+    f_encode_batch = (encode_batch_fn)e;
     Py_RETURN_NONE;
 }
 
@@ -245,6 +250,32 @@ static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssiz
     return send_result(r, r->id_out, 1, args[3], args[4]);
 }
 
+/* ---- the producer's uniform batch ---------------------------------------------------------
+ * send_batch(route address, messages, head, body limit, mq, store_host) -> SendResult, an int
+ * SHMQ_* status (nothing appended), or None when the list is not a batch this call takes: every
+ * item exactly a Message (the class bound by bind_message) of the first one's topic and tags,
+ * with a body of 1..limit bytes and no delay level, flag, properties or keys. Anything else the
+ * caller's Python path checks and raises on. */
+
+/* The checks of a uniform batch (above): its bodies into b_ptrs / b_lens. Returns n, 0 when the
+ * list is not such a batch (the caller answers None), -1 with an exception set. */
+static Py_ssize_t uniform_batch(PyObject *list, Py_ssize_t limit) {
+    Py_ssize_t n = PyList_GET_SIZE(list);
+    if (n == 0 || n > UINT32_MAX / 2) return 0;
+    if (batch_room(n)) return (PyErr_NoMemory(), -1);
+    PyObject *m0 = PyList_GET_ITEM(list, 0);
+    if (!plain_body(m0, limit)) return 0;
+    PyObject *topic = ((shmq_message *)m0)->topic, *tags = ((shmq_message *)m0)->tags;
+    for (Py_ssize_t k = 0; k < n; k++) {
+        PyObject *m = PyList_GET_ITEM(list, k), *b = plain_body(m, limit);
+        if (!b || !same_text(((shmq_message *)m)->topic, topic) || !same_text(((shmq_message *)m)->tags, tags))
+            return 0;
+        b_ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(b);
+        b_lens[k] = (uint32_t)PyBytes_GET_SIZE(b);
+    }
+    return n;
+}
+
 static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) || !PyLong_Check(args[3])) {
         PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
@@ -254,20 +285,8 @@ static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
     if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
-    PyObject *list = args[1];
-    Py_ssize_t n = PyList_GET_SIZE(list);
-    if (n == 0 || n > UINT32_MAX / 2) Py_RETURN_NONE;
-    if (batch_room(n)) return PyErr_NoMemory();
-    PyObject *m0 = PyList_GET_ITEM(list, 0);
-    if (!plain_body(m0, limit)) Py_RETURN_NONE;
-    PyObject *topic = ((shmq_message *)m0)->topic, *tags = ((shmq_message *)m0)->tags;
-    for (Py_ssize_t k = 0; k < n; k++) {
-        PyObject *m = PyList_GET_ITEM(list, k), *b = plain_body(m, limit);
-        if (!b || !same_text(((shmq_message *)m)->topic, topic) || !same_text(((shmq_message *)m)->tags, tags))
-            Py_RETURN_NONE;
-        b_ptrs[k] = (const uint8_t *)PyBytes_AS_STRING(b);
-        b_lens[k] = (uint32_t)PyBytes_GET_SIZE(b);
-    }
+    Py_ssize_t n = uniform_batch(args[1], limit);
+    if (n <= 0) return n ? NULL : Py_NewRef(Py_None);
     int rc = f_send_batch(r, b_ptrs, b_lens, (uint32_t)n, (const uint8_t *)PyBytes_AS_STRING(args[2]),
                           (uint32_t)PyBytes_GET_SIZE(args[2]), b_scratch, MAX_BATCH_BYTES, b_ids, 1);
     if (rc) return PyLong_FromLong(rc);
@@ -434,6 +453,27 @@ static PyTypeObject local_send_type = {
     .tp_new = ls_new,
 };
 
+/* encode_batch(uniq address, messages, head, body limit) -> (the MessageBatch body, the 32*n
+ * bytes of its UNIQ_KEYs), an int SHMQ_* status, or None: send_batch's checks and its encoding
+ * (shmq_encode_batch) without the append, for the producer's SEND_BATCH_MESSAGE over TCP. */
+static PyObject *hot_encode_batch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4 || !PyList_CheckExact(args[1]) || !PyBytes_CheckExact(args[2]) || !PyLong_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "encode_batch(uniq, messages: list, head: bytes, limit: int)");
+        return NULL;
+    }
+    if (!f_encode_batch || !shmq_message_cls || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    shmq_uniq *u = (shmq_uniq *)PyLong_AsVoidPtr(args[0]);
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (!u || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null uniq"), NULL);
+    Py_ssize_t n = uniform_batch(args[1], limit);
+    if (n <= 0) return n ? NULL : Py_NewRef(Py_None);
+    uint64_t len = 0;
+    int rc = f_encode_batch(b_ptrs, b_lens, (uint32_t)n, (const uint8_t *)PyBytes_AS_STRING(args[2]),
+                            (uint32_t)PyBytes_GET_SIZE(args[2]), u, b_scratch, MAX_BATCH_BYTES, b_ids, &len);
+    if (rc) return PyLong_FromLong(rc);
+    return Py_BuildValue("(y#y#)", (const char *)b_scratch, (Py_ssize_t)len, b_ids, 32 * n);
+}
+
 /* ---- the consumer's record walk ---------------------------------------------------------
  * read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker)
  *   -> (messages, used, elsewhere)
@@ -578,6 +618,8 @@ static PyMethodDef methods[] = {
      "send_message(route, message, limit, mq, store_host) -> SendResult, an int status, or None"},
     {"send_batch", (PyCFunction)(void (*)(void))hot_send_batch, METH_FASTCALL,
      "send_batch(route, messages, head, limit, mq, store_host) -> SendResult, an int status, or None"},
+    {"encode_batch", (PyCFunction)(void (*)(void))hot_encode_batch, METH_FASTCALL,
+     "encode_batch(uniq, messages, head, limit) -> (body, ids), an int status, or None"},
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
      "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
     {"bind_topic", (PyCFunction)hot_bind_topic, METH_VARARGS, "bind_topic(_LocalTopic, slot descriptors, _)"},
