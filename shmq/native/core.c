@@ -1104,16 +1104,16 @@ int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t blen, const uin
                      r->id_out, try_lock);
 }
 
-/* A batch of n plain messages: bodies concatenated (body_lens[k] each), or (body_ptrs not
- * NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one head
- * of head_len shared by all; flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to
- * ids_out, 32 chars each); the batch body is built in scratch and appended as shmq_put_batch
- * with extra. */
-static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
-                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
-                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
-                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
-                       char *ids_out, int try_lock) {
+/* The MessageBatch body (RocketMQ MessageDecoder.encodeMessages, entries as above batch_scan)
+ * of n plain messages, built in scratch: bodies concatenated (body_lens[k] each), or (body_ptrs
+ * not NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one
+ * head of head_len shared by all; flags NULL for all 0. Each entry's properties are its head and
+ * a UNIQ_KEY drawn here (written to ids_out, 32 chars each). Returns the encoded length, or a
+ * negative SHMQ_* status. The one encoder of a producer's batch, appended locally (local_batch)
+ * or sent over TCP as SEND_BATCH_MESSAGE's body (shmq_encode_batch). */
+static int64_t encode_batch(const uint8_t *bodies, const uint8_t *const *body_ptrs, const uint32_t *blens,
+                            const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0, const int32_t *flags,
+                            uint32_t n, shmq_uniq *u, uint8_t *scratch, uint64_t cap, char *ids_out) {
     if (n == 0) return SHMQ_EBADBATCH;
     uint64_t need = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1144,6 +1144,17 @@ static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const 
         memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
         memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
     }
+    return (int64_t)need;
+}
+
+/* A batch of n plain messages (encode_batch's arguments), appended as shmq_put_batch with extra. */
+static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
+                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
+                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
+                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
+                       char *ids_out, int try_lock) {
+    int64_t need = encode_batch(bodies, body_ptrs, blens, heads, hlens, hlen0, flags, n, u, scratch, cap, ids_out);
+    if (need < 0) return (int)need;
     /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
     int64_t tag = hlens ? 0 : shmq_tag_code_of_props(heads, hlen0);
     return put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
@@ -1166,6 +1177,15 @@ int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const 
     if (r->tail_len < 1) return SHMQ_EINVAL;
     return local_batch(r->w, r->slot, r->meta, NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, r->u, r->tail + 1,
                        r->tail_len - 1, scratch, cap, r->out, ids_out, try_lock);
+}
+
+/* The same uniform batch only encoded (no append): SEND_BATCH_MESSAGE's body over TCP. */
+int shmq_encode_batch(const uint8_t *const *body_ptrs, const uint32_t *blens, uint32_t n, const uint8_t *head,
+                      uint32_t hlen, shmq_uniq *u, uint8_t *scratch, uint64_t cap, char *ids_out, uint64_t *len_out) {
+    int64_t need = encode_batch(NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, u, scratch, cap, ids_out);
+    if (need < 0) return (int)need;
+    *len_out = (uint64_t)need;
+    return SHMQ_OK;
 }
 
 /* ================================================================== index == */
