@@ -45,6 +45,11 @@ STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
                   11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
 
 
+def _not_local(msg) -> None:
+    """Producer._hot of a producer that never sends locally (local="never")."""
+    return None
+
+
 class Producer:
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
@@ -74,6 +79,20 @@ class Producer:
         self._all_conns: list = []
         self._conns_lock = threading.Lock()
         self._fast = LocalSender(self) if local != "never" else None
+        # the common local send() whole in C (LocalSender.hot: None when it does not take one)
+        self._hot = self._fast.hot if self._fast is not None else _not_local
+
+    @property
+    def compress_over(self) -> int:
+        """compressMsgBodyOverHowmuch: bodies above it are compressed (the local C send takes
+        only bodies up to it, so a change is handed to it too)."""
+        return self._compress_over
+
+    @compress_over.setter
+    def compress_over(self, limit: int) -> None:
+        self._compress_over = limit
+        if getattr(self, "_fast", None) is not None:
+            self._fast.hot.limit = limit
 
     # ---- life ------------------------------------------------------------------------------
     def start(self) -> "Producer":
@@ -161,6 +180,9 @@ class Producer:
 
     # ---- sync send -------------------------------------------------------------------------
     def send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        r = self._hot(msg)
+        if r is not None:
+            return r
         if self._fast is not None:
             r = self._fast.send(msg)
             if r is not None:
