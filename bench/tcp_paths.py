@@ -122,10 +122,11 @@ def echo_round_trips(kind: str, duration: float) -> tuple[float, list[float]]:
 
 # ---------------------------------------------------------------- shmq paths --
 def consumer_main(ns: str, topic: str) -> None:
-    n = [0]
+    n = [0, 0]
 
     def listener(msgs):
         n[0] += len(msgs)
+        n[1] += 1
         return ConsumeResult.SUCCESS
     c = PushConsumer("tcp-paths-cg", namesrv=ns, model="CLUSTERING", local="never", consume_from="LAST_OFFSET",
                      consume_batch_size=32, rebalance_interval=1.0, consume_threads=20)
@@ -134,7 +135,7 @@ def consumer_main(ns: str, topic: str) -> None:
     c.start()
     print("started", flush=True)
     sys.stdin.read()
-    print(n[0], flush=True)
+    print(n[0], n[1], flush=True)
     c.shutdown()
 
 
@@ -258,10 +259,12 @@ def run_rounds(a, work: Path, add) -> None:
             time.sleep(2.5)  # its rebalance takes the queues
             rate, lat = sync_sends(p, topic, a.duration)
             cons.stdin.close()
-            got = cons.stdout.readline().strip()
+            took, calls = (int(x) for x in cons.stdout.readline().split())
             cons.wait(30)
+            # listener calls = pull answers with messages (consume_batch_size 32 >= any pull)
             add("sync send(), a PushConsumer process taking them", rate,
-                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {got}")
+                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {took:,} "
+                f"({took / max(1, calls):.2f} per pull)")
             add("send_async(), 2,000 in flight", async_sends(p, topic, a.duration))
             add("send_oneway() (stored)", oneway_sends(p, pair.addr, topic, queues, a.duration))
             add("send_batch() of 32", batch_sends(p, topic, a.duration))

@@ -1460,3 +1460,88 @@ int shmq_msync(uint8_t *addr, uint64_t len) {
     if (n == 0) return 0;
     return msync((void *)start, n, MS_SYNC) == 0 ? 0 : errno;
 }
+
+/* ============================================================ confirm bridge == */
+/* A worker's SYNC_FLUSH / SYNC_MASTER answers (broker/worker/confirm.py). An event loop cannot
+ * sleep on a futex, and a Python thread that does must take the GIL from the loop at every
+ * group commit; this thread holds no GIL. The loop arms it with the oldest end it waits for;
+ * once the flushed (modes & 1) and replicated (modes & 2) positions pass that end, or the
+ * store cannot get there (read-only after a failed flush, no slave), or the armed deadline
+ * passes, it disarms and writes to the loop's eventfd: one wake-up of the loop per group
+ * commit. Only the loop arms, and only after it has read the previous wake-up, so one armed
+ * end is enough. The thread touches the control block only while armed. */
+#include <pthread.h>
+
+struct shmq_bridge {
+    shmq_ctl *c;
+    int fd;
+    int modes;
+    int64_t want;      /* the end waited for; 0: disarmed */
+    int64_t deadline;  /* CLOCK_MONOTONIC ns */
+    uint32_t seq;      /* bumped by every arm; a disarmed thread sleeps on it */
+};
+
+#define BRIDGE_SLICE_NS 50000000LL
+
+static int bridge_wait(shmq_bridge *b, int64_t want, int64_t deadline) {
+    int64_t left = deadline - mono_ns();
+    if (left > BRIDGE_SLICE_NS) left = BRIDGE_SLICE_NS;
+    int rc = SHMQ_OK;
+    if (b->modes & 1) rc = shmq_wait_flushed(b->c, want, left);
+    if (rc == SHMQ_OK && (b->modes & 2)) rc = shmq_wait_replicated(b->c, want, left);
+    if (rc != SHMQ_OK && rc != SHMQ_ETIMEDOUT && rc != SHMQ_ESLAVE && rc != SHMQ_EIO) {
+        struct timespec ts = {0, 5000000};  /* fenced: only the deadline answers */
+        nanosleep(&ts, NULL);
+        rc = SHMQ_ETIMEDOUT;
+    }
+    return rc == SHMQ_ETIMEDOUT && mono_ns() < deadline ? 0 : 1;
+}
+
+static void *bridge_run(void *arg) {
+    shmq_bridge *b = arg;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&b->seq);
+        int64_t want = LOAD_SC(&b->want);
+        if (want <= 0) {
+            futex_wait(&b->seq, seq, 1000000000LL);
+            continue;
+        }
+        if (!bridge_wait(b, want, LOAD_SC(&b->deadline))) continue;
+        STORE_SC(&b->want, 0);
+        uint64_t one = 1;
+        while (write(b->fd, &one, sizeof one) < 0 && errno == EINTR) {}
+    }
+    return NULL;
+}
+
+shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
+    shmq_bridge *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->c = c;
+    b->fd = fd;
+    b->modes = modes;
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    /* no signal may land on this thread: Python's handlers run on the main thread only */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&th, &at, bridge_run, b);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns) {
+    STORE_SC(&b->deadline, deadline_ns);
+    STORE_SC(&b->want, want);
+    ADD_SC(&b->seq, 1);
+    futex_wake(&b->seq, 1);
+}
