@@ -46,7 +46,7 @@ STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
 
 
 def _not_local(msg) -> None:
-    """Producer._hot of a producer that never sends locally (local="never")."""
+    """Producer._hot / _hot_batch of a producer that never sends locally (local="never")."""
     return None
 
 
@@ -81,6 +81,7 @@ class Producer:
         self._fast = LocalSender(self) if local != "never" else None
         # the common local send() whole in C (LocalSender.hot: None when it does not take one)
         self._hot = self._fast.hot if self._fast is not None else _not_local
+        self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
 
     @property
     def compress_over(self) -> int:
@@ -390,6 +391,9 @@ class Producer:
         messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
         if not msgs:
             raise InvalidMessage("an empty batch")
+        r = self._hot_batch(msgs)
+        if r is not None:
+            return r
         if self._fast is not None:
             r = self._fast.send_batch(msgs)
             if r is not None:
