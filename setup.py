@@ -6,6 +6,6 @@ from setuptools import Extension, setup
 
 setup(
     cffi_modules=["shmq/native/_build.py:ffibuilder"],
-    ext_modules=[Extension("shmq.native._hot", ["shmq/native/hot.c"], include_dirs=["shmq/native"],
+    ext_modules=[Extension("shmq.native._hot", ["shmq/native/hot.c", "shmq/native/hot_message.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
 )

@@ -236,6 +236,8 @@ def main() -> None:
     ap.add_argument("--flush", nargs="+", default=["ASYNC_FLUSH", "SYNC_FLUSH"])
     ap.add_argument("--rounds", type=int, default=1, help="repeat each pair; the table gives medians")
     ap.add_argument("--workers", type=int, default=None, help="shmq broker workers (default: the broker's)")
+    ap.add_argument("--systems", nargs="+", choices=["shmq", "apache"], default=["shmq", "apache"],
+                    help="run only these (exploration: a ratio needs both in the same run)")
     ap.add_argument("--json", metavar="FILE")
     ap.add_argument("--keep", action="store_true", help="keep the temp directory (logs, stores)")
     a = ap.parse_args()
@@ -257,8 +259,10 @@ def main() -> None:
         for flush in a.flush:
             pairs = []
             try:
-                pairs.append(ShmqPair(flush, work, a.workers))
-                pairs.append(ApachePair(flush, work))
+                if "shmq" in a.systems:
+                    pairs.append(ShmqPair(flush, work, a.workers))
+                if "apache" in a.systems:
+                    pairs.append(ApachePair(flush, work))
                 for pair in pairs:
                     create_topic(pair.addr, pair.namesrv)
                 for size in a.sizes:
@@ -270,7 +274,8 @@ def main() -> None:
                             results.append(r)
                             c = r["consumer"]
                             print(f"# {pair.name} {flush} {size} B round {rnd}: send {r['tps']:,.0f}/s p99 "
-                                  f"{r['p99_ms']} ms; consumed {c.get('tps', 0):,.0f}/s", flush=True)
+                                  f"{r['p99_ms']} ms; consumed {c.get('tps', 0):,.0f}/s; broker CPU "
+                                  f"{r['broker_cpu_us_per_msg']:.1f} µs/msg", flush=True)
             finally:
                 for pair in pairs:
                     pair.stop()

@@ -15,7 +15,7 @@ import time
 from shmq.errors import ShmqError
 from shmq.message.javahash import java_string_hash
 from shmq.message.names import RETRY_PREFIX, retry_topic
-from shmq.protocol import RequestCode, ResponseCode, request
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
 from shmq.native import ffi
@@ -380,6 +380,11 @@ class ConsumerCore:
         inst = self.instance
         mq = pq.mq
         sub = self.subscriptions.get(mq.topic)
+        # the request's fields that stay the same for this queue, as the strings they are sent as
+        fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id,
+                        maxMsgNums=self.pull_batch_size, suspendTimeoutMillis=self.suspend_timeout_ms,
+                        subscription=sub.subString, subVersion=sub.subVersion,
+                        expressionType=sub.expressionType).ext_fields
         while self._running and not pq.dropped:
             if pq.count >= self.threshold or not self._may_pull(pq):
                 await asyncio.sleep(0.05)
@@ -393,12 +398,10 @@ class ConsumerCore:
             try:
                 if addr is None:
                     raise ShmqError(f"no address for {mq.broker_name}")
-                resp = await inst.invoke(addr, request(
-                    RequestCode.PULL_MESSAGE, consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id,
-                    queueOffset=pq.next_offset, maxMsgNums=self.pull_batch_size, sysFlag=flags,
-                    commitOffset=max(commit, 0), suspendTimeoutMillis=self.suspend_timeout_ms,
-                    subscription=sub.subString, subVersion=sub.subVersion, expressionType=sub.expressionType),
-                    timeout=self.suspend_timeout_ms / 1000 + 15)
+                ext = dict(fixed)
+                ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = str(pq.next_offset), str(flags), str(max(commit, 0))
+                resp = await inst.invoke(addr, RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext),
+                                         timeout=self.suspend_timeout_ms / 1000 + 15)
             except asyncio.CancelledError:
                 raise
             except Exception as e:

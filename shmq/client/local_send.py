@@ -1,5 +1,8 @@
 """The producer's hot path: plain sends to a topic whose queues all sit on one attached
 broker, each one C call (no broker round trip: the producer appends to the shared store itself).
+The common one (a body, maybe tags, to a topic this thread has sent to, no SYNC_FLUSH) does
+not even come here: ``Producer.send`` calls ``LocalSender.hot`` (native/hot.c, LocalSend), which
+does what ``LocalSender.send`` does for it in C, on the same per-thread state.
 
 A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-threshold
 bytes, no delay level, flag 0 (a batch carries flags per entry), text without separator
@@ -10,7 +13,7 @@ GIL held through native/hot.c) can draw the UNIQ_KEY, assemble the properties te
 in one call; the record is byte for byte what the general path stores. Anything else returns None and takes ``Producer``'s
 general path, which also raises the precise error.
 
-State is per thread (FastWriters are not thread-safe): ``_tls.topics`` maps a topic to its
+State is per thread (FastWriters are not thread-safe): ``_topics()`` maps a topic to its
 ``_LocalTopic``, which has no link when the topic is not eligible; either is built again when
 the client's route cache changes. A StaleSegment (the broker restarted) drops the entry and
 the link; the general path re-attaches.
@@ -24,7 +27,7 @@ from shmq.errors import FlushDiskTimeout, ReplicationError, ShmqError, StaleSegm
 from shmq.message import classify as kinds
 from shmq.message.names import CLUSTER, TAGS, UNIQ_KEY, WAIT
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, hot_send, hot_send_batch, hot_send_message, lib
+from shmq.native import LocalSend, bind_topic, ffi, hot_send, hot_send_batch, hot_send_message, lib
 from shmq.store import validate
 from shmq.store.put import FastWriter, Route
 
@@ -72,6 +75,10 @@ class _LocalTopic:
         self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
 
 
+# LocalSend (hot.c) reads and advances these slots, in __slots__ order, for the common send()
+bind_topic(_LocalTopic, tuple(_LocalTopic.__dict__[name] for name in _LocalTopic.__slots__), None)
+
+
 def _head(m: Message) -> bytes | None:
     """The message's properties text as the general path writes it (``wire_properties``:
     user properties, TAGS, KEYS), each pair ending in \\x02; None when its text is not
@@ -107,15 +114,38 @@ def _result(t: _LocalTopic, mq, out, ids, ok: bool = True, status=None) -> SendR
 class LocalSender:
     def __init__(self, producer):
         self.producer = producer
-        self._tls = threading.local()
+        self._tls = threading.local()   # .topics: the map of every thread but the first sender
+        self._first = None              # the first sending thread's ident ...
+        self._first_topics = {}         # ... and its map (no threading.local lookup: see hot)
+        self._claim = threading.Lock()
+        #: Producer.send's first call: the common message to a topic this thread has an entry
+        #: for, whole in C (hot.c, LocalSend: what send() below does for it); None otherwise
+        self.hot = LocalSend(self._tls, producer.compress_over)
+
+    def _topics(self) -> dict:
+        """This thread's map of topic -> _LocalTopic. The first thread to send keeps its map
+        here, where ``hot`` finds it by thread ident (a thread that reuses a finished thread's
+        ident takes over its map: never two threads at once); every other thread's is
+        ``_tls.topics``."""
+        ident = threading.get_ident()
+        if ident == self._first:
+            return self._first_topics
+        if self._first is None:
+            with self._claim:
+                if self._first is None:
+                    self._first = ident
+                    self.hot.own(ident, self._first_topics)
+                    return self._first_topics
+        try:
+            return self._tls.topics
+        except AttributeError:
+            cache = self._tls.topics = {}
+            return cache
 
     def _topic(self, topic: str):
         """The thread's _LocalTopic for ``topic``, built again when the route changes; None
         when the topic is not eligible (that answer is kept until the route changes too)."""
-        try:
-            cache = self._tls.topics
-        except AttributeError:
-            cache = self._tls.topics = {}
+        cache = self._topics()
         t = cache.get(topic)
         p = self.producer
         info = p.instance.publish.get(topic) if p.instance is not None else None
@@ -152,17 +182,17 @@ class LocalSender:
         return _LocalTopic(publish.get(topic), publish, None, [], b"")
 
     def _drop(self, topic: str, t: _LocalTopic) -> None:
-        self._tls.topics.pop(topic, None)
+        self._topics().pop(topic, None)
         self.producer.links.invalidate(t.link.broker_name)
 
     # ---- the hot path --------------------------------------------------------------------
     def send(self, msg: Message) -> SendResult | None:
         topic = msg.topic
         try:
-            t = self._tls.topics[topic]
+            t = self._topics()[topic]
             if t.publish.get(topic) is not t.info:
                 raise KeyError(topic)  # the route changed: build again
-        except (AttributeError, KeyError, TypeError):
+        except (KeyError, TypeError):
             t = self._topic(topic) if topic.__class__ is str else None
             if t is None:
                 return None

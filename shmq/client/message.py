@@ -15,39 +15,32 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import NAME_VALUE_SEP, decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import bind_ext, bind_message, bind_result
+from shmq.native import MessageBase, bind_ext, bind_message, bind_result
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
 COMPRESS_LEVEL = 5
 
 
-class Message:
+class Message(MessageBase):
     """A message to send. ``keys`` may be a string ("k1 k2") or a list; ``properties`` are
     user properties (also what SQL92 filters see).
 
     A timer message (RocketMQ 5): ``deliver_at`` is when it becomes visible (a datetime, or
     epoch milliseconds as an int), ``delay`` how long from the broker's receipt (a timedelta,
-    or seconds as a number); they become TIMER_DELIVER_MS / TIMER_DELAY_MS."""
+    or seconds as a number); they become TIMER_DELIVER_MS / TIMER_DELAY_MS.
 
-    __slots__ = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
+    ``Message(topic, body, tags=None, keys=None, properties=None, delay_level=0, flag=0, *,
+    deliver_at=None, delay=None)``: the attributes and this __init__ are C (``MessageBase``,
+    shmq/native/hot_message.c: a message is built per send); a body that is not bytes is
+    converted with ``bytes(body)``, a str refused with TypeError; the properties are copied."""
 
-    def __init__(self, topic: str, body: bytes, tags: str | None = None, keys=None,
-                 properties: dict[str, str] | None = None, delay_level: int = 0, flag: int = 0, *,
-                 deliver_at=None, delay=None):
-        if body.__class__ is not bytes:
-            if isinstance(body, str):
-                raise TypeError("body must be bytes (encode text yourself)")
-            body = bytes(body)
-        self.topic = topic
-        self.body = body
-        self.tags = tags
-        self.keys = keys
-        self.properties = dict(properties) if properties else {}
-        self.delay_level = delay_level
-        self.flag = flag
-        if deliver_at is not None or delay is not None:
-            self.properties.update(_timer_properties(deliver_at, delay))
+    __slots__ = ()
+    _FIELDS = ("topic", "body", "tags", "keys", "properties", "delay_level", "flag")
+
+    def __getstate__(self):
+        """Pickled and copied as the __slots__ class it was: (no dict, the attributes)."""
+        return None, {k: getattr(self, k) for k in self._FIELDS if hasattr(self, k)}
 
     def key_list(self) -> list[str]:
         if not self.keys:
@@ -87,11 +80,6 @@ class Message:
         return f"Message(topic={self.topic!r}, tags={self.tags!r}, keys={self.keys!r}, {len(self.body)} bytes)"
 
 
-# A local send_batch of uniform plain messages is checked and encoded by
-# shmq.native.hot_send_batch (hot.c), which reads these slots in __slots__ order.
-bind_message(Message, tuple(Message.__dict__[name] for name in Message.__slots__), (TAGS + NAME_VALUE_SEP).encode())
-
-
 def _timer_properties(deliver_at, delay) -> dict[str, str]:
     if deliver_at is not None and delay is not None:
         raise ValueError("give deliver_at or delay, not both")
@@ -114,6 +102,11 @@ def _timer_properties(deliver_at, delay) -> dict[str, str]:
     if ms < 0:
         raise ValueError(f"delay must not be negative: {delay!r}")
     return {"TIMER_DELAY_MS": str(ms)}
+
+
+# The local send path (hot.c) takes exactly this class and builds the TAGS head with this key;
+# Message(...) is constructed in C (hot_message.c), which calls _timer_properties for a timer.
+bind_message(Message, (TAGS + NAME_VALUE_SEP).encode(), _timer_properties)
 
 
 class SendStatus(str, enum.Enum):

@@ -1,19 +1,26 @@
 """The C core, compiled by cffi at install time. ``ffi`` and ``lib`` come from ``shmq.native._core``;
 ``hot_send`` / ``hot_send_batch`` are ``shmq_send`` / ``shmq_send_batch`` called with the GIL
-held and ``hot_read`` the consumer's record walk (``shmq.native._hot``, see hot.c);
+held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and ``hot_read`` the
+consumer's record walk (``shmq.native._hot``, see hot.c);
 ``bind_result`` and ``bind_ext`` name the classes they build, ``bind_message`` the one
-``hot_send_batch`` reads."""
+the send functions read, whose C base is ``MessageBase`` (hot_message.c)."""
 from shmq.native import _hot
 from shmq.native._core import ffi, lib
 
 _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))),
-          int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send_batch"))))
+          int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send_batch"))),
+          int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_encode_batch"))))
 hot_send = _hot.send
 hot_send_batch = _hot.send_batch
+hot_encode_batch = _hot.encode_batch
 hot_send_message = _hot.send_message
 bind_message = _hot.bind_message
+MessageBase = _hot.MessageBase
+LocalSend = _hot.LocalSend
+bind_topic = _hot.bind_topic
 hot_read = _hot.read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
 
-__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_send_message", "hot_read", "bind_ext", "bind_result", "bind_message"]
+__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "bind_ext",
+           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic"]

@@ -1104,16 +1104,16 @@ int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t blen, const uin
                      r->id_out, try_lock);
 }
 
-/* A batch of n plain messages: bodies concatenated (body_lens[k] each), or (body_ptrs not
- * NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one head
- * of head_len shared by all; flags NULL for all 0. Each entry gets its own UNIQ_KEY (written to
- * ids_out, 32 chars each); the batch body is built in scratch and appended as shmq_put_batch
- * with extra. */
-static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
-                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
-                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
-                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
-                       char *ids_out, int try_lock) {
+/* The MessageBatch body (RocketMQ MessageDecoder.encodeMessages, entries as above batch_scan)
+ * of n plain messages, built in scratch: bodies concatenated (body_lens[k] each), or (body_ptrs
+ * not NULL) at body_ptrs[k]; heads either concatenated with head_lens, or (head_lens NULL) one
+ * head of head_len shared by all; flags NULL for all 0. Each entry's properties are its head and
+ * a UNIQ_KEY drawn here (written to ids_out, 32 chars each). Returns the encoded length, or a
+ * negative SHMQ_* status. The one encoder of a producer's batch, appended locally (local_batch)
+ * or sent over TCP as SEND_BATCH_MESSAGE's body (shmq_encode_batch). */
+static int64_t encode_batch(const uint8_t *bodies, const uint8_t *const *body_ptrs, const uint32_t *blens,
+                            const uint8_t *heads, const uint32_t *hlens, uint32_t hlen0, const int32_t *flags,
+                            uint32_t n, shmq_uniq *u, uint8_t *scratch, uint64_t cap, char *ids_out) {
     if (n == 0) return SHMQ_EBADBATCH;
     uint64_t need = 0;
     for (uint32_t k = 0; k < n; k++) {
@@ -1144,6 +1144,17 @@ static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const 
         memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
         memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
     }
+    return (int64_t)need;
+}
+
+/* A batch of n plain messages (encode_batch's arguments), appended as shmq_put_batch with extra. */
+static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *bodies,
+                       const uint8_t *const *body_ptrs, const uint32_t *blens, const uint8_t *heads,
+                       const uint32_t *hlens, uint32_t hlen0, const int32_t *flags, uint32_t n, shmq_uniq *u,
+                       const uint8_t *extra, uint32_t elen, uint8_t *scratch, uint64_t cap, shmq_result *out,
+                       char *ids_out, int try_lock) {
+    int64_t need = encode_batch(bodies, body_ptrs, blens, heads, hlens, hlen0, flags, n, u, scratch, cap, ids_out);
+    if (need < 0) return (int)need;
     /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
     int64_t tag = hlens ? 0 : shmq_tag_code_of_props(heads, hlen0);
     return put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
@@ -1166,6 +1177,15 @@ int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const 
     if (r->tail_len < 1) return SHMQ_EINVAL;
     return local_batch(r->w, r->slot, r->meta, NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, r->u, r->tail + 1,
                        r->tail_len - 1, scratch, cap, r->out, ids_out, try_lock);
+}
+
+/* The same uniform batch only encoded (no append): SEND_BATCH_MESSAGE's body over TCP. */
+int shmq_encode_batch(const uint8_t *const *body_ptrs, const uint32_t *blens, uint32_t n, const uint8_t *head,
+                      uint32_t hlen, shmq_uniq *u, uint8_t *scratch, uint64_t cap, char *ids_out, uint64_t *len_out) {
+    int64_t need = encode_batch(NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, u, scratch, cap, ids_out);
+    if (need < 0) return (int)need;
+    *len_out = (uint64_t)need;
+    return SHMQ_OK;
 }
 
 /* ================================================================== index == */
@@ -1475,4 +1495,89 @@ int shmq_msync(uint8_t *addr, uint64_t len) {
     uint64_t n = len + ((uintptr_t)addr - start);
     if (n == 0) return 0;
     return msync((void *)start, n, MS_SYNC) == 0 ? 0 : errno;
+}
+
+/* ============================================================ confirm bridge == */
+/* A worker's SYNC_FLUSH / SYNC_MASTER answers (broker/worker/confirm.py). An event loop cannot
+ * sleep on a futex, and a Python thread that does must take the GIL from the loop at every
+ * group commit; this thread holds no GIL. The loop arms it with the oldest end it waits for;
+ * once the flushed (modes & 1) and replicated (modes & 2) positions pass that end, or the
+ * store cannot get there (read-only after a failed flush, no slave), or the armed deadline
+ * passes, it disarms and writes to the loop's eventfd: one wake-up of the loop per group
+ * commit. Only the loop arms, and only after it has read the previous wake-up, so one armed
+ * end is enough. The thread touches the control block only while armed. */
+#include <pthread.h>
+
+struct shmq_bridge {
+    shmq_ctl *c;
+    int fd;
+    int modes;
+    int64_t want;      /* the end waited for; 0: disarmed */
+    int64_t deadline;  /* CLOCK_MONOTONIC ns */
+    uint32_t seq;      /* bumped by every arm; a disarmed thread sleeps on it */
+};
+
+#define BRIDGE_SLICE_NS 50000000LL
+
+static int bridge_wait(shmq_bridge *b, int64_t want, int64_t deadline) {
+    int64_t left = deadline - mono_ns();
+    if (left > BRIDGE_SLICE_NS) left = BRIDGE_SLICE_NS;
+    int rc = SHMQ_OK;
+    if (b->modes & 1) rc = shmq_wait_flushed(b->c, want, left);
+    if (rc == SHMQ_OK && (b->modes & 2)) rc = shmq_wait_replicated(b->c, want, left);
+    if (rc != SHMQ_OK && rc != SHMQ_ETIMEDOUT && rc != SHMQ_ESLAVE && rc != SHMQ_EIO) {
+        struct timespec ts = {0, 5000000};  /* fenced: only the deadline answers */
+        nanosleep(&ts, NULL);
+        rc = SHMQ_ETIMEDOUT;
+    }
+    return rc == SHMQ_ETIMEDOUT && mono_ns() < deadline ? 0 : 1;
+}
+
+static void *bridge_run(void *arg) {
+    shmq_bridge *b = arg;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&b->seq);
+        int64_t want = LOAD_SC(&b->want);
+        if (want <= 0) {
+            futex_wait(&b->seq, seq, 1000000000LL);
+            continue;
+        }
+        if (!bridge_wait(b, want, LOAD_SC(&b->deadline))) continue;
+        STORE_SC(&b->want, 0);
+        uint64_t one = 1;
+        while (write(b->fd, &one, sizeof one) < 0 && errno == EINTR) {}
+    }
+    return NULL;
+}
+
+shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
+    shmq_bridge *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->c = c;
+    b->fd = fd;
+    b->modes = modes;
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    /* no signal may land on this thread: Python's handlers run on the main thread only */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&th, &at, bridge_run, b);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
+    if (rc != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns) {
+    STORE_SC(&b->deadline, deadline_ns);
+    STORE_SC(&b->want, want);
+    ADD_SC(&b->seq, 1);
+    futex_wake(&b->seq, 1);
 }

@@ -72,6 +72,10 @@ int shmq_send(const shmq_route *r, const uint8_t *body, uint32_t body_len,
 int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const uint32_t *body_lens, uint32_t n,
                     const uint8_t *head, uint32_t head_len, uint8_t *scratch, uint64_t scratch_cap,
                     char *ids_out, int try_lock);
+/* that batch encoded only (the MessageBatch body a TCP send carries); *len_out its length */
+int shmq_encode_batch(const uint8_t *const *body_ptrs, const uint32_t *body_lens, uint32_t n,
+                      const uint8_t *head, uint32_t head_len, shmq_uniq *u, uint8_t *scratch, uint64_t scratch_cap,
+                      char *ids_out, uint64_t *len_out);
 int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                          const uint8_t *bodies, const uint32_t *body_lens,
                          const uint8_t *heads, const uint32_t *head_lens, uint32_t head_len,
@@ -100,6 +104,10 @@ int shmq_wait_replicated(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
 void shmq_fence(shmq_ctl *ctl);
 int shmq_msync(uint8_t *addr, uint64_t len);
 int64_t shmq_load_i64(const int64_t *p);
+/* a worker's confirm bridge (broker/worker/confirm.py): modes 1 flushed, 2 replicated, 3 both */
+typedef struct shmq_bridge shmq_bridge;
+shmq_bridge *shmq_bridge_start(shmq_ctl *ctl, int fd, int modes);
+void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns);
 /* CDEF-END */
 
 #endif

@@ -23,6 +23,10 @@ Why it is built the way it is:
 * Anything undecodable closes the connection without an answer, as RocketMQ does; the
   frame boundary cannot be trusted after a bad length, and a header that does not parse
   has no opaque to answer to.
+* A handler may answer later without a task: it takes ``conn.defer(cmd)`` and returns None;
+  the :class:`Deferred` it got answers once (a SYNC_FLUSH send answered by the group commit
+  that covers it: no coroutine, task or future per send). It counts as a request in flight
+  until then, like a task.
 * Writes are coalesced: the answers to the requests of one read, and everything written in
   one turn of the loop (a group commit's released sends), leave in one ``send()`` system
   call. On loopback each call also runs the peer's receive path and wakes its reader, which
@@ -107,6 +111,7 @@ class Connection(asyncio.Protocol):
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._next_opaque = 0
         self._tasks: dict[asyncio.Task[Any], int] = {}
+        self._deferred = 0  # Deferred answers not given yet (see "answer later")
         self._inflight_bytes = 0
         self._write_paused = False
         self._read_paused = False
@@ -218,7 +223,9 @@ class Connection(asyncio.Protocol):
         except Exception as e:  # noqa: BLE001 - every failure becomes an answer
             self._answer(cmd, self._error_response(cmd, e))
             return
-        if inspect.isawaitable(result):
+        if result is None or result.__class__ is RemotingCommand:  # the common answers, checked first
+            self._answer(cmd, result)
+        elif inspect.isawaitable(result):
             task = self._loop.create_task(self._run(cmd, result))
             self._tasks[task] = size
             self._inflight_bytes += size
@@ -258,13 +265,27 @@ class Connection(asyncio.Protocol):
         resp.serialize_type = req.serialize_type
         self.send(resp)
 
+    def defer(self, req: RemotingCommand) -> "Deferred":
+        """For a handler that answers ``req`` later, outside any task: it returns None now and
+        calls the result's ``answer`` once (from the event loop's thread)."""
+        self._deferred += 1
+        if self._deferred + len(self._tasks) >= self.limits.max_inflight:
+            self._update_reading()
+        return Deferred(self, req)
+
+    def _deferred_answer(self, req: RemotingCommand, resp: RemotingCommand | None) -> None:
+        self._deferred -= 1
+        self._answer(req, resp)
+        if self._read_paused:
+            self._update_reading()
+
     def _update_reading(self) -> None:
         t = self._transport
         if t is None or self.closed:
             return
         busy = (
             self._write_paused
-            or len(self._tasks) >= self.limits.max_inflight
+            or len(self._tasks) + self._deferred >= self.limits.max_inflight
             or self._inflight_bytes > self.limits.max_inflight_bytes
         )
         if busy and not self._read_paused:
@@ -321,19 +342,34 @@ class Connection(asyncio.Protocol):
         seconds and :class:`~shmq.errors.RemotingClosed` if the connection goes away first.
         The response's code is not interpreted; check ``response.code``.
         """
-        if self.closed or self._transport is None:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
-        cmd.opaque = opaque = self._new_opaque()
-        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
-        self._pending[opaque] = fut
+        opaque = self.start_request(cmd, fut)
         timer = self._loop.call_later(timeout, self._expire, opaque, cmd.code, timeout)
         try:
-            self.send(cmd)
             return await fut
         finally:
             timer.cancel()
             self._pending.pop(opaque, None)
+
+    def start_request(self, cmd: RemotingCommand, waiter) -> int:
+        """Send a request whose response goes to ``waiter.set_result(response)`` on this loop, or
+        ``waiter.set_exception(RemotingClosed)`` if the connection goes away first. ``waiter`` has
+        ``done()``, ``set_result`` and ``set_exception``: an asyncio Future (:meth:`send_request`)
+        or a lighter object that needs no task (the producer's async send). The caller arranges
+        the timeout (:meth:`expire`). Sets ``cmd.opaque`` and returns it."""
+        if self.closed or self._transport is None:
+            raise RemotingClosed(f"connection to {self.peer} is closed")
+        cmd.opaque = opaque = self._new_opaque()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        self._pending[opaque] = waiter
+        self.send(cmd)
+        return opaque
+
+    def expire(self, opaques: list[int], code: int, timeout: float) -> None:
+        """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for
+        many :meth:`start_request` calls made together)."""
+        for opaque in opaques:
+            self._expire(opaque, code, timeout)
 
     def _expire(self, opaque: int, code: int, timeout: float) -> None:
         fut = self._pending.pop(opaque, None)
@@ -354,7 +390,7 @@ class Connection(asyncio.Protocol):
     @property
     def busy(self) -> bool:
         """Requests are being served or awaited: an idle timeout must not close it now."""
-        return bool(self._tasks or self._pending)
+        return bool(self._tasks or self._pending or self._deferred)
 
     def close(self) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -376,6 +412,21 @@ class Connection(asyncio.Protocol):
         if idle is not None and not self.busy and now - self.last_activity > idle:
             return f"idle for {idle:g}s"
         return None
+
+
+class Deferred:
+    """One request's answer, given later by ``answer`` (see :meth:`Connection.defer`)."""
+
+    __slots__ = ("conn", "req")
+
+    def __init__(self, conn: Connection, req: RemotingCommand):
+        self.conn = conn
+        self.req = req
+
+    def answer(self, resp: RemotingCommand | None) -> None:
+        conn, self.conn = self.conn, None
+        if conn is not None:  # once: a second answer is a bug, and is dropped
+            conn._deferred_answer(self.req, resp)
 
 
 def _fmt_addr(addr: Any) -> str:

@@ -357,3 +357,31 @@ def test_answer_written_just_before_close_still_arrives():
                 return [decode_command(f).body for f in FrameDecoder().feed(data)]
             assert await asyncio.to_thread(client) == [b"last"]
     run(main())
+
+
+def test_deferred_answers_count_as_in_flight_and_arrive_later():
+    """A handler may take conn.defer(cmd), return None and answer later without a task (the
+    SYNC_FLUSH sends): the answers arrive, and until then they count against max_inflight."""
+    LATER = 1010
+    held = []
+
+    def later(conn, cmd):
+        held.append(conn.defer(cmd))
+
+    async def main():
+        async with RemotingServer({LATER: later}, "127.0.0.1", 0, max_inflight=2) as srv, \
+                RemotingClient(srv.address) as c:
+            calls = [asyncio.ensure_future(c.invoke(request(LATER, n=str(i)), timeout=5)) for i in range(5)]
+            await asyncio.sleep(0.2)
+            assert len(held) == 2 and not any(f.done() for f in calls)  # reading paused at 2
+            conn = held[0].conn
+            assert conn.busy
+            for i in range(5):
+                while len(held) <= i:
+                    await asyncio.sleep(0.01)
+                d = held[i]
+                d.answer(d.req.make_response(body=d.req.ext_fields["n"].encode()))
+                d.answer(d.req.make_response(body=b"twice"))  # a second answer is dropped
+            assert [r.body for r in await asyncio.gather(*calls)] == [str(i).encode() for i in range(5)]
+            assert not conn.busy
+    run(main())

@@ -63,13 +63,16 @@ def _broker_road(pipe, req):
     return fw.out
 
 
-def _last_record(pipe):
-    """(topic, queue id, flag, sysflag, born, body, properties) of the newest record."""
+def _last_records(pipe, n):
+    """(topic, queue id, flag, sysflag, born, body, properties) of the newest n records."""
     log = pipe.store.commitlog
     mv = memoryview(log.map(0))[:pipe.store.commit_pos]
-    m = list(iter_records(mv))[-1]
-    return (m.topic, m.queue_id, m.flag, m.sysflag, m.born_timestamp, m.born_host, m.reconsume_times, bytes(m.body),
-            dict(m.properties))
+    return [(m.topic, m.queue_id, m.flag, m.sysflag, m.born_timestamp, m.born_host, m.reconsume_times,
+             bytes(m.body), dict(m.properties)) for m in list(iter_records(mv))[-n:]]
+
+
+def _last_record(pipe):
+    return _last_records(pipe, 1)[0]
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -212,3 +215,78 @@ def test_local_message_road_builds_the_tags_head_and_refuses_the_rest(roads):
     again = hot_send(r.addr, b"tagged", b"TAGS\x01TagA\x02", "q", b"8 bytes!")
     last = _last_record(roads)  # the same record but for the born time (ms) and the id
     assert last[:4] + last[5:-1] == by_message[:4] + by_message[5:-1] and last[-1]["UNIQ_KEY"] == again.msg_id
+
+
+def test_local_send_object_is_the_python_send_for_the_common_message(roads):
+    """LocalSend (hot.c: Producer.send's one C call) takes the thread's _LocalTopic, advances
+    its round robin and appends what hot_send_message appends; it answers None with nothing
+    stored and the round robin where it was whenever LocalSender must decide: another
+    thread's map not made yet, a changed route, a SYNC_FLUSH writer, a held lock, a message it
+    does not take. ``batch`` does the same for a uniform send_batch."""
+    import threading
+
+    from shmq.client.local_send import _LocalTopic, _Route
+    from shmq.client.message import Message, SendResult
+    from shmq.client.uniq_id import generator
+    from shmq.native import LocalSend, lib
+    uniq = generator()
+    writers = []
+    for q in (1, 2):
+        fw = roads.fast_writer("T", q, BORN)
+        r = fw.route(uniq)
+        fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)  # the queue's ConsumeQueue file is mapped
+        writers.append(_Route(f"mq{q}", fw, r.addr, False, r))
+    info = object()
+    publish = {"T": info}
+    t = _LocalTopic(info, publish, "a link", writers, b"8 bytes!")
+    tls = threading.local()
+    hot = LocalSend(tls, 4096)
+    first = {"T": t}
+    hot.own(threading.get_ident(), first)
+    got = [hot(Message("T", b"m%d" % k, tags="A")) for k in range(4)]
+    assert all(isinstance(g, SendResult) for g in got)
+    assert [g.queue for g in got] == ["mq2", "mq1", "mq2", "mq1"] and t.i == 0
+    assert _last_record(roads)[-1] == {"TAGS": "A", "UNIQ_KEY": got[-1].msg_id, "CLUSTER": "TestCluster"}
+    before = roads.store.commit_pos
+
+    def refused(m=None):
+        assert hot(m or Message("T", b"x")) is None
+        assert roads.store.commit_pos == before and t.i == 0
+    for m in (Message("T", b"x", keys="k"), Message("T", b"x" * 5000), Message("U", b"x")):
+        refused(m)
+    publish["T"] = object()      # the route changed
+    refused()
+    publish["T"] = info
+    writers[1] = writers[1]._replace(sync=True)
+    refused()
+    writers[1] = writers[1]._replace(sync=False)
+    holder = roads.store.queue_writer("T", 3)
+    assert lib.shmq_lock(holder.c_writer) == 0
+    try:
+        refused()
+    finally:
+        lib.shmq_unlock(holder.c_writer)
+    hot.limit = 0                # Producer.compress_over lowered
+    refused()
+    hot.limit = 4096
+    seen = []
+    other = threading.Thread(target=lambda: seen.append(hot(Message("T", b"x"))))
+    other.start()
+    other.join()
+    # a second thread's own map (here: the same entry)
+    other = threading.Thread(target=lambda: (setattr(tls, "topics", {"T": t}), seen.append(hot(Message("T", b"o")))))
+    other.start()
+    other.join()
+    assert seen[0] is None and isinstance(seen[1], SendResult) and seen[1].queue == "mq2"
+    # batch: the uniform batch on the same round robin (t.i moved to 1 by the other thread)
+    msgs = [Message("T", b"b%d" % k, tags="B") for k in range(3)]
+    for bad in ([*msgs, Message("T", b"x", tags="C")], [*msgs, Message("T", b"x", keys="k")], [], (msgs[0],)):
+        assert hot.batch(bad) is None
+    before = roads.store.commit_pos
+    publish["T"] = object()
+    assert hot.batch(msgs) is None and roads.store.commit_pos == before
+    publish["T"] = info
+    got = hot.batch(msgs)
+    assert isinstance(got, SendResult) and got.queue == "mq1" and t.i == 0 and got.msg_id.count(",") == 2
+    assert [r[-2] for r in _last_records(roads, 3)] == [b"b0", b"b1", b"b2"]
+    assert _last_record(roads)[-1] == {"TAGS": "B", "UNIQ_KEY": got.msg_id.split(",")[-1], "CLUSTER": "TestCluster"}

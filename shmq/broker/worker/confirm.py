@@ -1,49 +1,67 @@
 """The wait before a send is answered under SYNC_FLUSH or SYNC_MASTER, for a worker's event
-loop: one thread per worker waits on the store's futexes for the smallest pending end
-position and releases every pending send below the new flushed / replicated position at
-once (group commit, RocketMQ's GroupCommitService / GroupTransferService). A thread per
-send, as a thread pool gives, would cap the sends in flight at the pool's size.
+loop (group commit, RocketMQ's GroupCommitService / GroupTransferService).
 
-A send's answer: None (confirmed), or the exception the store's own wait raises
-(FlushDiskTimeout, ReplicationError), each after syncFlushTimeout at the latest.
+A send is appended, then :meth:`Confirmer.add` posts its flush request to the flusher at once
+(a C call that does not block) and queues ``(end, deadline, answer, arg)``. The worker's
+confirm bridge (``shmq_bridge_*`` in native/core.c: one C thread, no GIL) waits on the store's
+futexes for the oldest queued end and, once the flushed / replicated position passes it (or
+its deadline, or the store cannot get there), writes to an eventfd the loop polls. The loop
+then answers every queued send below the new position in that one callback: one wake-up
+and, per connection, one write per group commit, with no task, coroutine or future per send.
+A thread per send, as a thread pool gives, would cap the sends in flight at the pool's size.
+
+The queue is in append order, which is end order: one event loop appends for this worker, so
+its ends only grow, and every send has the same timeout, so deadlines only grow too. Were an
+end ever out of order it would be answered late, never early: an answer is given only for an
+end at or below the confirmed position (or as a failure).
+
+An answer gets None (confirmed) or the exception the store's own wait raises
+(FlushDiskTimeout, FlushFailed, ReplicationError), after syncFlushTimeout at the latest.
 """
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
-import threading
+import collections
+import os
 import time
 
 from shmq.errors import FlushDiskTimeout, FlushFailed, ReplicationError
-from shmq.native import lib
+from shmq.native import ffi, lib
 
 
 class Confirmer:
-    def __init__(self, store):
+    def __init__(self, store, loop: asyncio.AbstractEventLoop):
         self.store = store
         self.ctl = store.cb.ctl
-        self.timeout_s = store._sync_timeout_ns / 1e9
-        self._heap: list = []          # (end, seq, deadline, future, loop)
-        self._seq = itertools.count()
-        self._lock = threading.Lock()
-        self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="shmq-confirm", daemon=True)
-        self._thread.start()
+        self.timeout_ns = store._sync_timeout_ns
+        self._queue: collections.deque = collections.deque()  # (end, deadline_ns, answer, arg)
+        self._armed = False  # the bridge waits for the queue's first end, or has woken us for it
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        modes = (1 if store.sync_flush else 0) | (2 if store.sync_master else 0)
+        self._bridge = lib.shmq_bridge_start(self.ctl, self._fd, modes)
+        if self._bridge == ffi.NULL:
+            os.close(self._fd)
+            raise OSError("cannot start the confirm thread")
+        loop.add_reader(self._fd, self._woken)
 
-    def wait(self, end: int) -> asyncio.Future:
-        """A future that is done when everything below ``end`` is confirmed."""
-        loop = asyncio.get_running_loop()
-        fut = loop.create_future()
+    def add(self, end: int, answer, arg) -> None:
+        """``answer(arg, outcome)`` from the loop once everything below ``end`` is confirmed
+        (outcome None) or cannot be (outcome an exception). Called from the loop only."""
         p = self.ctl.pos
         if self.store.sync_master and p.repl_pos < end and (
                 p.repl_slaves == 0 or end - p.repl_pos >= self.ctl.owner.ha_fallbehind_max):
-            fut.set_exception(ReplicationError("slave not available", code=11))
-            return fut
-        with self._lock:
-            heapq.heappush(self._heap, (end, next(self._seq), time.monotonic() + self.timeout_s, fut, loop))
-        self._wake.set()
-        return fut
+            answer(arg, ReplicationError("slave not available", code=11))
+            return
+        if self.store.sync_flush:
+            lib.shmq_wait_flushed(self.ctl, end, 0)  # the flush request now; never blocks
+        self._queue.append((end, time.monotonic_ns() + self.timeout_ns, answer, arg))
+        if not self._armed:
+            self._arm()
+
+    def _arm(self) -> None:
+        end, deadline = self._queue[0][0], self._queue[0][1]
+        self._armed = True
+        lib.shmq_bridge_arm(self._bridge, end, deadline)
 
     def _confirmed(self) -> int:
         p = self.ctl.pos
@@ -54,42 +72,26 @@ class Confirmer:
             pos = min(pos, p.repl_pos)
         return pos
 
-    def _run(self) -> None:
-        while True:
-            with self._lock:
-                top = self._heap[0] if self._heap else None
-            if top is None:
-                self._wake.wait()
-                self._wake.clear()
-                continue
-            end, _, deadline, _, _ = top
-            # slices of 50 ms at most, so a new send with an earlier deadline is not starved
-            left = min(50_000_000, max(0, int((deadline - time.monotonic()) * 1e9)))
-            rc = 0
-            if self.store.sync_flush:
-                rc = lib.shmq_wait_flushed(self.ctl, end, left)
-            if rc == 0 and self.store.sync_master:
-                rc = lib.shmq_wait_replicated(self.ctl, end, left)
-            if rc not in (0, lib.SHMQ_ETIMEDOUT, lib.SHMQ_ESLAVE):
-                time.sleep(0.005)  # fenced or read-only: the deadline answers them
-            self._release()
-
-    def _release(self) -> None:
-        pos = self._confirmed()
-        now = time.monotonic()
-        lost = self._lost_slaves()
-        # a failed flush (the store is read-only now) answers every waiting send at once
-        broken = self.store.sync_flush and self.ctl.pos.io_error
-        done = []
-        with self._lock:
-            h = self._heap
-            while h and (h[0][0] <= pos or h[0][2] <= now or lost or broken):
-                done.append(heapq.heappop(h))
-        if not done:
+    def _woken(self) -> None:
+        """The bridge's wake-up: answer every queued send the confirmed position covers, or
+        whose deadline passed, all in this one callback; then arm for the next."""
+        try:
+            os.read(self._fd, 8)
+        except BlockingIOError:
             return
-        # one wake-up of the event loop for every send released by this acknowledgement
-        settled = [(fut, self._outcome(end, pos)) for end, _, _, fut, _ in done]
-        done[0][4].call_soon_threadsafe(_settle_all, settled)
+        self._armed = False
+        pos = self._confirmed()
+        now = time.monotonic_ns()
+        # lost slaves or a failed flush (the store is read-only now) answer every waiting send
+        every = self._lost_slaves() or bool(self.store.sync_flush and self.ctl.pos.io_error)
+        q = self._queue
+        try:
+            while q and (q[0][0] <= pos or q[0][1] <= now or every):
+                end, _, answer, arg = q.popleft()
+                answer(arg, self._outcome(end, pos))
+        finally:
+            if q:
+                self._arm()
 
     def _lost_slaves(self) -> bool:
         return self.store.sync_master and self.ctl.pos.repl_slaves == 0
@@ -100,24 +102,10 @@ class Confirmer:
         if self.store.sync_flush and self.ctl.pos.flushed_pos < end:
             if self.ctl.pos.io_error:
                 return FlushFailed()
-            return FlushDiskTimeout(f"not flushed within {self.timeout_s * 1000:.0f} ms")
+            return FlushDiskTimeout(f"not flushed within {self.timeout_ns // 1_000_000} ms")
         if self._lost_slaves():
             return ReplicationError("slave not available (disconnected)", code=11)
-        return ReplicationError(f"no slave confirmed within {self.timeout_s * 1000:.0f} ms", code=12)
-
-
-def _settle_all(settled) -> None:
-    for fut, exc in settled:
-        _settle(fut, exc)
-
-
-def _settle(fut: asyncio.Future, exc) -> None:
-    if fut.done():
-        return
-    if exc is None:
-        fut.set_result(None)
-    else:
-        fut.set_exception(exc)
+        return ReplicationError(f"no slave confirmed within {self.timeout_ns // 1_000_000} ms", code=12)
 
 
 __all__ = ["Confirmer"]

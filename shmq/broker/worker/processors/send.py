@@ -10,7 +10,9 @@ loop (a thread waits on the store's flush futex).
 
 The fast path (known topic, ASYNC_FLUSH) returns the response directly, so the transport
 answers it inline without creating a task; only a send that needs the supervisor (unknown
-topic) or a flush wait becomes a coroutine.
+topic) becomes a coroutine. A send that waits for its flush (SYNC_FLUSH) or a slave
+(SYNC_MASTER) is deferred (``conn.defer``): the Confirmer answers it with the others its
+group commit covers, in one callback of the loop.
 """
 from __future__ import annotations
 
@@ -21,11 +23,11 @@ import struct
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
-from shmq.errors import FlushDiskTimeout, FlushFailed, InvalidMessage, InvalidTopic, MessageTooLarge, ReplicationError
+from shmq.errors import FlushDiskTimeout, FlushFailed, InvalidMessage, InvalidTopic, MessageTooLarge
 from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
 from shmq.message.names import PERM_WRITE, RETRY_PREFIX
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
@@ -111,8 +113,7 @@ class Processor:
             tc = await self.w.auto_create_topic(h.topic, h.defaultTopic, h.defaultTopicQueueNums, h.sysFlag)
         if tc is None and h.topic.startswith(RETRY_PREFIX):
             tc = await self.w.auto_create_topic(h.topic, "", 1, 0)
-        r = self._send_checked(conn, cmd, h, tc)
-        return (await r) if asyncio.iscoroutine(r) else r
+        return self._send_checked(conn, cmd, h, tc)
 
     def _send_checked(self, conn, cmd, h: SendMessageRequestHeader, tc: TopicConfig | None):
         bad = self._check_topic(cmd, h, tc)
@@ -131,11 +132,14 @@ class Processor:
         self.w.stats["put"] += 1
         end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
         self.w.holds.appended()
+        sync = self.w.store.sync_wait
+        if cmd.flag & FLAG_ONEWAY and not sync:
+            return None  # an answer nobody reads (the transport would drop it) is not built
         out = fw.out
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, end, ext)
+        if sync:
+            return self._answer_after_flush(conn, cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _put_pipeline(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
@@ -152,8 +156,8 @@ class Processor:
         if pr.half:
             self._register_tx_producer(conn, h.producerGroup)
         # RocketMQ answers the queue the send asked for and the offset where it was stored.
-        r = self._answer(cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
-        if pr.deliver_ms and pr.uniq_key and not h.topic.startswith(RETRY_PREFIX) and not asyncio.iscoroutine(r):
+        r = self._answer(conn, cmd, pr.result, pr.msg_id, pr.request_queue_id, pr.queue_offset)
+        if pr.deliver_ms and pr.uniq_key and not h.topic.startswith(RETRY_PREFIX) and r is not None:
             # SendMessageProcessor.attachRecallHandle (5.3.3): what RECALL_MESSAGE takes back
             r.ext_fields["recallHandle"] = recall.build_handle(h.topic, self.cfg.brokerName, pr.deliver_ms + 1,
                                                                pr.uniq_key)
@@ -177,7 +181,7 @@ class Processor:
         ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(out.queue_offset),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if store.sync_wait:
-            return self._answer_after_flush(cmd, end, ext)
+            return self._answer_after_flush(conn, cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
     def _register_tx_producer(self, conn, group: str) -> None:
@@ -208,32 +212,21 @@ class Processor:
             self._id_prefix = host_prefix(st.store_host)
         return self._id_prefix
 
-    def _answer(self, cmd, res, msg_id: str, qid: int, qoff: int):
+    def _answer(self, conn, cmd, res, msg_id: str, qid: int, qoff: int):
         ext = {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(qoff),
                "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
         if self.w.store.sync_wait:
-            return self._answer_after_flush(cmd, res.end, ext)
+            return self._answer_after_flush(conn, cmd, res.end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
-    async def _answer_after_flush(self, cmd, end: int, ext):
-        """The answer once everything below ``end`` is confirmed (on disk under SYNC_FLUSH, on a
-        slave under SYNC_MASTER): the worker's one Confirmer thread releases every pending send
-        at once (group commit)."""
-        if self._confirmer is None:
-            self._confirmer = Confirmer(self.w.store)
-        try:
-            await self._confirmer.wait(end)
-        except FlushDiskTimeout as e:
-            # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients
-            # report FLUSH_DISK_TIMEOUT as a status rather than an error. A failed flush (the
-            # store is read-only now) is answered so too, its remark saying so.
-            remark = str(e) if isinstance(e, FlushFailed) else "flush disk timeout"
-            return cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, remark, ext)
-        except ReplicationError as e:
-            # SYNC_MASTER: stored here, not confirmed by a slave: SLAVE_NOT_AVAILABLE (11) or
-            # FLUSH_SLAVE_TIMEOUT (12), with the ids, as RocketMQ answers (a status, not an error)
-            return cmd.make_response(e.code, str(e), ext)
-        return cmd.make_response(ResponseCode.SUCCESS, None, ext)
+    def _answer_after_flush(self, conn, cmd, end: int, ext) -> None:
+        """Answered once everything below ``end`` is confirmed (on disk under SYNC_FLUSH, on a
+        slave under SYNC_MASTER): the worker's Confirmer answers every send one group commit
+        covers in one callback of the loop (None now: the answer is deferred)."""
+        c = self._confirmer
+        if c is None:
+            c = self._confirmer = Confirmer(self.w.store, asyncio.get_running_loop())
+        c.add(end, _answer_confirmed, (conn.defer(cmd), ext))
 
     # ------------------------------------------------------------------ others ----
     def send_back(self, conn, cmd: RemotingCommand):
@@ -262,6 +255,23 @@ class Processor:
         if res is not None and res.committed:
             self.w.stats["put"] += 1
         return cmd.make_response()
+
+
+def _answer_confirmed(arg, exc) -> None:
+    later, ext = arg
+    cmd = later.req
+    if exc is None:
+        later.answer(cmd.make_response(ResponseCode.SUCCESS, None, ext))
+    elif isinstance(exc, FlushDiskTimeout):
+        # Stored but not confirmed durable: RocketMQ answers 10 with the ids, clients report
+        # FLUSH_DISK_TIMEOUT as a status rather than an error. A failed flush (the store is
+        # read-only now) is answered so too, its remark saying so.
+        remark = str(exc) if isinstance(exc, FlushFailed) else "flush disk timeout"
+        later.answer(cmd.make_response(ResponseCode.FLUSH_DISK_TIMEOUT, remark, ext))
+    else:
+        # SYNC_MASTER: stored here, not confirmed by a slave: SLAVE_NOT_AVAILABLE (11) or
+        # FLUSH_SLAVE_TIMEOUT (12), with the ids, as RocketMQ answers (a status, not an error)
+        later.answer(cmd.make_response(exc.code, str(exc), ext))
 
 
 def _fast_v2(e) -> SendMessageRequestHeader | None:
