@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import concurrent.futures
 import itertools
 import logging
 import os
@@ -121,30 +120,55 @@ class ClientInstance:
     def call_soon(self, coro: Coroutine):
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def submit(self, coro: Coroutine) -> concurrent.futures.Future:
-        """As :meth:`call_soon`, for many small jobs from user threads (``send_async``): the
-        coroutines submitted before the loop gets to them share one wake-up of the loop thread
-        (a self-pipe write and a thread switch each cost more than the send itself), start in
-        submission order in one turn of the loop, and so leave in one write per connection."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
+    def submit_request(self, addr: str, cmd: RemotingCommand, waiter, timeout: float) -> None:
+        """Send ``cmd`` to ``addr`` from a user thread, its response to ``waiter`` on the loop
+        thread (``Connection.start_request``; a RemotingTimeout after ``timeout`` s, or the
+        connection error): ``send_async``, with no coroutine, task or future per request. The
+        requests submitted before the loop gets to them share one wake-up of the loop thread (a
+        self-pipe write and a thread switch each cost more than the send itself), leave in
+        submission order in one write per connection, and share one timer."""
         with self._submit_lock:
-            self._submitted.append((coro, fut))
+            self._submitted.append((addr, cmd, waiter, timeout))
             wake = not self._drain_scheduled
             self._drain_scheduled = True
         if wake:
             self.loop.call_soon_threadsafe(self._drain_submitted)
-        return fut
 
     def _drain_submitted(self) -> None:
         with self._submit_lock:
             jobs = list(self._submitted)
             self._submitted.clear()
             self._drain_scheduled = False
-        for coro, fut in jobs:
-            if not fut.set_running_or_notify_cancel():
-                coro.close()
+        timers: dict[tuple, list[int]] = {}
+        for addr, cmd, waiter, timeout in jobs:
+            client = self._client(addr)
+            conn = client.connection
+            if conn is None:  # not connected yet (or again): connect, then send
+                self.loop.create_task(self._connect_and_start(client, cmd, waiter, timeout))
                 continue
-            self.loop.create_task(coro).add_done_callback(lambda t, f=fut: _settle(f, t))
+            try:
+                if client.rpc_hook is not None:
+                    client.rpc_hook(cmd)
+                opaque = conn.start_request(cmd, waiter)
+            except Exception as e:  # noqa: BLE001 - the waiter hears of every failure
+                waiter.set_exception(e)
+                continue
+            timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
+        for (conn, code, timeout), opaques in timers.items():
+            self.loop.call_later(timeout, conn.expire, opaques, code, timeout)
+
+    async def _connect_and_start(self, client: RemotingClient, cmd: RemotingCommand, waiter, timeout: float) -> None:
+        try:
+            conn = await client.connect()
+            if client.rpc_hook is not None:
+                client.rpc_hook(cmd)
+            opaque = conn.start_request(cmd, waiter)
+        except Exception as e:  # noqa: BLE001
+            if isinstance(e, RemotingConnectError):
+                self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
+            waiter.set_exception(e)
+            return
+        self.loop.call_later(timeout, conn.expire, [opaque], cmd.code, timeout)
 
     def every(self, interval: float, job, what: str) -> AsyncService:
         """Start ``job`` every ``interval`` s on the loop (routes, heartbeats, and the
@@ -258,6 +282,9 @@ class ClientInstance:
         addrs = self.broker_addrs.get(broker_name, {})
         if not addrs:
             return None, False
+        addr = addrs.get(broker_id)
+        if addr is not None and self._unreachable.get(addr, 0) <= time.monotonic():  # the usual case
+            return addr, broker_id != 0
         now = time.monotonic()
         order = [broker_id] + sorted(i for i in addrs if i != broker_id)
         live = [i for i in order if i in addrs and self._unreachable.get(addrs[i], 0) <= now]
@@ -398,17 +425,6 @@ class ClientInstance:
         self._thread.join(5)
         if not self.loop.is_running():
             self.loop.close()
-
-
-def _settle(fut: concurrent.futures.Future, task: asyncio.Task) -> None:
-    if task.cancelled():
-        fut.cancel()  # a running future cannot be cancelled: it fails with CancelledError then
-        if not fut.done():
-            fut.set_exception(concurrent.futures.CancelledError())
-    elif task.exception() is not None:
-        fut.set_exception(task.exception())
-    else:
-        fut.set_result(task.result())
 
 
 __all__ = ["ClientInstance"]

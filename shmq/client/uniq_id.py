@@ -28,6 +28,10 @@ def local_ipv4() -> bytes:
         return socket.inet_aton("127.0.0.1")
 
 
+#: ids drawn at once by UniqIdGenerator.next
+BLOCK = 16
+
+
 class UniqIdGenerator:
     """The process's one id source. The ids are drawn in C (``shmq_uniq_ids``, also inside
     the local send's single C call, ``shmq_put_local``) from one counter for every thread;
@@ -40,6 +44,8 @@ class UniqIdGenerator:
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
+        self._block: list[str] = []  # next(): ids drawn ahead (a forked child draws its own)
+        self._block_ms = -1
         prefix = (local_ipv4() + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))).hex().upper()
         self.c.prefix = prefix.encode()
         self.c.counter = random.randrange(1 << 16)
@@ -62,7 +68,22 @@ class UniqIdGenerator:
         return [raw[i:i + 32] for i in range(0, 32 * n, 32)]
 
     def next(self) -> str:
-        return self.many(1)[0]
+        """One id. They are drawn BLOCK at a time (a cffi call releases the GIL, which a busy
+        client's loop thread then takes: per id, that hand-over cost more than the id) and handed
+        out only in the millisecond they were drawn in, so an id waits no longer than that: its
+        counter value is unique for 65536 draws, as every id's, and a block's unused ids are
+        dropped."""
+        ms = time.time_ns() // 1_000_000
+        if ms == self._block_ms:
+            try:
+                return self._block.pop()
+            except IndexError:
+                pass
+        block = self.many(BLOCK)
+        block.reverse()
+        first = block.pop()
+        self._block, self._block_ms = block, ms
+        return first
 
 
 _default = UniqIdGenerator()

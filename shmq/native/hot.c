@@ -329,39 +329,68 @@ typedef struct {
     Py_ssize_t limit;
 } local_send;
 
-static PyObject *ls_take(local_send *ls, PyObject *topics, PyObject *topic, PyObject *m) {
-    PyObject *t = PyDict_CheckExact(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
-    if (!t || Py_TYPE(t) != topic_slots.cls) return PyErr_Occurred() ? NULL : Py_NewRef(Py_None);
+/* What one send takes from the calling thread's _LocalTopic: the entry (borrowed from topics,
+ * held), its next writer w (borrowed from it), that writer's index k (as next, made before the
+ * append so nothing can fail after it) and route r. */
+typedef struct { PyObject *topics, *t, *w, *next; const shmq_route *r; } ls_pick;
+
+static int ls_writer(PyObject *topic, ls_pick *p) {
+    PyObject *t = PyDict_CheckExact(p->topics) ? PyDict_GetItemWithError(p->topics, topic) : NULL;
+    if (!t || Py_TYPE(t) != topic_slots.cls) return PyErr_Occurred() ? -1 : 0;
     PyObject *publish = TSLOT(t, T_PUBLISH), *info = TSLOT(t, T_INFO), *link = TSLOT(t, T_LINK);
     PyObject *writers = TSLOT(t, T_WRITERS), *i = TSLOT(t, T_I), *host = TSLOT(t, T_STOREHOST);
     if (!publish || !info || !link || !writers || !i || !host || link == Py_None || !PyDict_CheckExact(publish) ||
         !PyList_CheckExact(writers) || !PyLong_CheckExact(i) || PyList_GET_SIZE(writers) == 0)
-        Py_RETURN_NONE;
+        return 0;
     PyObject *now = PyDict_GetItemWithError(publish, topic);
-    if (!now && PyErr_Occurred()) return NULL;
-    if ((now ? now : Py_None) != info) Py_RETURN_NONE;   /* the route changed: LocalSender builds again */
+    if (!now && PyErr_Occurred()) return -1;
+    if ((now ? now : Py_None) != info) return 0;   /* the route changed: LocalSender builds again */
     Py_ssize_t k = PyLong_AsSsize_t(i);
-    if (k < 0) { PyErr_Clear(); Py_RETURN_NONE; }
+    if (k < 0) { PyErr_Clear(); return 0; }
     k = (k + 1) % PyList_GET_SIZE(writers);
     PyObject *w = PyList_GET_ITEM(writers, k);
-    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) < W_NFIELDS || PyTuple_GET_ITEM(w, W_SYNC) != Py_False) Py_RETURN_NONE;
-    const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(w, W_ADDR));
-    PyObject *next = PyLong_FromSsize_t(k);
-    int rc;
-    if (!r || !next || !message_append(r, m, ls->limit, &rc) || rc) {
-        Py_XDECREF(next);
-        if (PyErr_Occurred()) return NULL;
-        Py_RETURN_NONE;
+    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) < W_NFIELDS || PyTuple_GET_ITEM(w, W_SYNC) != Py_False)
+        return 0;   /* SYNC_FLUSH: LocalSender waits for the flush */
+    if (!(p->r = (const shmq_route *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(w, W_ADDR))))
+        return PyErr_Occurred() ? -1 : 0;
+    if (!(p->next = PyLong_FromSsize_t(k))) return -1;
+    p->t = t;
+    p->w = w;
+    return 1;
+}
+
+/* 1 with *p filled (release it with ls_release), 0 when LocalSender must decide, -1 on error */
+static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
+    if (ls->topics && PyThread_get_thread_ident() == ls->owner) p->topics = Py_NewRef(ls->topics);
+    else if (!(p->topics = PyObject_GetAttr(ls->tls, str_topics))) {  /* another thread's; unset before its first send */
+        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
+        PyErr_Clear();
+        return 0;
     }
-    Py_SETREF(TSLOT(t, T_I), next);
-    /* held across the SendResult's allocation, which may run the GC (and finalizers) */
-    PyObject *mq = Py_NewRef(PyTuple_GET_ITEM(w, W_MQ));
-    Py_INCREF(host);
-    PyObject *out = send_result(r, r->id_out, 1, mq, host);
-    Py_DECREF(mq);
-    Py_DECREF(host);
+    int ok = ls_writer(topic, p);
+    if (ok <= 0) Py_CLEAR(p->topics);
+    return ok;
+}
+
+static PyObject *ls_release(ls_pick *p, PyObject *out) {
+    Py_XDECREF(p->next);
+    Py_DECREF(p->topics);
     return out;
 }
+
+/* after an append of n messages (ids: theirs): the round robin moves on; the SendResult */
+static PyObject *ls_done(ls_pick *p, const char *ids, Py_ssize_t n) {
+    Py_SETREF(TSLOT(p->t, T_I), p->next);
+    p->next = NULL;
+    /* held across the SendResult's allocation, which may run the GC (and finalizers) */
+    PyObject *mq = Py_NewRef(PyTuple_GET_ITEM(p->w, W_MQ)), *host = Py_NewRef(TSLOT(p->t, T_STOREHOST));
+    PyObject *out = send_result(p->r, ids, n, mq, host);
+    Py_DECREF(mq);
+    Py_DECREF(host);
+    return ls_release(p, out);
+}
+
+static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && res.cls && msg_tags_key; }
 
 static PyObject *ls_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
@@ -369,20 +398,36 @@ static PyObject *ls_call(PyObject *self, PyObject *const *args, size_t nargsf, P
         return NULL;
     }
     PyObject *m = args[0], *topic;
-    if (Py_TYPE(m) != shmq_message_cls || !topic_slots.cls || !f_send || !res.cls || !msg_tags_key ||
-        !(topic = ((shmq_message *)m)->topic) || !PyUnicode_CheckExact(topic))
+    if (Py_TYPE(m) != shmq_message_cls || !ls_bound() || !(topic = ((shmq_message *)m)->topic) ||
+        !PyUnicode_CheckExact(topic))
         Py_RETURN_NONE;
-    local_send *ls = (local_send *)self;
-    if (ls->topics && PyThread_get_thread_ident() == ls->owner) return ls_take(ls, ls->topics, topic, m);
-    PyObject *topics = PyObject_GetAttr(ls->tls, str_topics);  /* another thread's; unset before its first send */
-    if (!topics) {
-        if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return NULL;
-        PyErr_Clear();
+    ls_pick p;
+    int ok = ls_route((local_send *)self, topic, &p), rc;
+    if (ok <= 0) return ok ? NULL : Py_NewRef(Py_None);
+    if (!message_append(p.r, m, ((local_send *)self)->limit, &rc) || rc)
+        return ls_release(&p, Py_NewRef(Py_None));  /* nothing appended: LocalSender decides */
+    return ls_done(&p, p.r->id_out, 1);
+}
+
+/* batch(messages) -> SendResult or None: LocalSender.send_batch's uniform batch (uniform_batch,
+ * the first message's tags as the head) on the same route and round robin as a send */
+static PyObject *ls_batch(PyObject *self, PyObject *list) {
+    PyObject *m0, *topic;
+    if (!PyList_CheckExact(list) || PyList_GET_SIZE(list) == 0 || !ls_bound() ||
+        Py_TYPE(m0 = PyList_GET_ITEM(list, 0)) != shmq_message_cls || !(topic = ((shmq_message *)m0)->topic) ||
+        !PyUnicode_CheckExact(topic) || !((shmq_message *)m0)->tags)
         Py_RETURN_NONE;
-    }
-    PyObject *out = ls_take(ls, topics, topic, m);
-    Py_DECREF(topics);
-    return out;
+    uint8_t head[HEAD_MAX];
+    Py_ssize_t hlen = tags_head(((shmq_message *)m0)->tags, head);
+    if (hlen < 0) Py_RETURN_NONE;
+    ls_pick p;
+    int ok = ls_route((local_send *)self, topic, &p);
+    if (ok <= 0) return ok ? NULL : Py_NewRef(Py_None);
+    Py_ssize_t n = uniform_batch(list, ((local_send *)self)->limit);
+    if (n <= 0) return ls_release(&p, n ? NULL : Py_NewRef(Py_None));
+    int rc = f_send_batch(p.r, b_ptrs, b_lens, (uint32_t)n, head, (uint32_t)hlen, b_scratch, MAX_BATCH_BYTES, b_ids, 1);
+    if (rc) return ls_release(&p, Py_NewRef(Py_None));  /* nothing appended: LocalSender decides */
+    return ls_done(&p, b_ids, n);
 }
 
 /* own(thread ident, topics): the first sending thread and its topic map (LocalSender._topics) */
@@ -429,6 +474,7 @@ static void ls_dealloc(PyObject *self) {
 
 static PyMethodDef ls_methods[] = {
     {"own", (PyCFunction)ls_own, METH_VARARGS, "own(thread ident, topics: dict): the first sending thread's map"},
+    {"batch", (PyCFunction)ls_batch, METH_O, "batch(messages) -> SendResult, or None (LocalSender decides)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -223,7 +223,9 @@ class Connection(asyncio.Protocol):
         except Exception as e:  # noqa: BLE001 - every failure becomes an answer
             self._answer(cmd, self._error_response(cmd, e))
             return
-        if inspect.isawaitable(result):
+        if result is None or result.__class__ is RemotingCommand:  # the common answers, checked first
+            self._answer(cmd, result)
+        elif inspect.isawaitable(result):
             task = self._loop.create_task(self._run(cmd, result))
             self._tasks[task] = size
             self._inflight_bytes += size
@@ -340,19 +342,34 @@ class Connection(asyncio.Protocol):
         seconds and :class:`~shmq.errors.RemotingClosed` if the connection goes away first.
         The response's code is not interpreted; check ``response.code``.
         """
-        if self.closed or self._transport is None:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
-        cmd.opaque = opaque = self._new_opaque()
-        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
-        self._pending[opaque] = fut
+        opaque = self.start_request(cmd, fut)
         timer = self._loop.call_later(timeout, self._expire, opaque, cmd.code, timeout)
         try:
-            self.send(cmd)
             return await fut
         finally:
             timer.cancel()
             self._pending.pop(opaque, None)
+
+    def start_request(self, cmd: RemotingCommand, waiter) -> int:
+        """Send a request whose response goes to ``waiter.set_result(response)`` on this loop, or
+        ``waiter.set_exception(RemotingClosed)`` if the connection goes away first. ``waiter`` has
+        ``done()``, ``set_result`` and ``set_exception``: an asyncio Future (:meth:`send_request`)
+        or a lighter object that needs no task (the producer's async send). The caller arranges
+        the timeout (:meth:`expire`). Sets ``cmd.opaque`` and returns it."""
+        if self.closed or self._transport is None:
+            raise RemotingClosed(f"connection to {self.peer} is closed")
+        cmd.opaque = opaque = self._new_opaque()
+        cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        self._pending[opaque] = waiter
+        self.send(cmd)
+        return opaque
+
+    def expire(self, opaques: list[int], code: int, timeout: float) -> None:
+        """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for
+        many :meth:`start_request` calls made together)."""
+        for opaque in opaques:
+            self._expire(opaque, code, timeout)
 
     def _expire(self, opaque: int, code: int, timeout: float) -> None:
         fut = self._pending.pop(opaque, None)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from shmq import Message, Producer, SendStatus
-from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge
+from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge, RemotingError
 
 from .broker_helpers import start_broker  # noqa: F401
 from .client_helpers import Collector, consumer, make_topic, wait_route
@@ -57,6 +57,19 @@ def test_many_async_and_oneway_sends_from_two_threads_over_tcp_all_arrive_once(e
     bodies = [m.body for m in consume_all(ns, 800, group="cg-many")]
     expected = {b"%s%d-%d" % (k, t, i) for t in range(2) for k, n in ((b"a", 300), (b"o", 100)) for i in range(n)}
     assert len(bodies) == 800 and set(bodies) == expected
+
+
+def test_async_send_to_a_broker_that_went_away_fails_and_does_not_hang(env):
+    # the request's waiter hears of the lost connection (or the refused reconnect, or the
+    # timeout), its retries on the same broker fail too, and the future gets the error
+    ns, b = env
+    with Producer("pg-gone", ns.addr, local="never", send_timeout=2.0) as p:
+        assert p.send_async(Message("T", b"before")).result(20).status is SendStatus.SEND_OK
+        b.stop()
+        futs = [p.send_async(Message("T", b"after-%d" % i)) for i in range(20)]
+        for f in futs:
+            with pytest.raises(RemotingError):
+                f.result(20)
 
 
 @pytest.mark.parametrize("local", MODES)

@@ -63,13 +63,16 @@ def _broker_road(pipe, req):
     return fw.out
 
 
-def _last_record(pipe):
-    """(topic, queue id, flag, sysflag, born, body, properties) of the newest record."""
+def _last_records(pipe, n):
+    """(topic, queue id, flag, sysflag, born, body, properties) of the newest n records."""
     log = pipe.store.commitlog
     mv = memoryview(log.map(0))[:pipe.store.commit_pos]
-    m = list(iter_records(mv))[-1]
-    return (m.topic, m.queue_id, m.flag, m.sysflag, m.born_timestamp, m.born_host, m.reconsume_times, bytes(m.body),
-            dict(m.properties))
+    return [(m.topic, m.queue_id, m.flag, m.sysflag, m.born_timestamp, m.born_host, m.reconsume_times,
+             bytes(m.body), dict(m.properties)) for m in list(iter_records(mv))[-n:]]
+
+
+def _last_record(pipe):
+    return _last_records(pipe, 1)[0]
 
 
 @pytest.mark.parametrize("name", SHAPES)
@@ -219,7 +222,7 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     its round robin and appends what hot_send_message appends; it answers None with nothing
     stored and the round robin where it was whenever LocalSender must decide: another
     thread's map not made yet, a changed route, a SYNC_FLUSH writer, a held lock, a message it
-    does not take."""
+    does not take. ``batch`` does the same for a uniform send_batch."""
     import threading
 
     from shmq.client.local_send import _LocalTopic, _Route
@@ -275,3 +278,15 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     other.start()
     other.join()
     assert seen[0] is None and isinstance(seen[1], SendResult) and seen[1].queue == "mq2"
+    # batch: the uniform batch on the same round robin (t.i moved to 1 by the other thread)
+    msgs = [Message("T", b"b%d" % k, tags="B") for k in range(3)]
+    for bad in ([*msgs, Message("T", b"x", tags="C")], [*msgs, Message("T", b"x", keys="k")], [], (msgs[0],)):
+        assert hot.batch(bad) is None
+    before = roads.store.commit_pos
+    publish["T"] = object()
+    assert hot.batch(msgs) is None and roads.store.commit_pos == before
+    publish["T"] = info
+    got = hot.batch(msgs)
+    assert isinstance(got, SendResult) and got.queue == "mq1" and t.i == 0 and got.msg_id.count(",") == 2
+    assert [r[-2] for r in _last_records(roads, 3)] == [b"b0", b"b1", b"b2"]
+    assert _last_record(roads)[-1] == {"TAGS": "B", "UNIQ_KEY": got.msg_id.split(",")[-1], "CLUSTER": "TestCluster"}

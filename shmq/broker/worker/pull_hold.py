@@ -4,8 +4,9 @@ Whoever appends (any worker, a local producer, the supervisor's delay service) a
 store's commit position and wakes the store futex. One thread per worker sleeps in
 ``store.wait()`` (the GIL is released there) while holds exist, and on every advance
 schedules one check on the event loop (coalesced: at most one pending at a time). The
-check resolves each hold whose queue's max offset passed the offset it waits for; the
-handler then re-runs the pull and answers.
+check calls back each hold whose queue's max offset passed the offset it waits for (the
+pull processor re-runs the read and writes the answer from there); a hold whose time is up
+is called back by its timer. A hold's callback runs once, on the loop.
 
 No lost wake-up: a hold is checked once right after it is registered (on the loop), and
 when the thread goes from idle to waiting it reads the commit position and then schedules
@@ -13,8 +14,8 @@ a check, so a commit between a pull's first look and the thread's first futex wa
 still seen by some check.
 
 A send served by this worker checks the holds itself, on the loop, right after its append
-(:meth:`appended`): its own held pulls are answered with no thread hop, after the send's
-answer (the re-run pull is a task of the next turn). It records the commit position it read
+(:meth:`appended`): its own held pulls are answered with no thread hop, in the callback
+after the send's answer. It records the commit position it read
 *before* that check, and the thread schedules no check of its own for a position at or below
 it (every commit up to it was seen by the loop's check), which saves the self-pipe write and
 a wake-up of the loop per message while a consumer is caught up.
@@ -24,15 +25,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from typing import Callable
 
 log = logging.getLogger("shmq.broker.pull")
 
 
 class _Hold:
-    __slots__ = ("topic", "qid", "offset", "fut")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "timer")
 
-    def __init__(self, topic: str, qid: int, offset: int, fut: asyncio.Future[bool]):
-        self.topic, self.qid, self.offset, self.fut = topic, qid, offset, fut
+    def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner):
+        self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
+        self.timer: asyncio.TimerHandle | None = None
 
 
 class PullHolds:
@@ -50,41 +53,52 @@ class PullHolds:
     def __len__(self) -> int:
         return len(self._holds)
 
-    async def wait(self, topic: str, qid: int, offset: int, timeout_s: float) -> bool:
-        """Wait until queue (topic, qid) holds an entry at ``offset`` (True) or the timeout (False)."""
-        fut: asyncio.Future[bool] = self.loop.create_future()
-        h = _Hold(topic, qid, offset, fut)
+    def hold(self, topic: str, qid: int, offset: int, timeout_s: float, ready: Callable[[bool], None],
+             owner=None) -> None:
+        """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
+        ``offset``, or ``ready(False)`` after ``timeout_s`` (or at shutdown). A hold whose
+        ``owner`` (the connection) is closed is dropped at the next check, not called."""
+        if self.store.max_offset(topic, qid) > offset:  # the check right after registering
+            ready(True)
+            return
+        h = _Hold(topic, qid, offset, ready, owner)
+        h.timer = self.loop.call_later(timeout_s, self._release, h, False)
         self._holds.add(h)
         self._active.set()
-        self._check_one(h)
-        try:
-            return await asyncio.wait_for(fut, timeout_s)
-        except asyncio.TimeoutError:
-            return False
-        finally:
-            self._holds.discard(h)
 
-    def _check_one(self, h: _Hold) -> None:
-        if not h.fut.done() and self.store.max_offset(h.topic, h.qid) > h.offset:
-            h.fut.set_result(True)
+    def _release(self, h: _Hold, grew: bool) -> None:
+        if h not in self._holds:
+            return
+        self._holds.discard(h)
+        h.timer.cancel()
+        if getattr(h.owner, "closed", False):
+            return
+        try:
+            h.ready(grew)
+        except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
+            log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
 
     def appended(self) -> None:
-        """On the loop, after this worker appended: answer the holds its append satisfied."""
+        """On the loop, after this worker appended: answer the holds its append satisfied,
+        in the next callback of the loop (the send's own answer is written first)."""
         if self._holds:
             self._loop_seen = self.store.commit_pos  # read before the check: see the docstring
-            self.check()
+            if not self._check_pending:
+                self._check_pending = True
+                self.loop.call_soon(self.check)
 
     def check(self) -> None:
-        """On the loop: resolve every hold whose queue grew."""
+        """On the loop: call back every hold whose queue grew (and drop closed ones)."""
         self._check_pending = False
+        max_offset = self.store.max_offset
         for h in list(self._holds):
-            self._check_one(h)
+            if max_offset(h.topic, h.qid) > h.offset or getattr(h.owner, "closed", False):
+                self._release(h, True)
 
     def release_all(self) -> None:
         """Shutdown: answer every held pull now (it re-runs and answers what it finds)."""
         for h in list(self._holds):
-            if not h.fut.done():
-                h.fut.set_result(False)
+            self._release(h, False)
 
     def _schedule_check(self) -> None:
         if self._check_pending:

@@ -22,6 +22,7 @@ heartbeat (24 when there is none, 25 when it is older than the request's subVers
 """
 from __future__ import annotations
 
+import asyncio
 import os
 import struct
 
@@ -29,7 +30,7 @@ from shmq.errors import FilterExpressionError
 from shmq.message import sql_filter
 from shmq.message.javahash import java_string_hash_cached
 from shmq.message.names import PERM_READ
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.headers import PullMessageRequestHeader
 from shmq.store import GetStatus
@@ -92,8 +93,7 @@ class Processor:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic[{h.topic}] not exist, apply first please! "
                                      "See http://rocketmq.apache.org/docs/faq/ for further details.")
-        r = self._pull_topic(conn, cmd, h, tc)
-        return (await r) if not isinstance(r, RemotingCommand) else r
+        return await _settled(self._pull_topic(conn, cmd, h, tc))
 
     def _pull_topic(self, conn, cmd, h: PullMessageRequestHeader, tc):
         if not tc.perm & PERM_READ:
@@ -128,21 +128,46 @@ class Processor:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist")
         if _sub_version(sub) < h.subVersion:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
-        r = self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString)
-        return (await r) if not isinstance(r, RemotingCommand) else r
+        return await _settled(self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString))
 
     def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None, rec_filter=None):
-        resp = self._get(cmd, h, codes, rec_filter)
+        suspend = h.sysFlag & FLAG_SUSPEND and h.suspendTimeoutMillis > 0
+        # A consumer caught up asks for the queue's max offset: the read would answer
+        # PULL_NOT_FOUND (OFFSET_OVERFLOW_ONE, or an empty or unknown queue at offset 0),
+        # so a pull that may be held is parked without it.
+        resp = None if suspend and self.w.store.max_offset(h.topic, h.queueId) == h.queueOffset else \
+            self._get(cmd, h, codes, rec_filter)
         if h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0:
             self.w.store.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
-        if resp.code == ResponseCode.PULL_NOT_FOUND and h.sysFlag & FLAG_SUSPEND and h.suspendTimeoutMillis > 0:
-            return self._held(cmd, h, codes, rec_filter)
+        if suspend and (resp is None or resp.code == ResponseCode.PULL_NOT_FOUND):
+            return self._held(conn, cmd, h, codes, rec_filter)
         return resp
 
-    async def _held(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None):
+    def _held(self, conn, cmd, h: PullMessageRequestHeader, codes, rec_filter=None):
+        """Park the pull (pull_hold.py). It is answered from the wake-up itself: the re-run
+        read (the same filters as the first look) goes straight onto the connection, with no
+        task, future or extra loop turn per held pull. Past ``max_inflight`` held pulls on one
+        connection the rest wait as tasks the transport counts, so its read back-pressure
+        bounds what one client can park."""
         timeout = min(h.suspendTimeoutMillis, self.cfg.longPollingMaxMillis) / 1000.0
-        await self.w.holds.wait(h.topic, h.queueId, h.queueOffset, timeout)
-        return self._get(cmd, h, codes, rec_filter)  # the same filters as the first look
+        ctx = conn.context
+        held = ctx.get(_HELD, 0)
+        if held >= conn.limits.max_inflight:
+            fut = asyncio.get_running_loop().create_future()
+
+            def resolve(_grew: bool) -> None:
+                if not fut.done():
+                    fut.set_result(self._get(cmd, h, codes, rec_filter))
+            self.w.holds.hold(h.topic, h.queueId, h.queueOffset, timeout, resolve, conn)
+            return fut
+        ctx[_HELD] = held + 1
+
+        def answer(_grew: bool) -> None:
+            ctx[_HELD] -= 1
+            if not conn.closed and not cmd.flag & FLAG_ONEWAY:
+                conn.send(self._get(cmd, h, codes, rec_filter))
+        self.w.holds.hold(h.topic, h.queueId, h.queueOffset, timeout, answer, conn)
+        return None
 
     def _read(self, h: PullMessageRequestHeader, codes, rec_filter=None):
         store = self.w.store
@@ -183,6 +208,13 @@ class Processor:
         return backlog > _PHYS_MEMORY * self.cfg.accessMessageInMemoryMaxRatio // 100
 
 
+async def _settled(r):
+    """A handler's result inside a coroutine: an answer, None (a held pull answers itself
+    later) or an awaitable of either."""
+    return r if r is None or isinstance(r, RemotingCommand) else await r
+
+
+_HELD = "pull.held"  # conn.context key: this connection's held pulls answered directly
 _PHYS = struct.Struct(">q")
 _PHYS_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 

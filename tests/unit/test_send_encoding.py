@@ -1,4 +1,5 @@
-"""A TCP send_batch's body: a uniform list of plain messages is checked and encoded by the C
+"""What the producer puts on the wire. A SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE header holds the
+strings Java's SendMessageRequestHeaderV2 sends. A TCP send_batch's body: a uniform list of plain messages is checked and encoded by the C
 batch encoder (hot_encode_batch, the encoder the local batch appends through) into exactly the
 MessageBatch bytes the Python encoder writes for the same messages and ids; any other list takes
 the Python path, which raises the precise error."""
@@ -58,3 +59,24 @@ def test_producer_batch_body_fast_and_general_paths():
         p._batch_body([Message("%RETRY%G", b"a")])
     with pytest.raises(MessageTooLarge):
         p._batch_body([Message("T", b"y" * 1_000_000) for _ in range(5)])
+
+
+@pytest.mark.parametrize("batch", [False, True])
+def test_send_header_is_the_generic_encoding(batch):
+    from shmq.client.message import MessageQueue
+    from shmq.protocol import RequestCode, request
+    p = Producer("pg", local="never")
+    m = Message("T", b"x", tags="A", flag=3)
+    body, props, sysflag = p._prepare(m)
+    cmd = p._send_request(MessageQueue("T", "b", 2), m, body, props, sysflag, batch=batch)
+    ref = request(RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2, body=body, a="pg", b="T",
+                  c=p.create_topic_key, d=p.default_queue_nums, e=2, f=sysflag, g=cmd.ext_fields["g"], h=3,
+                  i=f"TAGS\x01A\x02UNIQ_KEY\x01{props['UNIQ_KEY']}", j=0, k=False, m=batch)
+    assert (cmd.code, cmd.ext_fields, cmd.body) == (ref.code, ref.ext_fields, ref.body)
+    assert abs(int(cmd.ext_fields["g"]) - __import__("time").time() * 1000) < 60_000
+
+
+def test_uniq_ids_drawn_in_blocks_stay_unique():
+    from shmq.client.uniq_id import generator, new_uniq_id
+    ids = [new_uniq_id() for _ in range(5000)] + generator().many(100) + [new_uniq_id() for _ in range(100)]
+    assert len(set(ids)) == len(ids) and all(len(i) == 32 for i in ids)
