@@ -8,7 +8,10 @@ One run, in this order (100 B bodies, loopback, a shmq NameServer and broker sta
 * **limit**: a raw TCP round trip between two Python processes (a blocking echo server, a
   blocking client; a 200-byte frame each way, about a SEND_MESSAGE_V2 and its answer), and the
   same against an echo server on the event loop the broker uses (asyncio or uvloop): what one
-  sync round trip can cost here before any broker work.
+  sync round trip can cost here before any broker work. Then the blocking echo once more with
+  a third process "pulling" every echoed frame as a consumer does (a pull is answered with
+  what arrived since the last one, or held until the next frame): the same round trip with
+  one consumer round trip per message on the same cores, the limit beside the row below.
 * **sync send()**: ``Producer(local="never").send`` in a loop, alone and then with a
   ``PushConsumer`` process (20 consume threads) taking the messages: msgs/s, call p50 / p99.
 * **async / oneway / batch**: ``send_async`` with up to 2,000 in flight, ``send_oneway``
@@ -23,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import select
 import shutil
 import socket
 import statistics
@@ -94,30 +98,102 @@ def echo_round_trips(kind: str, duration: float) -> tuple[float, list[float]]:
     (port,) = struct.unpack("<I", os.read(r, 4))
     os.close(r)
     try:
-        s = socket.create_connection(("127.0.0.1", port))
-        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        msg = b"y" * FRAME
-        lat: list[float] = []
-        t_end = time.perf_counter() + duration
-        warm = 500
-        while True:
-            t0 = time.perf_counter()
-            s.sendall(msg)
-            got = 0
-            while got < FRAME:
-                got += len(s.recv(65536))
-            t1 = time.perf_counter()
-            if warm:
-                warm -= 1
-                continue
-            lat.append(t1 - t0)
-            if t1 > t_end:
-                break
-        s.close()
-        return len(lat) / sum(lat), lat
+        return _round_trips(socket.create_connection(("127.0.0.1", port)), duration)
     finally:
         os.kill(pid, 15)
         os.waitpid(pid, 0)
+
+
+def _round_trips(s: socket.socket, duration: float) -> tuple[float, list[float]]:
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    msg = b"y" * FRAME
+    lat: list[float] = []
+    t_end = time.perf_counter() + duration
+    warm = 500
+    while True:
+        t0 = time.perf_counter()
+        s.sendall(msg)
+        got = 0
+        while got < FRAME:
+            got += len(s.recv(65536))
+        t1 = time.perf_counter()
+        if warm:
+            warm -= 1
+            continue
+        lat.append(t1 - t0)
+        if t1 > t_end:
+            break
+    s.close()
+    return len(lat) / sum(lat), lat
+
+
+def _echo_with_puller(port_w) -> None:
+    """The blocking echo server, which also serves a second connection's "pulls" as a broker
+    does: a pull finds what was echoed since the last one (answered at once, all of it) or is
+    held until the next echo. The cost of one consumer round trip per message, nothing else."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(2)
+    os.write(port_w, struct.pack("<I", srv.getsockname()[1]))
+    prod, _ = srv.accept()
+    cons, _ = srv.accept()
+    for c in (prod, cons):
+        c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    pending: list[bytes] = []
+    held = False
+    while True:
+        ready, _, _ = select.select([prod, cons], [], [])
+        if cons in ready:
+            if not cons.recv(65536):
+                return
+            held = True
+        if prod in ready:
+            data = prod.recv(65536)
+            if not data:
+                return
+            prod.sendall(data)
+            pending.append(data)
+        if held and pending:
+            cons.sendall(b"".join(pending))
+            pending.clear()
+            held = False
+
+
+def _puller(port: int) -> None:
+    s = socket.create_connection(("127.0.0.1", port))
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    req = b"p" * FRAME
+    while True:
+        s.sendall(req)
+        if not s.recv(65536):
+            return
+
+
+def echo_with_puller_round_trips(duration: float) -> tuple[float, list[float]]:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            _echo_with_puller(w)
+        finally:
+            os._exit(0)
+    os.close(w)
+    (port,) = struct.unpack("<I", os.read(r, 4))
+    os.close(r)
+    s = socket.create_connection(("127.0.0.1", port))
+    puller = os.fork()
+    if puller == 0:
+        try:
+            _puller(port)
+        finally:
+            os._exit(0)
+    try:
+        return _round_trips(s, duration)
+    finally:
+        for p in (puller, pid):
+            os.kill(p, 15)
+            os.waitpid(p, 0)
 
 
 # ---------------------------------------------------------------- shmq paths --
@@ -245,6 +321,9 @@ def run_rounds(a, work: Path, add) -> None:
             rate, lat = echo_round_trips("blocking" if kind == "blocking" else "loop", a.duration)
             add(f"limit: raw TCP round trip, Python {kind} echo server", rate,
                 f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
+        rate, lat = echo_with_puller_round_trips(a.duration)
+        add("limit: the blocking echo, and a raw puller taking each echoed frame", rate,
+            f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
         pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", work / f"r{rnd}", a.workers)
         try:
             topic, queues = f"TcpPaths{rnd}", 4

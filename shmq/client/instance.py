@@ -282,6 +282,9 @@ class ClientInstance:
         addrs = self.broker_addrs.get(broker_name, {})
         if not addrs:
             return None, False
+        addr = addrs.get(broker_id)
+        if addr is not None and self._unreachable.get(addr, 0) <= time.monotonic():  # the usual case
+            return addr, broker_id != 0
         now = time.monotonic()
         order = [broker_id] + sorted(i for i in addrs if i != broker_id)
         live = [i for i in order if i in addrs and self._unreachable.get(addrs[i], 0) <= now]
