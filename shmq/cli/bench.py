@@ -39,11 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=None, help="send exactly N messages instead (pull: the backlog)")
     p.add_argument("--peers", default=None,
                    help="comma-separated peers: mpqueue, faster-fifo, zmq, redis (default: these four; 'none' for none); "
-                        "py-floor, futex-limit: the machine's limits (bench/peers/limits.py), when named")
+                        "py-floor, futex-limit, spin-limit: the machine's limits (bench/peers/limits.py), when named")
     p.add_argument("--shmq", default=None, help="shmq rows: shmq (client API), shmq-store (store direct); default both")
     p.add_argument("--json", metavar="FILE", help="write the results (schema shmq-bench/1) here")
     p.add_argument("--plot", metavar="FILE.png", help="write the latency spectrum and throughput bars here")
     p.add_argument("--workers", type=int, default=None, help="broker worker processes (default: the broker's)")
+    p.add_argument("--spin-us", type=float, default=None,
+                   help="local shmq consumers spin this long before sleeping on the store's futex (default 50; "
+                        "2000000: busy-polling; also SHMQ_BENCH_SPIN_US)")
     p.add_argument("--quick", action="store_true", default=os.environ.get("SHMQ_BENCH_QUICK") == "1",
                    help="a seconds-long version (tests; also SHMQ_BENCH_QUICK=1)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, stores)")
@@ -80,6 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     curve = bool(argv) and argv[0] == "curve"
     args = build_curve_parser().parse_args(argv[1:]) if curve else build_parser().parse_args(argv)
+    if getattr(args, "spin_us", None) is not None:
+        os.environ["SHMQ_BENCH_SPIN_US"] = f"{args.spin_us:g}"  # read by the consumer children (bench/peers)
     from shmq.bench import curve_main, main as bench_main
     try:
         return curve_main.run(args) if curve else bench_main.run(args)

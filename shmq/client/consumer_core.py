@@ -12,16 +12,18 @@ import logging
 import threading
 import time
 
-from shmq.errors import ShmqError, StaleSegment
+from shmq.errors import ShmqError
 from shmq.message.javahash import java_string_hash
 from shmq.message.names import RETRY_PREFIX, retry_topic
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
+from shmq.native import ffi
 from shmq.store import GetStatus
 
 from .instance import ClientInstance
 from .local import LocalLinks
+from .local_pull import LocalPuller
 from .message import MessageExt, MessageQueue, MessageSelector, message_from_view, messages_from_records
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .rebalance import allocate_averagely
@@ -118,6 +120,7 @@ class ConsumerCore:
         self._throttled = False
         self.subscriptions: dict[str, SubscriptionData] = {}
         self._filters: dict[str, tuple[set | None, set | None]] = {}  # topic -> (tag texts, tag codes)
+        self._local_plain: dict[str, bool] = {}
         self.pqs: dict[MessageQueue, ProcessQueue] = {}
         self.instance: ClientInstance | None = None
         self.offsets = None
@@ -125,6 +128,7 @@ class ConsumerCore:
         self._tasks: dict[MessageQueue, object] = {}
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
+        self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []
@@ -145,6 +149,8 @@ class ConsumerCore:
             sub.codeSet = sorted(codes)
         self.subscriptions[topic] = sub
         self._filters[topic] = (texts, codes)
+        # local reads of this topic may take the C record walk: no filter, not a retry topic
+        self._local_plain[topic] = codes is None and sel.expression_type != "SQL92" and not topic.startswith(RETRY_PREFIX)
 
     def topics(self) -> set[str]:
         return set(self.subscriptions)
@@ -359,6 +365,7 @@ class ConsumerCore:
     async def _start_pulling(self, pq: ProcessQueue) -> None:
         link = await self.links.aget(pq.mq.broker_name)
         if link is not None:
+            self.local_changed()
             self._ensure_local_thread(pq.mq.broker_name)
         else:
             self._tasks[pq.mq] = asyncio.ensure_future(self._pull_tcp(pq))
@@ -433,79 +440,30 @@ class ConsumerCore:
     def _may_pull(self, pq: ProcessQueue) -> bool:
         return True
 
+    def local_changed(self) -> None:
+        """The queues read from a local store changed: the pull thread builds its set again
+        at its next look (the next append, or its idle wait)."""
+        self._local_poke[0] = (self._local_poke[0] + 1) & 0x7FFFFFFF
+
     def _ensure_local_thread(self, broker: str) -> None:
         th = self._local_threads.get(broker)
         if th is None or not th.is_alive():
-            th = threading.Thread(target=self._pull_local, args=(broker,), name=f"shmq-local-pull-{broker}", daemon=True)
+            th = threading.Thread(target=LocalPuller(self, broker).run, name=f"shmq-local-pull-{broker}", daemon=True)
             self._local_threads[broker] = th
             th.start()
 
-    def _pull_local(self, broker: str) -> None:
-        """Reads every assigned queue of ``broker`` from the mapped store; when none has
-        anything new, sleeps on the store's futex (spinning ``spin_s`` first)."""
-        while self._running:
-            try:
-                link = self.links.get(broker)
-            except Exception as e:  # the broker is down or restarting: try again shortly
-                log.debug("local store of %s not attachable: %s", broker, e)
-                link = None
-            if link is None:
-                time.sleep(0.2)
-                continue
-            store = link.store
-            try:
-                while self._running and link.alive:
-                    seen = store.commit_pos
-                    got = full = False
-                    for pq in [p for p in list(self.pqs.values()) if p.mq.broker_name == broker]:
-                        if pq.dropped or not self._may_pull(pq):
-                            continue
-                        if pq.count >= self.threshold:
-                            full = True
-                            continue
-                        w = pq.watch
-                        if w is None or w[0] is not store:
-                            ptr = store.max_offset_watch(pq.mq.topic, pq.mq.queue_id)
-                            w = pq.watch = (store, ptr, store.queue_reader(pq.mq.topic, pq.mq.queue_id,
-                                                                           pq.mq.broker_name)) if ptr is not None else None
-                        # a plain read of the published max offset, as a hint only: what is read
-                        # is decided by the acquire loads in the readers; a stale value costs one
-                        # round (the wait below returns at once: commit_pos moved past ``seen``)
-                        if w is not None and w[1][0] == pq.next_offset:
-                            continue  # caught up: no lookup, no GetResult (most queues, most wake-ups)
-                        got |= self._pull_local_once(store, pq)
-                    if got:
-                        continue
-                    if full:
-                        # flow control: the data is there, the consumers are behind; wake when
-                        # a commit makes room (commit() sets _room), not when more data comes
-                        self._room.clear()
-                        self._throttled = True
-                        self._room.wait(0.05)
-                    else:
-                        store.wait(seen, self.idle_wait_s, self.spin_s)
-            except StaleSegment:
-                pass
-            except Exception:
-                log.exception("local pull from %s failed", broker)
-                time.sleep(0.5)
-            self.links.invalidate(broker)  # the broker restarted: re-attach on the next round
-
-    def _pull_local_once(self, store, pq: ProcessQueue) -> bool:
+    def _pull_local_once(self, store, pq: ProcessQueue, reader=None) -> bool:
         mq = pq.mq
+        if reader is not None and self._local_plain.get(mq.topic):
+            # no filter, no retry topic: the C record walk (what get_messages answers FOUND for)
+            msgs, nxt = reader.read(pq.next_offset, self.pull_batch_size)
+            if msgs:
+                pq.next_offset = nxt
+                pq.put(msgs)
+                self._deliver(pq, msgs)
+                return True
         codes = self._filters.get(mq.topic, (None, None))[1]
         sub = self.subscriptions.get(mq.topic)
-        if codes is None and (sub is None or sub.expressionType != "SQL92") and not mq.topic.startswith(RETRY_PREFIX):
-            # no filter, no retry topic: the C record walk (what get_messages answers FOUND for)
-            reader = pq.watch[2] if pq.watch is not None and pq.watch[0] is store else None
-            msgs, nxt = reader.read(pq.next_offset, self.pull_batch_size) if reader is not None else ((), 0)
-            if msgs:
-                msgs = self._accept(mq.topic, msgs)
-                pq.next_offset = nxt
-                if msgs:
-                    pq.put(msgs)
-                    self._deliver(pq, msgs)
-                return True
         rec_filter = None
         if sub is not None and sub.expressionType == "SQL92":
             # evaluated on the store's records, as the broker does for TCP pulls

@@ -1347,6 +1347,42 @@ int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeo
     }
 }
 
+/* A local consumer's wait on the queues it reads (client/local_pull.py): the index of the first
+ * queue, round robin from `start`, whose published next_offset is past offs[i]; -1 when none
+ * within timeout_ns; -2 when the store stopped being READY/READONLY (fenced: re-attach); -3
+ * when *poke is no longer `poked` (the caller's queue set changed; looked at with every scan).
+ * *seen is a commit position loaded before the caller's last read: queue `hold` (whose entry
+ * was published but whose record was not committed yet when it was read) and queues with no
+ * slot yet (next[i] NULL) count as ready only once commit_pos passes it. On return *seen is the
+ * commit position loaded before the scan that found the queue (so before the caller reads it).
+ * Appends to other queues move commit_pos too: they are looked at and slept through here,
+ * without a return to Python. No lost wake-up: commit_pos is loaded before each scan, and an
+ * append publishes its queue's next_offset before commit_pos, so an append the scan missed
+ * moves commit_pos past that load and ends the sleep. */
+int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                     int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns) {
+    int64_t deadline = mono_ns() + timeout_ns, before = *seen;
+    if (start < 0 || start >= n) start = 0;
+    for (;;) {
+        uint32_t st = LOAD_ACQ(&c->owner.state);
+        if (st != SHMQ_STATE_READY && st != SHMQ_STATE_READONLY) return -2;
+        if (poke && LOAD_ACQ(poke) != poked) return -3;
+        int64_t cpos = LOAD_ACQ(&c->pos.commit_pos);
+        int moved = cpos > before;
+        *seen = cpos;
+        for (int k = 0, i = start; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
+            if (!next[i] || i == hold) {
+                if (moved) return i;
+            } else if (LOAD_ACQ(next[i]) > offs[i]) {
+                return i;
+            }
+        }
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return -1;
+        shmq_wait_data(c, cpos, spin_ns < left ? spin_ns : left, left);
+    }
+}
+
 int shmq_wait_flushed(shmq_ctl *c, int64_t target, int64_t timeout_ns) {
     shmq_positions *p = &c->pos;
     if (LOAD_ACQ(&p->flushed_pos) >= target) return SHMQ_OK;

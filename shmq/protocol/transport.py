@@ -223,7 +223,9 @@ class Connection(asyncio.Protocol):
         except Exception as e:  # noqa: BLE001 - every failure becomes an answer
             self._answer(cmd, self._error_response(cmd, e))
             return
-        if inspect.isawaitable(result):
+        if result is None or result.__class__ is RemotingCommand:  # the common answers, checked first
+            self._answer(cmd, result)
+        elif inspect.isawaitable(result):
             task = self._loop.create_task(self._run(cmd, result))
             self._tasks[task] = size
             self._inflight_bytes += size

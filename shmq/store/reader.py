@@ -227,24 +227,66 @@ class QueueReader:
     (an offset out of range, an expired file, a compressed or bad record, a file not there):
     the caller then asks get_messages. Valid while its store is attached (a slot never moves)."""
 
-    __slots__ = ("store", "topic", "utf8", "broker", "slot", "next_addr", "pos_addr", "cq", "per", "fsize", "_log")
+    __slots__ = ("store", "topic", "utf8", "broker", "slot", "min_offset", "next_addr", "pos_addr", "cq", "per",
+                 "fsize", "_log", "_cq")
 
     def __init__(self, store, topic: str, queue_id: int, s: int, broker: str):
         ctl = store.cb.ctl
         self.store = store
         self.topic, self.utf8, self.broker = topic, topic.encode(), broker
         self.slot = ctl.queues[s]
+        self.min_offset = ffi.addressof(self.slot, "min_offset")  # min_offset[0]: one load, no struct lookup
         self.next_addr = int(ffi.cast("uintptr_t", ffi.addressof(self.slot, "next_offset")))
         self.pos_addr = int(ffi.cast("uintptr_t", ffi.addressof(ctl, "pos")))
         self.cq = store.queues.get(topic, queue_id)
         self.per, self.fsize = self.cq.per_file, store.commitlog.file_size
         self._log = (-1, b"")  # (first commit-log offset, mapping) of the file read last
+        self._cq = (-1, None)  # (index, mapping) of the ConsumeQueue file read last (mappings stay while attached)
 
     def read(self, offset: int, max_count: int) -> tuple[list, int]:
-        out: list = []
-        pos = offset
-        if offset < self.slot.min_offset:
-            return out, pos
+        if offset < self.min_offset[0]:
+            return [], offset
+        per = self.per
+        fi, n = divmod(offset, per)
+        ci, mm = self._cq
+        if ci != fi:
+            mm = self.cq.map(fi)
+            if mm is None:
+                return [], offset
+            self._cq = (fi, mm)
+        base, log = self._log
+        msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, offset, min(max_count, per - n), log, base,
+                                         self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
+        if elsewhere < 0 and (not used or n + used < per):
+            return msgs, offset + used  # caught up (or get_messages decides) in one C call: the common case
+        return self._read_on(msgs, offset + used, elsewhere, max_count)
+
+    def _read_on(self, out: list, pos: int, elsewhere: int, max_count: int) -> tuple[list, int]:
+        """The rest of a read that crossed into another CommitLog or ConsumeQueue file."""
+        per = self.per
+        while True:
+            if elsewhere >= 0:  # the next record is in another CommitLog file
+                li = elsewhere // self.fsize
+                if li * self.fsize == self._log[0]:
+                    break  # ... but in this one, past its end: get_messages says what is wrong
+                try:
+                    self._log = (li * self.fsize, self.store.commitlog.map(li))
+                except (OSError, ValueError):
+                    break
+            if len(out) >= max_count:
+                break
+            fi, n = divmod(pos, per)
+            mm = self.cq.map(fi)
+            if mm is None:
+                break
+            base, log = self._log
+            msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, pos, min(max_count - len(out), per - n), log, base,
+                                             self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
+            out += msgs
+            pos += used
+            if elsewhere < 0 and (not used or n + used < per):
+                break  # caught up, or get_messages decides; else the next ConsumeQueue file
+        return out, pos
         per = self.per
         while len(out) < max_count:
             fi, n = divmod(pos, per)

@@ -129,6 +129,11 @@ def test_shmq_client_with_credentials(acl_broker, namesrv):
         assert p.send(Message("AclT", b"hello")).status == SendStatus.SEND_OK
         with pytest.raises(ShmqError, match="No default permission for topic:Other"):
             p.send(Message("Other", b"no"))
+        # the async and batch sends are signed too (the async request on the client's loop)
+        assert p.send_async(Message("AclT", b"async")).result(20).status == SendStatus.SEND_OK
+        assert p.send_batch([Message("AclT", b"b0"), Message("AclT", b"b1")]).status == SendStatus.SEND_OK
+        with pytest.raises(ShmqError, match="No default permission for topic:Other"):
+            p.send_async(Message("Other", b"no")).result(20)
     col = Collector()
     c = consumer(namesrv.addr, "aclCG", "AclT", col, local="never", access_key=USER.access_key,
                  secret_key=USER.secret_key, consume_from="FIRST_OFFSET")

@@ -27,7 +27,7 @@ from shmq.errors import FlushDiskTimeout, FlushFailed, InvalidMessage, InvalidTo
 from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
 from shmq.message.names import PERM_WRITE, RETRY_PREFIX
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol import FLAG_ONEWAY, RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.bodies import TopicConfig, encode_json
 from shmq.protocol.headers import (ConsumerSendMsgBackRequestHeader, EndTransactionRequestHeader,
                                    SendMessageRequestHeader, decode_send_header)
@@ -132,10 +132,13 @@ class Processor:
         self.w.stats["put"] += 1
         end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
         self.w.holds.appended()
+        sync = self.w.store.sync_wait
+        if cmd.flag & FLAG_ONEWAY and not sync:
+            return None  # an answer nobody reads (the transport would drop it) is not built
         out = fw.out
         ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
                "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-        if self.w.store.sync_wait:
+        if sync:
             return self._answer_after_flush(conn, cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
 
