@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
@@ -169,7 +171,7 @@ def _puller(port: int) -> None:
             return
 
 
-def echo_with_puller_round_trips(duration: float) -> tuple[float, list[float]]:
+def echo_with_puller_round_trips(duration: float) -> tuple[float, list[float], str]:
     r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -189,7 +191,12 @@ def echo_with_puller_round_trips(duration: float) -> tuple[float, list[float]]:
         finally:
             os._exit(0)
     try:
-        return _round_trips(s, duration)
+        procs = {"client": psutil.Process(), "echo server": psutil.Process(pid), "puller": psutil.Process(puller)}
+        t0 = {k: sum(p.cpu_times()[:2]) for k, p in procs.items()}
+        rate, lat = _round_trips(s, duration)
+        n = len(lat) + 500  # the warm-up round trips are in the window too
+        used = ", ".join(f"{k} {(sum(p.cpu_times()[:2]) - t0[k]) / n * 1e6:.0f} µs" for k, p in procs.items())
+        return rate, lat, f"CPU/msg {used}"
     finally:
         for p in (puller, pid):
             os.kill(p, 15)
@@ -215,8 +222,11 @@ def consumer_main(ns: str, topic: str) -> None:
     c.shutdown()
 
 
+WARMUP = 300
+
+
 def sync_sends(p: Producer, topic: str, duration: float) -> tuple[float, list[float]]:
-    for _ in range(300):
+    for _ in range(WARMUP):
         p.send(Message(topic, BODY))
     lat: list[float] = []
     t_start = time.perf_counter()
@@ -314,6 +324,48 @@ def main() -> None:
         print(f"| {name} | {statistics.median(v for v, _ in vals):,.0f} | {' / '.join(n for _, n in vals)} |")
 
 
+class CpuMeter:
+    """CPU seconds of this process (the producer), the broker's supervisor and its workers,
+    and a consumer, per message between its creation and ``per``."""
+
+    def __init__(self, pair, consumer_pid: int | None = None):
+        broker = psutil.Process(pair.procs[1].pid)
+        self.procs = {"producer": [psutil.Process()], "supervisor": [broker], "workers": broker.children()}
+        if consumer_pid is not None:
+            self.procs["consumer"] = [psutil.Process(consumer_pid)]
+        self.t0 = self._now()
+
+    def _now(self) -> dict[str, float]:
+        return {k: sum(sum(p.cpu_times()[:2]) for p in ps) for k, ps in self.procs.items()}
+
+    def per(self, lat: list[float]) -> str:
+        n = len(lat) + WARMUP  # sync_sends' warm-up sends are in the window too
+        t1 = self._now()
+        return "CPU/msg " + ", ".join(f"{k} {(t1[k] - self.t0[k]) / n * 1e6:.0f} µs" for k in t1)
+
+
+def consumer_row(pair, p: Producer, live: str, queues: int, duration: float, add) -> None:
+    """Sync sends while a PushConsumer process takes them. A topic of its own: a new group
+    starts at offset 0 while the queue's start is in memory (RocketMQ's queryConsumerOffset
+    does the same), so on the first topic the consumer would drain the row before instead of
+    following the sends."""
+    create_topic(pair.addr, pair.namesrv, live, queues)
+    cons = subprocess.Popen([sys.executable, __file__, "--consumer", pair.namesrv, live],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    cons.stdout.readline()
+    time.sleep(2.5)  # its rebalance takes the queues
+    cpu = CpuMeter(pair, cons.pid)
+    rate, lat = sync_sends(p, live, duration)
+    used = cpu.per(lat)
+    cons.stdin.close()
+    took, calls = (int(x) for x in cons.stdout.readline().split())
+    cons.wait(30)
+    # listener calls = pull answers with messages (consume_batch_size 32 >= any pull)
+    add("sync send(), a PushConsumer process taking them", rate,
+        f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {took:,} "
+        f"({took / max(1, calls):.2f} per pull); {used}")
+
+
 def run_rounds(a, work: Path, add) -> None:
     import vs_rocketmq  # the shmq NameServer + broker pair
     for rnd in range(a.rounds):
@@ -321,29 +373,19 @@ def run_rounds(a, work: Path, add) -> None:
             rate, lat = echo_round_trips("blocking" if kind == "blocking" else "loop", a.duration)
             add(f"limit: raw TCP round trip, Python {kind} echo server", rate,
                 f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
-        rate, lat = echo_with_puller_round_trips(a.duration)
+        rate, lat, used = echo_with_puller_round_trips(a.duration)
         add("limit: the blocking echo, and a raw puller taking each echoed frame", rate,
-            f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
+            f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; {used}")
         pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", work / f"r{rnd}", a.workers)
         try:
             topic, queues = f"TcpPaths{rnd}", 4
             create_topic(pair.addr, pair.namesrv, topic, queues)
             p = Producer("tcp-paths-pg", namesrv=pair.namesrv, local="never")
             p.start()
+            cpu = CpuMeter(pair)
             rate, lat = sync_sends(p, topic, a.duration)
-            add("sync send(), alone", rate, f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs")
-            cons = subprocess.Popen([sys.executable, __file__, "--consumer", pair.namesrv, topic],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            cons.stdout.readline()
-            time.sleep(2.5)  # its rebalance takes the queues
-            rate, lat = sync_sends(p, topic, a.duration)
-            cons.stdin.close()
-            took, calls = (int(x) for x in cons.stdout.readline().split())
-            cons.wait(30)
-            # listener calls = pull answers with messages (consume_batch_size 32 >= any pull)
-            add("sync send(), a PushConsumer process taking them", rate,
-                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {took:,} "
-                f"({took / max(1, calls):.2f} per pull)")
+            add("sync send(), alone", rate, f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; {cpu.per(lat)}")
+            consumer_row(pair, p, f"{topic}Live", queues, a.duration, add)
             add("send_async(), 2,000 in flight", async_sends(p, topic, a.duration))
             add("send_oneway() (stored)", oneway_sends(p, pair.addr, topic, queues, a.duration))
             add("send_batch() of 32", batch_sends(p, topic, a.duration))

@@ -194,8 +194,8 @@ static PyObject *plain_body(PyObject *o, Py_ssize_t limit) {
     PyObject *b = m->body;
     if (!b || !m->tags || !m->topic || !PyBytes_CheckExact(b) || PyBytes_GET_SIZE(b) < 1 || PyBytes_GET_SIZE(b) > limit)
         return NULL;
-    if (!m->keys || !m->properties || !m->delay_level || !m->flag || !empty_fast(m->keys) ||
-        !empty_fast(m->delay_level) || !empty_fast(m->flag) || !empty_fast(m->properties))
+    if (!m->keys || !m->delay_level || !m->flag || !empty_fast(m->keys) || !empty_fast(m->delay_level) ||
+        !empty_fast(m->flag) || !shmq_no_properties(m))
         return NULL;
     return b;
 }

@@ -11,7 +11,8 @@
  * Behaviour kept from the Python class: Message(topic, body, tags=None, keys=None,
  * properties=None, delay_level=0, flag=0, *, deliver_at=None, delay=None); a body that is not
  * exactly bytes is refused with TypeError when it is a str and converted with bytes(body)
- * otherwise; properties are copied (dict(properties), or a new {} when falsy); deliver_at / delay
+ * otherwise; properties are copied (dict(properties), or a new {} when falsy, made when first
+ * read); deliver_at / delay
  * are turned into properties by message._timer_properties (bound by bind_message) and merged in.
  */
 #include "hot_message.h"
@@ -60,13 +61,39 @@ static int parse(PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames, PyO
     return 0;
 }
 
-/* dict(properties) if properties else {} */
-static PyObject *copy_props(PyObject *p) {
-    if (!p || p == Py_None) return PyDict_New();
-    if (PyDict_CheckExact(p)) return PyDict_Copy(p);
+/* dict(properties) if properties else {}: *out is the copy, or NULL for {} (made when read) */
+static int copy_props(PyObject *p, PyObject **out) {
+    *out = NULL;
+    if (!p || p == Py_None) return 0;
+    if (PyDict_CheckExact(p)) return PyDict_GET_SIZE(p) && !(*out = PyDict_Copy(p)) ? -1 : 0;
     int t = PyObject_IsTrue(p);
-    if (t < 0) return NULL;
-    return t ? PyObject_CallOneArg((PyObject *)&PyDict_Type, p) : PyDict_New();
+    if (t <= 0) return t;
+    return (*out = PyObject_CallOneArg((PyObject *)&PyDict_Type, p)) ? 0 : -1;
+}
+
+static PyObject *msg_get_props(PyObject *self, void *unused) {
+    shmq_message *m = (shmq_message *)self;
+    if (!m->properties) {
+        if (!m->props_empty) {
+            PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'properties'", Py_TYPE(self)->tp_name);
+            return NULL;
+        }
+        if (!(m->properties = PyDict_New())) return NULL;
+        m->props_empty = 0;
+    }
+    return Py_NewRef(m->properties);
+}
+
+static int msg_set_props(PyObject *self, PyObject *v, void *unused) {
+    shmq_message *m = (shmq_message *)self;
+    if (!v && !m->properties && !m->props_empty) {
+        PyErr_Format(PyExc_AttributeError, "'%.100s' object has no attribute 'properties'", Py_TYPE(self)->tp_name);
+        return -1;
+    }
+    m->props_empty = 0;
+    Py_XINCREF(v);
+    Py_XSETREF(m->properties, v);
+    return 0;
 }
 
 static PyObject *own(PyObject *v, PyObject *dflt) { return Py_NewRef(v ? v : dflt); }
@@ -80,15 +107,16 @@ static int fill(shmq_message *m, PyObject *const *args, Py_ssize_t nargs, PyObje
         PyErr_SetString(PyExc_TypeError, "body must be bytes (encode text yourself)");
         return -1;
     } else if (!(body = PyObject_CallOneArg((PyObject *)&PyBytes_Type, body))) return -1;
-    PyObject *props = copy_props(a[A_PROPS]);
-    if (!props) { Py_DECREF(body); return -1; }
+    PyObject *props;
+    if (copy_props(a[A_PROPS], &props)) { Py_DECREF(body); return -1; }
     static PyObject *zero;
-    if (!zero && !(zero = PyLong_FromLong(0))) { Py_DECREF(body); Py_DECREF(props); return -1; }
+    if (!zero && !(zero = PyLong_FromLong(0))) { Py_DECREF(body); Py_XDECREF(props); return -1; }
     Py_XSETREF(m->topic, Py_NewRef(a[A_TOPIC]));
     Py_XSETREF(m->body, body);
     Py_XSETREF(m->tags, own(a[A_TAGS], Py_None));
     Py_XSETREF(m->keys, own(a[A_KEYS], Py_None));
     Py_XSETREF(m->properties, props);
+    m->props_empty = !props;
     Py_XSETREF(m->delay_level, own(a[A_DELAY_LEVEL], zero));
     Py_XSETREF(m->flag, own(a[A_FLAG], zero));
     PyObject *at = a[A_DELIVER_AT] ? a[A_DELIVER_AT] : Py_None, *delay = a[A_DELAY] ? a[A_DELAY] : Py_None;
@@ -96,7 +124,9 @@ static int fill(shmq_message *m, PyObject *const *args, Py_ssize_t nargs, PyObje
     if (!timer_props) { PyErr_SetString(PyExc_RuntimeError, "bind_message first"); return -1; }
     PyObject *extra = PyObject_CallFunctionObjArgs(timer_props, at, delay, NULL);
     if (!extra) return -1;
-    int rc = PyDict_Update(props, extra);
+    if (!m->properties && !(m->properties = PyDict_New())) { Py_DECREF(extra); return -1; }
+    m->props_empty = 0;
+    int rc = PyDict_Update(m->properties, extra);
     Py_DECREF(extra);
     return rc;
 }
@@ -167,10 +197,38 @@ static void msg_dealloc(PyObject *self) {
     Py_TYPE(self)->tp_free(self);
 }
 
+/* The bound class's dealloc, in place of CPython's subtype_dealloc (kept in subtype_dealloc_fn):
+ * what subtype_dealloc does for a class that adds nothing to its C base (no __dict__,
+ * __weakref__ or slots: checked at bind) in fewer steps: untrack, clear, free, release the class.
+ * subtype_dealloc also calls it as the base dealloc of a subclass's instance (after its own
+ * part; it then leaves the class's reference to this base, a heap type's). Given a __del__
+ * later, the class goes back to subtype_dealloc. */
+static destructor subtype_dealloc_fn;
+
+static void msg_heap_dealloc(PyObject *self) {
+    PyTypeObject *t = Py_TYPE(self);
+    if (t == shmq_message_cls && (t->tp_finalize || t->tp_del)) {
+        t->tp_dealloc = subtype_dealloc_fn;
+        subtype_dealloc_fn(self);
+        return;
+    }
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, msg_heap_dealloc)
+    msg_clear(self);
+    t->tp_free(self);
+    Py_DECREF(t);
+    Py_TRASHCAN_END
+}
+
 #define MEMBER(name) {#name, T_OBJECT_EX, offsetof(shmq_message, name), 0, NULL}
 static PyMemberDef msg_members[] = {
-    MEMBER(topic), MEMBER(body), MEMBER(tags), MEMBER(keys), MEMBER(properties), MEMBER(delay_level), MEMBER(flag),
+    MEMBER(topic), MEMBER(body), MEMBER(tags), MEMBER(keys), MEMBER(delay_level), MEMBER(flag),
     {NULL, 0, 0, 0, NULL},
+};
+
+static PyGetSetDef msg_getset[] = {
+    {"properties", msg_get_props, msg_set_props, "user properties (a dict)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
 };
 
 PyTypeObject shmq_message_type = {
@@ -183,6 +241,7 @@ PyTypeObject shmq_message_type = {
     .tp_clear = msg_clear,
     .tp_dealloc = msg_dealloc,
     .tp_members = msg_members,
+    .tp_getset = msg_getset,
     .tp_init = msg_init,
     .tp_new = PyType_GenericNew,
 };
@@ -199,7 +258,15 @@ int shmq_bind_message(PyObject *cls, PyObject *timer) {
     Py_XSETREF(timer_props, timer);
     Py_INCREF(cls);
     Py_XSETREF(shmq_message_cls, (PyTypeObject *)cls);
-    if (((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)
-        ((PyTypeObject *)cls)->tp_vectorcall = msg_vectorcall;
+    /* A class is called through its tp_vectorcall when it has one, and subclasses do not inherit
+     * it (they go through type's call: tp_new, then tp_init, both the C ones above). */
+    PyTypeObject *t = (PyTypeObject *)cls;
+    if (t->tp_flags & Py_TPFLAGS_HEAPTYPE) {
+        t->tp_vectorcall = msg_vectorcall;
+        if (t->tp_dealloc != msg_heap_dealloc && !t->tp_dictoffset && !t->tp_weaklistoffset) {
+            subtype_dealloc_fn = t->tp_dealloc;
+            t->tp_dealloc = msg_heap_dealloc;
+        }
+    }
     return 0;
 }

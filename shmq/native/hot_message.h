@@ -8,11 +8,19 @@
 #include <Python.h>
 
 /* Message's attributes (the former __slots__), each a strong reference or NULL (unset: reading
- * it raises AttributeError, as an unset slot did) */
+ * it raises AttributeError, as an unset slot did). properties is NULL with props_empty set
+ * while it is the empty dict nobody has read yet (made on first read: most messages never
+ * have a property, and a dict per message was a tenth of building one). */
 typedef struct {
     PyObject_HEAD
     PyObject *topic, *body, *tags, *keys, *properties, *delay_level, *flag;
+    char props_empty;
 } shmq_message;
+
+/* the message has no properties: an unread empty dict, or an empty dict */
+static inline int shmq_no_properties(const shmq_message *m) {
+    return m->properties ? PyDict_CheckExact(m->properties) && PyDict_GET_SIZE(m->properties) == 0 : m->props_empty;
+}
 
 extern PyTypeObject shmq_message_type;
 

@@ -68,6 +68,16 @@ def test_attributes_behave_as_slots():
         m.other = 1
     m.__init__("U", b"again")
     assert (m.topic, m.body, m.tags) == ("U", b"again", None)
+    a, b = Message("T", b"a"), Message("T", b"b")   # each its own (empty) properties dict
+    a.properties["k"] = "v"
+    assert a.properties == {"k": "v"} and b.properties == {} and b.properties is b.properties
+    del b.properties
+    with pytest.raises(AttributeError):
+        b.properties
+    b.properties = {"z": "1"}
+    assert b.properties == {"z": "1"}
+    with pytest.raises(AttributeError):
+        Message.__new__(Message).properties
 
 
 def test_subclasses_pickle_copy_and_cycles():
@@ -88,3 +98,35 @@ def test_subclasses_pickle_copy_and_cycles():
     loop.properties["self"] = loop
     del loop
     gc.collect()
+
+
+def test_freeing_messages_keeps_the_class_references_and_finalizers():
+    """Message instances are freed by hot_message.c's own dealloc (subclasses through CPython's,
+    which ends in it); each instance's reference to its class is given back either way, a very
+    deep chain of messages is freed without exhausting the C stack, and a __del__ given to a
+    class later is called."""
+    import sys
+
+    class Sub(Message):
+        __slots__ = ()
+
+    class WithDict(Message):
+        pass
+    for cls in (Message, Sub, WithDict):
+        gc.collect()
+        before = sys.getrefcount(cls)
+        made = [cls("T", b"x") for _ in range(100)]
+        del made
+        gc.collect()
+        assert sys.getrefcount(cls) == before
+    m = Message("T", b"x")
+    for _ in range(100_000):
+        m = Message("T", b"x", properties={"inner": m})
+    del m
+    seen = []
+
+    class Late(Message):
+        __slots__ = ()
+    Late.__del__ = lambda self: seen.append(self.body)
+    Late("T", b"late")
+    assert seen == [b"late"]

@@ -1,8 +1,11 @@
 """The wait before a send is answered under SYNC_FLUSH or SYNC_MASTER, for a worker's event
 loop (group commit, RocketMQ's GroupCommitService / GroupTransferService).
 
-A send is appended, then :meth:`Confirmer.add` posts its flush request to the flusher at once
-(a C call that does not block) and queues ``(end, deadline, answer, arg)``. The worker's
+A send is appended, then :meth:`Confirmer.add` queues ``(end, deadline, answer, arg)``; at the
+end of that turn of the loop, once every send of the read is appended, one callback posts one
+flush request for all of them (a C call that does not block) and arms the bridge: one msync
+then covers the whole read, and the loop gives the GIL away once per turn, not per send (a
+cffi call releases it, and the worker's other threads take it). The worker's
 confirm bridge (``shmq_bridge_*`` in native/core.c: one C thread, no GIL) waits on the store's
 futexes for the oldest queued end and, once the flushed / replicated position passes it (or
 its deadline, or the store cannot get there), writes to an eventfd the loop polls. The loop
@@ -36,6 +39,8 @@ class Confirmer:
         self.timeout_ns = store._sync_timeout_ns
         self._queue: collections.deque = collections.deque()  # (end, deadline_ns, answer, arg)
         self._armed = False  # the bridge waits for the queue's first end, or has woken us for it
+        self._loop = loop
+        self._post_pending = False  # _post is scheduled for the end of this turn
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         modes = (1 if store.sync_flush else 0) | (2 if store.sync_master else 0)
         self._bridge = lib.shmq_bridge_start(self.ctl, self._fd, modes)
@@ -52,9 +57,19 @@ class Confirmer:
                 p.repl_slaves == 0 or end - p.repl_pos >= self.ctl.owner.ha_fallbehind_max):
             answer(arg, ReplicationError("slave not available", code=11))
             return
-        if self.store.sync_flush:
-            lib.shmq_wait_flushed(self.ctl, end, 0)  # the flush request now; never blocks
         self._queue.append((end, time.monotonic_ns() + self.timeout_ns, answer, arg))
+        if not self._post_pending:
+            self._post_pending = True
+            self._loop.call_soon(self._post)
+
+    def _post(self) -> None:
+        """End of the turn: one flush request up to the last queued end, and the bridge armed."""
+        self._post_pending = False
+        q = self._queue
+        if not q:
+            return
+        if self.store.sync_flush:
+            lib.shmq_wait_flushed(self.ctl, q[-1][0], 0)  # the flush request; never blocks
         if not self._armed:
             self._arm()
 
