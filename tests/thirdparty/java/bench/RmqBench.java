@@ -19,6 +19,7 @@
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.atomic.AtomicLongArray;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.concurrent.atomic.LongAdder;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -85,6 +86,17 @@ public class RmqBench {
 
     static String f(double v) { return String.format("%.3f", v); }
 
+    static String jsonString(String v) {
+        if (v == null) return "null";
+        StringBuilder b = new StringBuilder("\"");
+        for (char c : v.toCharArray()) {
+            if (c == '"' || c == '\\') b.append('\\').append(c);
+            else if (c < 0x20) b.append(' ');
+            else b.append(c);
+        }
+        return b.append('"').toString();
+    }
+
     // ------------------------------------------------------------------ producer --
     static void producer(String ns, String topic, int threads, int size, int warmup, int measure) throws Exception {
         DefaultMQProducer p = new DefaultMQProducer("benchmark_producer");
@@ -98,6 +110,7 @@ public class RmqBench {
         final LongAdder ok = new LongAdder(), notOk = new LongAdder(), failed = new LongAdder(), rtSum = new LongAdder();
         final AtomicLong maxUs = new AtomicLong();
         final AtomicBoolean stop = new AtomicBoolean();
+        final AtomicReference<String> firstError = new AtomicReference<>();  // why sends failed, said once
         Thread[] ts = new Thread[threads];
         for (int i = 0; i < threads; i++) {
             ts[i] = new Thread(() -> {
@@ -112,6 +125,7 @@ public class RmqBench {
                         (r.getSendStatus() == SendStatus.SEND_OK ? ok : notOk).increment();
                     } catch (Exception e) {
                         failed.increment();
+                        firstError.compareAndSet(null, String.valueOf(e));
                     }
                 }
             }, "bench-send-" + i);
@@ -146,7 +160,7 @@ public class RmqBench {
             + ",\"p99_ms\":" + f(Hist.quantileMs(prevH, startH, 0.99))
             + ",\"p999_ms\":" + f(Hist.quantileMs(prevH, startH, 0.999))
             + ",\"max_ms\":" + f(winMax / 1000.0) + ",\"failed\":" + (failed.sum() - startFail)
-            + ",\"not_ok\":" + (notOk.sum() - startNotOk) + "}");
+            + ",\"not_ok\":" + (notOk.sum() - startNotOk) + ",\"first_error\":" + jsonString(firstError.get()) + "}");
         stop.set(true);
         for (Thread t : ts) t.join(5000);
         p.shutdown();
