@@ -337,3 +337,39 @@ def test_reset_offset_by_time_tells_the_group(broker):
 def broker_name_of(c) -> str:
     info = decode_json(c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body, KVTable).table
     return info["brokerName"]
+
+
+def test_held_pulls_past_the_connection_limit_are_all_answered(start_broker):
+    # serverMaxInflightRequests=2: two held pulls are answered straight from their wake-up, the
+    # other two wait as transport tasks (counted in flight); every one gets its message, and a
+    # connection that closes with pulls held leaves nothing behind that answers it
+    broker = start_broker(workers=1, settings={"serverMaxInflightRequests": 2})
+    c, d, gone = clients(broker, 3)
+    create_topic(c, "LPX", queues=4)
+    from shmq.protocol.headers import PullMessageRequestHeader
+
+    def held(conn, q, opaque):
+        h = PullMessageRequestHeader(consumerGroup="g", topic="LPX", queueId=q, queueOffset=0, maxMsgNums=32,
+                                     sysFlag=2 | 4, commitOffset=0, suspendTimeoutMillis=20_000, subVersion=0,
+                                     subscription="*")
+        cmd = request(RequestCode.PULL_MESSAGE, h)
+        cmd.opaque = opaque
+        conn.send(cmd)
+    for q in range(4):
+        held(gone, q, 200 + q)
+    time.sleep(0.3)
+    gone.close()
+    for q in range(4):
+        held(d, q, 100 + q)
+    with pytest.raises(RemotingTimeout):
+        d.receive(0.5)  # all four parked
+    for q in range(4):
+        assert send(c, "LPX", f"m{q}".encode(), queue_id=q).code == 0
+    got = {}
+    while len(got) < 4:
+        r = d.receive(10)
+        got[r.opaque] = [bytes(m.body) for m in iter_records(r.body)]
+    assert got == {100 + q: [f"m{q}".encode()] for q in range(4)}
+    # the broker still serves both connections
+    assert send(c, "LPX", b"after", queue_id=0).code == 0
+    assert pull(d, "LPX", 0, 1).code == 0
