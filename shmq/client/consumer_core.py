@@ -53,14 +53,22 @@ class ProcessQueue:
         self.lock_until = 0.0
 
     def put(self, msgs: list[MessageExt]) -> None:
+        if not msgs:
+            return
         with self.lock:
             d = self.msgs
-            low = min(m.queue_offset for m in msgs) if msgs else self._low
-            self._low = low if not d else min(low, self._low)
-            for m in msgs:
-                d[m.queue_offset] = m
-                if m.queue_offset > self.max_seen:
-                    self.max_seen = m.queue_offset
+            low = high = msgs[0].queue_offset
+            was_empty = not d
+            for m in msgs:  # one pass: the lowest and highest offsets, and the map
+                o = m.queue_offset
+                d[o] = m
+                if o < low:
+                    low = o
+                elif o > high:
+                    high = o
+            self._low = low if was_empty else min(low, self._low)
+            if high > self.max_seen:
+                self.max_seen = high
 
     def remove(self, msgs: list[MessageExt]) -> int:
         """Forget consumed messages; returns the offset safe to commit (the smallest still in

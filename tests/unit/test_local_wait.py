@@ -57,8 +57,8 @@ def test_sleeps_through_appends_to_other_queues_until_its_own(store_root):
                 time.sleep(0.002)
             store.put("T", 0, b"mine")
         th = threading.Thread(target=writer)
+        t0 = time.monotonic()  # queue 0's append comes >= 40 ms after this
         th.start()
-        t0 = time.monotonic()
         r, seen = _wait(store, ptrs, offs, timeout_s=5)
         th.join()
         assert r == 0 and time.monotonic() - t0 >= 0.03  # not answered for queue 1's appends
