@@ -105,16 +105,6 @@ class ShmqPair:
                     p.wait(10)
 
 
-class _BenchHome(rmq.RocketMQHome):
-    """Apache's disk guard (JVM properties, default 0.90 / 0.85 of the partition) marks its store
-    unwritable on this shared disk at times (the other sessions' files fill it to 86-95 %),
-    and every send then fails; shmq's side gets diskMaxUsedSpaceRatio=95 for the same reason."""
-
-    def jvm_props(self) -> dict[str, str]:
-        return {**super().jvm_props(), "rocketmq.broker.diskSpaceWarningLevelRatio": "0.98",
-                "rocketmq.broker.diskSpaceCleanForciblyRatio": "0.98"}
-
-
 class ApachePair:
     """Apache RocketMQ 4.9.7 NameServer + broker from the Maven Central jars."""
 
@@ -122,7 +112,7 @@ class ApachePair:
 
     def __init__(self, flush: str, workdir: Path):
         self.dir = workdir / f"apache-{flush}"
-        self.home = _BenchHome(self.dir / "home")
+        self.home = rmq.RocketMQHome(self.dir / "home")
         self.ns = rmq.start_namesrv(self.home)
         self.namesrv = self.ns.addr
         try:

@@ -40,7 +40,8 @@ SUBGROUP               w -> s       ext op (update|delete|all), [group]; body co
 METRICS                w -> s       oneway; body the worker's cumulative metric counts (JSON, broker/worker/metrics.py)
 POP_RESERVE/ACK/CHANGE w -> s       POP state (supervisor/pop_service.py documents the fields)
 MODE_GET / MODE_SET    w -> s       SET_MESSAGE_REQUEST_MODE's table (pop_service.py)
-TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free)
+TOPICS_CHANGED         s -> w       body topics.json (whole table: idempotent, order-free); oneway, or a
+                                    request after an admin's create/update/delete (answered once taken)
 NOTIFY_IDS_CHANGED     s -> w       ext group, chans (comma list): send code 40 on each
 CLOSE_CHANNEL          s -> w       ext chans: close those client connections (expired)
 FORWARD                s -> w       ext chans; body a remoting frame (no length word): send it oneway

@@ -33,6 +33,9 @@ from shmq.broker.shared.topics import config_path
 
 log = logging.getLogger("shmq.broker.control")
 
+#: how long an admin's topic change waits for each worker to take the new table
+TOPICS_ACK_TIMEOUT = 3.0
+
 
 class ControlPlane:
     def __init__(self, cfg: BrokerConfig, topics: TopicTable, on_topics_changed: Callable[[], None],
@@ -113,6 +116,19 @@ class ControlPlane:
                 conn.send_oneway(ctl(Ctl.TOPICS_CHANGED, body))
         self.on_topics_changed()
 
+    async def _topics_changed_everywhere(self) -> None:
+        """The new table sent to every worker, returning once each has taken it (or is gone):
+        an admin's create, update or delete is answered after that, so the client's next
+        request on any worker sees it (a oneway could be read after that request). A worker
+        that does not answer in time is left to the table it gets with the next change."""
+        body = self.topics.encode()
+        calls = [conn.send_request(ctl(Ctl.TOPICS_CHANGED, body), timeout=TOPICS_ACK_TIMEOUT)
+                 for conn in list(self.workers.values()) if not conn.closed]
+        for r in await asyncio.gather(*calls, return_exceptions=True):
+            if isinstance(r, Exception):
+                log.warning("a worker did not confirm the new topic table: %s", r)
+        self.on_topics_changed()
+
     def adopt_topics(self, wrapper) -> None:
         """A slave takes its master's whole topic table (SlaveSynchronize.syncTopicConfig)."""
         self.topics.table = dict(wrapper.topicConfigTable)
@@ -135,12 +151,12 @@ class ControlPlane:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
         return cmd.make_response(body=encode_json(tc))
 
-    def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         tc = decode_json(cmd.body, TopicConfig)
         if cmd.ext_fields.get("ifAbsent") == "true":
             return cmd.make_response(body=encode_json(self.ensure_topic(tc)))
         if self.topics.put(tc):
-            self._topics_changed()
+            await self._topics_changed_everywhere()
         return cmd.make_response(body=encode_json(tc))
 
     def auto_create_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
@@ -157,9 +173,9 @@ class ControlPlane:
             cur = self.ensure_topic(cur)
         return cmd.make_response(body=encode_json(cur))
 
-    def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
+    async def delete_topic(self, conn: Connection, cmd: RemotingCommand) -> RemotingCommand:
         if self.topics.delete(cmd.ext_fields["topic"]):
-            self._topics_changed()
+            await self._topics_changed_everywhere()
         return cmd.make_response()
 
     # ---- clients ----------------------------------------------------------------------------

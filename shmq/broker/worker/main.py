@@ -162,8 +162,9 @@ class Worker:
             Ctl.CALL: self._call,
         }
 
-    def _topics_changed(self, conn: Connection, cmd) -> None:
+    def _topics_changed(self, conn: Connection, cmd):
         self.topics.replace(cmd.body)
+        return cmd.make_response()  # the supervisor awaits it after an admin's change (oneway: dropped)
 
     def _notify_ids_changed(self, conn: Connection, cmd) -> None:
         group = cmd.ext_fields["group"]
