@@ -287,25 +287,3 @@ class QueueReader:
             if elsewhere < 0 and (not used or n + used < per):
                 break  # caught up, or get_messages decides; else the next ConsumeQueue file
         return out, pos
-        per = self.per
-        while len(out) < max_count:
-            fi, n = divmod(pos, per)
-            mm = self.cq.map(fi)
-            if mm is None:
-                break
-            base, log = self._log
-            msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, pos, min(max_count - len(out), per - n), log, base,
-                                             self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
-            out += msgs
-            pos += used
-            if elsewhere >= 0:  # the next record is in another CommitLog file
-                li = elsewhere // self.fsize
-                if li * self.fsize == base:
-                    break  # ... but in this one, past its end: get_messages says what is wrong
-                try:
-                    self._log = (li * self.fsize, self.store.commitlog.map(li))
-                except (OSError, ValueError):
-                    break
-            elif not used or n + used < per:
-                break  # caught up, or get_messages decides; else the next ConsumeQueue file
-        return out, pos
