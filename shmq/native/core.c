@@ -194,12 +194,12 @@ int64_t shmq_tag_code_of_props(const uint8_t *p, size_t n) {
     size_t i = 0;
     while (i < n) {
         size_t name = i;
-        while (i < n && p[i] != 1 && p[i] != 2) i++;
-        if (i >= n || p[i] == 2) { i++; continue; }
+        while (i < n && p[i] != SHMQ_NAME_VALUE_SEP && p[i] != SHMQ_PROPERTY_SEP) i++;
+        if (i >= n || p[i] == SHMQ_PROPERTY_SEP) { i++; continue; }
         size_t name_len = i - name;
         size_t val = ++i;
-        while (i < n && p[i] != 2) i++;
-        if (name_len == 4 && memcmp(p + name, "TAGS", 4) == 0)
+        while (i < n && p[i] != SHMQ_PROPERTY_SEP) i++;
+        if (name_len == SHMQ_PROP_LEN(SHMQ_PROP_TAGS) && memcmp(p + name, SHMQ_PROP_TAGS, name_len) == 0)
             return i > val ? (int64_t)shmq_java_hash(p + val, i - val) : 0;
         i++;
     }
@@ -950,7 +950,7 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
         int16_t plen = (int16_t)rd16(e + 20 + blen);
         if (plen < 0 || (uint64_t)blen + BATCH_ENTRY_FIXED + (uint64_t)plen > n - i) return SHMQ_EBADBATCH;
         const uint8_t *props = e + 22 + blen;
-        int sep = extra_len && plen && props[plen - 1] != 2;
+        int sep = extra_len && plen && props[plen - 1] != SHMQ_PROPERTY_SEP;
         uint64_t merged = (uint64_t)plen + (uint64_t)sep + extra_len;
         if (merged > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
         if ((uint32_t)blen > w->ctl->header.max_message_size) return SHMQ_ETOOBIG;
@@ -1006,7 +1006,7 @@ static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
         uint32_t blen = rd32(e + 16);
         uint32_t plen = rd16(e + 20 + blen);
         const uint8_t *props = e + 22 + blen;
-        int sep = extra_len && plen && props[plen - 1] != 2;
+        int sep = extra_len && plen && props[plen - 1] != SHMQ_PROPERTY_SEP;
         uint32_t size = SHMQ_RECORD_FIXED + blen + qs->topic_len + plen + (uint32_t)sep + extra_len;
         int64_t q = qoff + k;
         write_record(w, dst, phys, size, qs, m, w->scratch_crc[k], flag, q, ts, e + 20, blen, props, plen,
@@ -1068,8 +1068,14 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     return SHMQ_OK;
 }
 
-#define UNIQ_PAIR_HEAD "UNIQ_KEY\001"
-#define UNIQ_PAIR_LEN (9 + 32)
+/* UNIQ_KEY \001, written before the 32 hex digits of the id; returns the position after it */
+static inline uint8_t *put_uniq_head(uint8_t *p) {
+    memcpy(p, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY));
+    p[SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY)] = SHMQ_NAME_VALUE_SEP;
+    return p + SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1;
+}
+#define UNIQ_HEAD_LEN (SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1)
+#define UNIQ_PAIR_LEN (UNIQ_HEAD_LEN + 32)
 
 /* properties = head | UNIQ_KEY \x01 id | tail. head is empty or ends in \x02 (the caller's
  * user properties, TAGS and KEYS); tail is \x02 CLUSTER \x01 name. One C call for the whole
@@ -1083,7 +1089,7 @@ static int put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
     if (rc) return rc;
     uint8_t *p = props;
     memcpy(p, head, hlen); p += hlen;
-    memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
+    p = put_uniq_head(p);
     memcpy(p, id_out, 32); p += 32;
     memcpy(p, tail, tlen); p += tlen;
     /* head comes first and the UNIQ_KEY / CLUSTER pairs after it are no TAGS: the first TAGS
@@ -1141,7 +1147,7 @@ static int64_t encode_batch(const uint8_t *bodies, const uint8_t *const *body_pt
         p += 2;
         memcpy(p, heads, hl); p += hl;
         if (hlens) heads += hl;
-        memcpy(p, UNIQ_PAIR_HEAD, 9); p += 9;
+        p = put_uniq_head(p);
         memcpy(p, ids_out + 32 * (uint64_t)k, 32); p += 32;
     }
     return (int64_t)need;
@@ -1234,10 +1240,10 @@ static const uint8_t *prop_value(const uint8_t *p, uint32_t n, const char *name,
     uint32_t i = 0;
     while (i < n) {
         uint32_t k = i;
-        while (i < n && p[i] != 1) i++;
+        while (i < n && p[i] != SHMQ_NAME_VALUE_SEP) i++;
         if (i >= n) break;
         uint32_t klen = i - k, v = ++i;
-        while (i < n && p[i] != 2) i++;
+        while (i < n && p[i] != SHMQ_PROPERTY_SEP) i++;
         if (klen == nlen && memcmp(p + k, name, nlen) == 0) { found = p + v; *vlen = i - v; }
         i++;
     }
@@ -1274,8 +1280,8 @@ int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t
         if (phys >= end_phy && (sysflag & 0xC) != 0xC) {
             uint32_t h0 = java_hash_cont(java_hash_cont(0, t + 1, tlen), (const uint8_t *)"#", 1);
             uint32_t ulen = 0, klen = 0, k = 0;
-            const uint8_t *uniq = prop_value(props, plen, "UNIQ_KEY", 8, &ulen);
-            const uint8_t *keys = prop_value(props, plen, "KEYS", 4, &klen);
+            const uint8_t *uniq = prop_value(props, plen, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY), &ulen);
+            const uint8_t *keys = prop_value(props, plen, SHMQ_PROP_KEYS, SHMQ_PROP_LEN(SHMQ_PROP_KEYS), &klen);
             if (uniq) {
                 if (k++ >= *skip && !index_put(idx, slots, num, java_hash_cont(h0, uniq, ulen), phys, ts)) {
                     *skip = k - 1;

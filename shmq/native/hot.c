@@ -211,7 +211,7 @@ static Py_ssize_t tags_head(PyObject *tags, uint8_t *head) {
     if (!t) { PyErr_Clear(); return -1; }
     if (tl == 0) return 0;
     Py_ssize_t kl = PyBytes_GET_SIZE(msg_tags_key);
-    if (tl > HEAD_MAX - kl - 1 || memchr(t, 1, tl) || memchr(t, 2, tl)) return -1;
+    if (tl > HEAD_MAX - kl - 1 || memchr(t, SHMQ_NAME_VALUE_SEP, tl) || memchr(t, SHMQ_PROPERTY_SEP, tl)) return -1;
     memcpy(head, PyBytes_AS_STRING(msg_tags_key), kl);
     memcpy(head + kl, t, tl);
     head[kl + tl] = 2;   /* properties.PROPERTY_SEP */

@@ -332,4 +332,18 @@ typedef struct shmq_writer {
 } shmq_writer;
 /* CDEF-END */
 
+/* ===================================================================================
+ * The properties text: the names the C core reads or writes in it and its separators
+ * (RocketMQ's MessageConst and MessageDecoder: name \001 value \002 ...). The Python side is
+ * shmq/message/names.py and shmq/message/properties.py; tests/layout/test_layout.py reads these
+ * lines and checks them against it. Outside the cdef: strings and chars are no integers.
+ * =================================================================================== */
+#define SHMQ_PROP_TAGS "TAGS"
+#define SHMQ_PROP_KEYS "KEYS"
+#define SHMQ_PROP_UNIQ_KEY "UNIQ_KEY"
+#define SHMQ_NAME_VALUE_SEP '\001'
+#define SHMQ_PROPERTY_SEP '\002'
+/* the length of a name above, without its NUL */
+#define SHMQ_PROP_LEN(name) (sizeof(name) - 1)
+
 #endif

@@ -73,3 +73,21 @@ def test_c_status_table_names_the_header_codes():
         assert getattr(lib, name) == value, name
     e = error_for_status(lib.SHMQ_ETOOBIG, size=10, limit=5)
     assert isinstance(e, MessageTooLarge) and (e.size, e.limit) == (10, 5)
+
+
+def test_property_names_and_separators_match_layout_h():
+    """The property names the C core reads and writes (TAGS for the tag hash, KEYS and UNIQ_KEY
+    for the index, UNIQ_KEY for the id it draws) and the two separators are defined once in C,
+    in layout.h; they must be the ones shmq.message writes and reads."""
+    import pathlib
+    import re
+
+    import shmq.native
+    from shmq.message import names, properties
+    text = (pathlib.Path(shmq.native.__file__).parent / "layout.h").read_text()
+    strings = dict(re.findall(r'^#define (SHMQ_PROP_\w+) "([^"]*)"$', text, re.M))
+    chars = {k: chr(int(v, 8)) for k, v in re.findall(r"^#define (SHMQ_\w+_SEP) '\\(\d{3})'$", text, re.M)}
+    assert strings == {"SHMQ_PROP_TAGS": names.TAGS, "SHMQ_PROP_KEYS": names.KEYS,
+                       "SHMQ_PROP_UNIQ_KEY": names.UNIQ_KEY}
+    assert chars == {"SHMQ_NAME_VALUE_SEP": properties.NAME_VALUE_SEP,
+                     "SHMQ_PROPERTY_SEP": properties.PROPERTY_SEP}
