@@ -49,7 +49,7 @@ def test_a_failed_point_is_reported_not_fatal(tmp_path):
 
 
 def _check_point(spec, p):
-    assert p["status"] == "ok", p
+    assert p["status"] == "ok", f"{p['series']} {p['label']}: {p['status']}: {p.get('note')}"
     for key, _ in spec.columns:
         v = p[key] if key in p else p["extra"].get(key)
         if key in ("msgs_per_s", "mb_per_s", "gb_per_s") or key.endswith(("rss_mib", "pss_mib")):
