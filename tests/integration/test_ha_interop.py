@@ -15,18 +15,13 @@ from .broker_helpers import create_topic, send, start_broker  # noqa: F401  (fix
 from .ha_helpers import commit_pos, pull_all, wait_until
 
 rocketmq_server = pytest.importorskip("tests.thirdparty.rocketmq_server")
-from tests.thirdparty import jvm  # noqa: E402
 
 FILE_SIZE = 4 * 1024 * 1024  # both sides: the slave's files must be the master's size
 
 
 @pytest.fixture(scope="module")
 def apache_home(tmp_path_factory):
-    jvm.require_java()
-    try:
-        rocketmq_server.server_classpath()
-    except jvm.Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
+    rocketmq_server.require_server_classpath()
     return rocketmq_server.RocketMQHome(tmp_path_factory.mktemp("rmq-home"))
 
 

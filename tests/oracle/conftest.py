@@ -25,7 +25,6 @@ from shmq.protocol import RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import CreateTopicRequestHeader
 from tests.integration.broker_helpers import BROKER_READY, TEST_SETTINGS
 from tests.integration.conftest import NAMESRV_READY, start_process
-from tests.thirdparty import jvm
 from tests.thirdparty import rocketmq_server as rmq
 
 #: the broker.conf keys both brokers of a pair get (besides their own test defaults)
@@ -80,10 +79,7 @@ def unique(prefix: str) -> str:
 
 @pytest.fixture(scope="session")
 def apache(tmp_path_factory) -> Target:
-    try:
-        rmq.server_classpath()
-    except jvm.Unavailable as e:
-        pytest.skip(f"Apache RocketMQ {jvm.ROCKETMQ_SERVER_VERSION} cannot be had here: {e}")
+    rmq.require_server_classpath()
     with rmq.SharedOracle() as o:
         yield Target("apache", o.namesrv, o.broker, o.broker_name, o.cluster)
 

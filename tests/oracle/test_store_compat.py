@@ -19,7 +19,6 @@ from shmq.protocol import SyncRemotingClient, request
 from shmq.protocol.headers import PullMessageRequestHeader
 from tests.integration.broker_helpers import BROKER_READY, TEST_SETTINGS
 from tests.integration.conftest import NAMESRV_READY, Proc, start_process
-from tests.thirdparty import jvm
 from tests.thirdparty import rocketmq_server as rmq
 
 from .conftest import Target, unique
@@ -34,10 +33,7 @@ N = 300  # messages: several CommitLog files of 256 KiB with 3 KiB bodies (not c
 
 @pytest.fixture
 def home(tmp_path):
-    try:
-        rmq.server_classpath()
-    except jvm.Unavailable as e:
-        pytest.skip(f"Apache RocketMQ {jvm.ROCKETMQ_SERVER_VERSION} cannot be had here: {e}")
+    rmq.require_server_classpath()
     return rmq.RocketMQHome(tmp_path / "rmq-home")
 
 

@@ -133,10 +133,17 @@ def harness_classpath(source: Path, *artifacts: str) -> str:
     """The classpath of one compiled Java harness on ``artifacts``, for a test fixture: the
     test skips, saying why, only when the JDK/Maven is absent or the registry refuses an
     artifact (never for a harness that fails to compile)."""
+    cp = require_classpath(*artifacts)
+    return f"{compile_sources([source], cp)}:{cp}"
+
+
+def require_classpath(*artifacts: str) -> str:
+    """``classpath(*artifacts)`` for a test fixture. With the JDK or Maven absent the test skips
+    (require_java); with both there, Unavailable means Maven could not fetch an artifact, and
+    the skip says which one and what the registry answered."""
     require_java()
     try:
-        cp = classpath(*artifacts)
+        return classpath(*artifacts)
     except Unavailable as e:
-        pytest.skip(f"the JDK, Maven or a RocketMQ artifact cannot be had here (registry refused or tool absent): {e}")
-    return f"{compile_sources([source], cp)}:{cp}"
+        pytest.skip(f"Maven could not fetch {', '.join(artifacts)} (the registry refused or did not serve it): {e}")
 

@@ -89,6 +89,12 @@ def server_classpath() -> str:
     return jvm.classpath(jvm.ROCKETMQ_BROKER, jvm.ROCKETMQ_NAMESRV)
 
 
+def require_server_classpath() -> str:
+    """server_classpath() for a test fixture: skips, saying why, only when the JDK or Maven is
+    absent or the registry does not serve the broker/namesrv jars (jvm.require_classpath)."""
+    return jvm.require_classpath(jvm.ROCKETMQ_BROKER, jvm.ROCKETMQ_NAMESRV)
+
+
 class RocketMQHome:
     """A ROCKETMQ_HOME (and user.home) in ``root``: conf/ with the logback files, logs/."""
 
