@@ -1,11 +1,12 @@
 # The C core is compiled by cffi in API (out-of-line) mode at install time; see
 # shmq/native/_build.py. shmq.native._hot is a small CPython extension that calls one core
-# function with the GIL held (shmq/native/hot.c says why). Everything else is declared in
+# function with the GIL held (shmq/native/hot_send.c says why). Everything else is declared in
 # pyproject.toml.
 from setuptools import Extension, setup
 
 setup(
     cffi_modules=["shmq/native/_build.py:ffibuilder"],
-    ext_modules=[Extension("shmq.native._hot", ["shmq/native/hot.c", "shmq/native/hot_message.c"], include_dirs=["shmq/native"],
-                           extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
+    ext_modules=[Extension("shmq.native._hot",
+                           ["shmq/native/hot.c", "shmq/native/hot_send.c", "shmq/native/hot_message.c"],
+                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
 )

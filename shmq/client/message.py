@@ -104,7 +104,7 @@ def _timer_properties(deliver_at, delay) -> dict[str, str]:
     return {"TIMER_DELAY_MS": str(ms)}
 
 
-# The local send path (hot.c) takes exactly this class and builds the TAGS head with this key;
+# The local send path (hot_send.c) takes exactly this class and builds the TAGS head with this key;
 # Message(...) is constructed in C (hot_message.c), which calls _timer_properties for a timer.
 bind_message(Message, (TAGS + NAME_VALUE_SEP).encode(), _timer_properties)
 
@@ -224,7 +224,7 @@ class SendResult:
                 f"queue={self.queue!r}, queue_offset={self.queue_offset})")
 
 
-# A local send's SendResult is built by shmq.native.hot_send (hot.c), which fills the slots in
+# A local send's SendResult is built by shmq.native.hot_send (hot_send.c), which fills the slots in
 # __slots__ order: status SEND_OK, the raw id and commit-log offset, the queue, its offset,
 # None for the transaction and recall fields, the store host.
 bind_result(SendResult, tuple(SendResult.__dict__[name] for name in SendResult.__slots__), SendStatus.SEND_OK)

@@ -1,7 +1,7 @@
 """The C core, compiled by cffi at install time. ``ffi`` and ``lib`` come from ``shmq.native._core``;
 ``hot_send`` / ``hot_send_batch`` are ``shmq_send`` / ``shmq_send_batch`` called with the GIL
 held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and ``hot_read`` the
-consumer's record walk (``shmq.native._hot``, see hot.c);
+consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c);
 ``bind_result`` and ``bind_ext`` name the classes they build, ``bind_message`` the one
 the send functions read, whose C base is ``MessageBase`` (hot_message.c)."""
 from shmq.native import _hot

@@ -218,7 +218,7 @@ def test_local_message_road_builds_the_tags_head_and_refuses_the_rest(roads):
 
 
 def test_local_send_object_is_the_python_send_for_the_common_message(roads):
-    """LocalSend (hot.c: Producer.send's one C call) takes the thread's _LocalTopic, advances
+    """LocalSend (hot_send.c: Producer.send's one C call) takes the thread's _LocalTopic, advances
     its round robin and appends what hot_send_message appends; it answers None with nothing
     stored and the round robin where it was whenever LocalSender must decide: another
     thread's map not made yet, a changed route, a SYNC_FLUSH writer, a held lock, a message it
