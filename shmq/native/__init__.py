@@ -23,6 +23,8 @@ hot_read = _hot.read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
 SendResult = _hot.SendResult
+ProducerBase = _hot.ProducerBase
 
 __all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "bind_ext",
-           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic", "SendResult"]
+           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic", "SendResult",
+           "ProducerBase"]
