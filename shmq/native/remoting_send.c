@@ -20,7 +20,7 @@
  * shmq.protocol.command's own encoding of an answer), the CLUSTER pair and the msgId prefix. The
  * stored properties are properties.stored_properties' (every WAIT and CLUSTER pair dropped, this
  * broker's CLUSTER pair appended); PLAIN is classify's quick filter (no transaction type in the
- * sysFlag, no "DELAY\1", "TRAN_MSG\1" or "TIMER_" in the text).
+ * sysFlag, no "DELAY\1", "TRAN_MSG\1" or "TIMER_" in the text; the names are layout.h's).
  *
  * The GIL is released around each append only: the append may wait for the store's lock, which
  * another process holds.
@@ -39,9 +39,6 @@ enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG
 /* the answer's variable parts, in the order of the template's pieces */
 enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
 
-#define FLAG_RESPONSE 1
-#define FLAG_ONEWAY 2
-#define TX_TYPE_MASK 0xC
 
 typedef struct { const uint8_t *p; uint32_t n; int set; } span;
 
@@ -60,6 +57,8 @@ typedef struct {
     put_fn put;
     shmq_writer *w;
     int32_t code;                  /* SEND_MESSAGE_V2 */
+    int32_t f_response, f_oneway;  /* the remoting flag bits (shmq.protocol.codes) */
+    int32_t tx_mask;               /* the sysFlag's transaction type (shmq.message.layout) */
     char keys[K_N][4];
     uint8_t key_len[K_N];
     PyObject *tpl;                 /* tuple of A_N + 1 bytes: the answer's header cut at its parts */
@@ -163,12 +162,12 @@ static int jint(cur *c, span *lit, int64_t *v) {
     int neg = c->p < c->e && *c->p == '-';
     if (neg) c->p++;
     const uint8_t *d = c->p;
-    int64_t x = 0;
-    while (c->p < c->e && *c->p >= '0' && *c->p <= '9') x = x * 10 + (*c->p++ - '0');
+    uint64_t x = 0;  /* unsigned: wraps, never overflows, before the digit count is checked */
+    while (c->p < c->e && *c->p >= '0' && *c->p <= '9') x = x * 10 + (uint64_t)(*c->p++ - '0');
     size_t nd = (size_t)(c->p - d);
     if (nd == 0 || nd > 18 || (nd > 1 && *d == '0') || (neg && x == 0)) return -1;
     if (c->p < c->e && (*c->p == '.' || *c->p == 'e' || *c->p == 'E')) return -1;
-    *v = neg ? -x : x;
+    *v = neg ? -(int64_t)x : (int64_t)x;
     if (lit) { lit->p = s; lit->n = (uint32_t)(c->p - s); lit->set = 1; }
     return 0;
 }
@@ -274,28 +273,32 @@ static int field_int(const span *f, int64_t lo, int64_t hi, int64_t *v) {
     if (!f->set) return -1;
     cur c = {f->p, f->p + f->n, NULL, 0};
     const uint8_t *d = c.p + (c.p < c.e && *c.p == '-');
-    int64_t x = 0;
+    uint64_t x = 0;
     size_t nd = 0;
     for (const uint8_t *q = d; q < c.e; q++, nd++) {
         if (*q < '0' || *q > '9') return -1;
-        x = x * 10 + (*q - '0');
+        x = x * 10 + (uint64_t)(*q - '0');
     }
     if (nd == 0 || nd > 18) return -1;
-    *v = d != c.p ? -x : x;
+    *v = d != c.p ? -(int64_t)x : (int64_t)x;
     return *v < lo || *v > hi ? -1 : 0;
 }
 
 /* ---- the stored properties: stored_properties(raw, cluster) -------------------------------- */
-static int has(const span *t, const char *needle) {
+/* ``needle`` anywhere in the text, followed by the name-value separator when ``pair`` */
+static int has(const span *t, const char *needle, int pair) {
     size_t n = strlen(needle);
-    for (uint32_t i = 0; i + n <= t->n; i++)
-        if (t->p[i] == (uint8_t)needle[0] && memcmp(t->p + i, needle, n) == 0) return 1;
+    for (uint32_t i = 0; i + n + (size_t)pair <= t->n; i++)
+        if (t->p[i] == (uint8_t)needle[0] && memcmp(t->p + i, needle, n) == 0
+            && (!pair || t->p[i + n] == SHMQ_NAME_VALUE_SEP))
+            return 1;
     return 0;
 }
 
-static int starts(const uint8_t *p, size_t n, const char *key) {
-    size_t k = strlen(key);
-    return n >= k && memcmp(p, key, k) == 0;
+/* the pair p[0..n) is named ``name`` */
+static int named(const uint8_t *p, size_t n, const char *name) {
+    size_t k = strlen(name);
+    return n > k && memcmp(p, name, k) == 0 && p[k] == SHMQ_NAME_VALUE_SEP;
 }
 
 /* stored_properties: the text split at \2, every pair starting WAIT\1 or CLUSTER\1 dropped,
@@ -307,7 +310,7 @@ static uint32_t stored_props(Sends *s, const span *raw, uint8_t *d) {
     while (raw->n) {
         const uint8_t *q = memchr(p, SHMQ_PROPERTY_SEP, (size_t)(e - p));
         size_t n = (size_t)((q ? q : e) - p);
-        if (!starts(p, n, "WAIT\001") && !starts(p, n, "CLUSTER\001")) {
+        if (!named(p, n, SHMQ_PROP_WAIT) && !named(p, n, SHMQ_PROP_CLUSTER)) {
             if (!first) d[dn++] = SHMQ_PROPERTY_SEP;
             memcpy(d + dn, p, n);
             dn += (uint32_t)n;
@@ -376,7 +379,7 @@ static int answer(Sends *s, const shmq_result *r, int32_t qid, const span *opaqu
 /* the checks of send.py's _fast_v2 and _send_checked for a learnt queue; the queue or NULL */
 static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     static const int ints[] = {K_DEFNUMS, K_QID, K_SYSFLAG, K_FLAG};
-    if (h->code != s->code || h->flag & FLAG_RESPONSE) return NULL;
+    if (h->code != s->code || h->flag & s->f_response) return NULL;
     if (!h->f[K_GROUP].set || !h->f[K_TOPIC].set || !h->f[K_DEFTOPIC].set) return NULL;
     for (int i = 0; i < 4; i++)
         if (field_int(&h->f[ints[i]], INT32_MIN, INT32_MAX, &v[ints[i]])) return NULL;
@@ -387,9 +390,10 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
         return NULL;
     const span *b = &h->f[K_BATCH];
     if (b->set && !(b->n == 5 && memcmp(b->p, "false", 5) == 0)) return NULL;
-    if (v[K_SYSFLAG] & TX_TYPE_MASK) return NULL;
+    if (v[K_SYSFLAG] & s->tx_mask) return NULL;
     const span *pr = &h->f[K_PROPS];
-    if (pr->set && (has(pr, "DELAY\001") || has(pr, "TRAN_MSG\001") || has(pr, "TIMER_"))) return NULL;
+    if (pr->set && (has(pr, SHMQ_PROP_DELAY, 1) || has(pr, SHMQ_PROP_TRAN_MSG, 1) || has(pr, SHMQ_TIMER_NAME_HEAD, 0)))
+        return NULL;
     qentry *e = lookup(s, h->f[K_TOPIC].p, h->f[K_TOPIC].n, (int32_t)v[K_QID], 0);
     if (e == NULL) return NULL;
     PyObject *tc = PyDict_GetItemWithError(topics, e->topic);  /* the table may have changed */
@@ -432,7 +436,7 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     rc = s->put(s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
     Py_END_ALLOW_THREADS
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
-    if (h.flag & FLAG_ONEWAY) return 1;
+    if (h.flag & s->f_oneway) return 1;
     return answer(s, &r, e->qid, &h.opaque) ? -1 : 1;
 }
 
@@ -515,15 +519,16 @@ static void sends_clear_table(Sends *s) {
     s->used = 0;
 }
 
-/* Sends(put address, writer address, code, letters, answer pieces, cluster pair, msgId prefix) */
+/* Sends(put address, writer address, code, letters, answer pieces, cluster pair, msgId prefix,
+ *       (response flag, oneway flag, transaction type mask)) */
 static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
     (void)kw;
     PyObject *put, *w, *letters, *tpl, *cluster;
     const char *prefix;
     Py_ssize_t plen;
-    int code;
-    if (!PyArg_ParseTuple(args, "OOiO!O!O!s#", &put, &w, &code, &PyTuple_Type, &letters, &PyTuple_Type, &tpl,
-                          &PyBytes_Type, &cluster, &prefix, &plen))
+    int code, f_response, f_oneway, tx_mask;
+    if (!PyArg_ParseTuple(args, "OOiO!O!O!s#(iii)", &put, &w, &code, &PyTuple_Type, &letters, &PyTuple_Type, &tpl,
+                          &PyBytes_Type, &cluster, &prefix, &plen, &f_response, &f_oneway, &tx_mask))
         return -1;
     if (PyTuple_GET_SIZE(letters) != K_N || PyTuple_GET_SIZE(tpl) != A_N + 1 || plen >= 64) {
         PyErr_SetString(PyExc_ValueError, "letters, answer pieces or prefix of the wrong size");
@@ -542,6 +547,9 @@ static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
     s->w = (shmq_writer *)PyLong_AsVoidPtr(w);
     if (!s->put || !s->w) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null address"); return -1; }
     s->code = code;
+    s->f_response = f_response;
+    s->f_oneway = f_oneway;
+    s->tx_mask = tx_mask;
     Py_XSETREF(s->tpl, Py_NewRef(tpl));
     Py_XSETREF(s->cluster, Py_NewRef(cluster));
     memcpy(s->prefix, prefix, (size_t)plen);

@@ -23,9 +23,10 @@ from __future__ import annotations
 import socket
 import struct
 
+from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
 from shmq.native import PUT_ADDRESS, RemotingSends, ffi
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode
 from shmq.protocol.command import encode_header
 from shmq.protocol.headers import SEND_V2_LETTERS
 
@@ -79,7 +80,7 @@ class FastSends:
         store = w.store
         self.c = RemotingSends(PUT_ADDRESS, int(ffi.cast("uintptr_t", store.appender.w)), RequestCode.SEND_MESSAGE_V2,
                                tuple(_LETTER[f] for f in _FIELDS), answer_pieces(), w.pipeline.cluster_pair,
-                               host_prefix(store.store_host))
+                               host_prefix(store.store_host), (FLAG_RESPONSE, FLAG_ONEWAY, TX_TYPE_MASK))
         self._learnt: dict[tuple[str, int], object] = {}
 
     def learn(self, topic: str, qid: int, tc, writer) -> None:
