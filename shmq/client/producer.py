@@ -336,9 +336,7 @@ class Producer:
     # ---- async and oneway ------------------------------------------------------------------
     def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> concurrent.futures.Future:
         """Returns a Future of the SendResult; ``callback(result_or_exception)`` runs when it is done."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        if callback is not None:
-            fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
+        fut = _future(callback)
         try:
             body, props, sysflag = self._prepare(msg)
             info = self._publish_info(msg.topic)
@@ -350,6 +348,38 @@ class Producer:
             cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
             fut.set_running_or_notify_cancel()
             _AsyncSend(self, fut, mq, cmd, props.get(UNIQ_KEY), timeout or self.send_timeout).submit()
+        except Exception as e:
+            if not fut.done():
+                fut.set_exception(e)
+        return fut
+
+    def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
+                         ) -> concurrent.futures.Future:
+        """``send_batch`` without waiting (RocketMQ's ``send(Collection, SendCallback)``): a Future of
+        its SendResult, ``callback(result_or_exception)`` when done. Over TCP several batches are in
+        flight on the one connection (retried on the same broker as ``send_async``); the same
+        checks as ``send_batch``, whose errors the Future carries."""
+        fut = _future(callback)
+        try:
+            if not msgs:
+                raise InvalidMessage("an empty batch")
+            r = self._hot_batch(msgs)
+            if r is None and self._fast is not None:
+                r = self._fast.send_batch(msgs)
+            if r is not None:
+                fut.set_result(r)
+                return fut
+            batch, ids = self._batch_body(msgs)
+            info = self._publish_info(msgs[0].topic)
+            mq = self._select(info, None)
+            link = None if info.via_default else self.links.get(mq.broker_name)
+            if link is not None:
+                fut.set_result(self._send_local(link, mq, None, batch, {}, 0, info,
+                                                batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
+                return fut
+            cmd = self._send_request(mq, Message(mq.topic, b"-"), batch, {}, 0, batch=True)
+            fut.set_running_or_notify_cancel()
+            _AsyncSend(self, fut, mq, cmd, ids, timeout or self.send_timeout).submit()
         except Exception as e:
             if not fut.done():
                 fut.set_exception(e)
@@ -505,6 +535,14 @@ class _AsyncSend:
                 e = e2
         if not self.fut.done():
             self.fut.set_exception(e)
+
+
+def _future(callback) -> concurrent.futures.Future:
+    """An async send's Future; ``callback(result_or_exception)`` runs once it is done."""
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    if callback is not None:
+        fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
+    return fut
 
 
 def _sendable(topic: str) -> bool:
