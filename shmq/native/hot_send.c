@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include "core.h"
 #include "hot_message.h"
+#include "hot_result.h"
 
 typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
 typedef int (*send_batch_fn)(const shmq_route *, const uint8_t *const *, const uint32_t *, uint32_t,
@@ -41,37 +42,11 @@ static PyObject *hot_bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ---- the producer's answer: a SendResult (client/message.py) --------------------------------- */
-enum { S_STATUS, S_MSGID, S_OFFID, S_QUEUE, S_QOFF, S_TXID, S_TXSTATE, S_STOREHOST, S_RECALL, S_NSLOTS };
-static slotted res;
-static PyObject *send_ok;
-
-/* bind_result(SendResult, slot descriptors in __slots__ order, SendStatus.SEND_OK) */
-static PyObject *hot_bind_result(PyObject *self, PyObject *args) {
-    PyObject *ok;
-    if (bind_slots(&res, args, S_NSLOTS, &ok)) return NULL;
-    Py_XSETREF(send_ok, ok);
-    Py_RETURN_NONE;
-}
-
-/* the SendResult of the append just made: n ids of 32 chars at ids, the route's offsets (ids
- * and offsets raw: formatted when read) */
-static PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq, PyObject *store_host) {
-    PyObject *o = res.cls->tp_alloc(res.cls, 0);
-    if (!o) return NULL;
-    SET(res, o, S_STATUS, REF(send_ok));
-    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(ids, 32 * n));
-    SET(res, o, S_OFFID, PyLong_FromLongLong(r->out->phys_offset));
-    SET(res, o, S_QUEUE, REF(mq));
-    SET(res, o, S_QOFF, PyLong_FromLongLong(r->out->queue_offset));
-    SET(res, o, S_TXID, REF(Py_None));
-    SET(res, o, S_TXSTATE, REF(Py_None));
-    SET(res, o, S_STOREHOST, REF(store_host));
-    SET(res, o, S_RECALL, REF(Py_None));
-    return o;
-fail:
-    Py_DECREF(o);
-    return NULL;
+/* the SendResult of the append just made (hot_result.c): n ids of 32 chars at ids, the route's
+ * offsets, all kept raw until read */
+static inline PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq,
+                                    PyObject *store_host) {
+    return shmq_result_new(ids, n, r->out->phys_offset, r->out->queue_offset, mq, store_host);
 }
 
 /* send(route address, body: bytes, head: bytes, mq, store_host) -> the SendResult of the
@@ -81,7 +56,7 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes, mq, store_host)");
         return NULL;
     }
-    if (!f_send || !res.cls) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
+    if (!f_send || !shmq_result_bound()) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     if (!r) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
     Py_ssize_t blen = PyBytes_GET_SIZE(args[1]), hlen = PyBytes_GET_SIZE(args[2]);
@@ -213,7 +188,7 @@ static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "send_message(route, message, limit: int, mq, store_host)");
         return NULL;
     }
-    if (!f_send || !res.cls || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_send || !shmq_result_bound() || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
     if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
@@ -254,7 +229,7 @@ static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
         return NULL;
     }
-    if (!f_send_batch || !res.cls || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_send_batch || !shmq_result_bound() || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
     if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
@@ -363,7 +338,7 @@ static PyObject *ls_done(ls_pick *p, const char *ids, Py_ssize_t n) {
     return ls_release(p, out);
 }
 
-static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && res.cls && msg_tags_key; }
+static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && shmq_result_bound() && msg_tags_key; }
 
 static PyObject *ls_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
@@ -456,7 +431,7 @@ static PyMemberDef ls_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-PyTypeObject shmq_local_send_type = {
+static PyTypeObject shmq_local_send_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmq.native._hot.LocalSend",
     .tp_basicsize = sizeof(local_send),
@@ -493,7 +468,7 @@ static PyObject *hot_encode_batch(PyObject *self, PyObject *const *args, Py_ssiz
     return Py_BuildValue("(y#y#)", (const char *)b_scratch, (Py_ssize_t)len, b_ids, 32 * n);
 }
 
-PyMethodDef shmq_send_methods[] = {
+static PyMethodDef shmq_send_methods[] = {
     {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
     {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, TAGS key, timer_properties)"},
     {"send_message", (PyCFunction)(void (*)(void))hot_send_message, METH_FASTCALL,
@@ -505,11 +480,13 @@ PyMethodDef shmq_send_methods[] = {
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
      "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
     {"bind_topic", (PyCFunction)hot_bind_topic, METH_VARARGS, "bind_topic(_LocalTopic, slot descriptors, _)"},
-    {"bind_result", (PyCFunction)hot_bind_result, METH_VARARGS, "bind_result(SendResult, slot descriptors, SEND_OK)"},
     {NULL, NULL, 0, NULL},
 };
 
-int shmq_send_ready(void) {
-    if (PyType_Ready(&shmq_local_send_type)) return -1;
-    return (zero || (zero = PyLong_FromLong(0))) ? 0 : -1;
+int shmq_send_add(PyObject *m) {
+    if (PyType_Ready(&shmq_local_send_type) || (!zero && !(zero = PyLong_FromLong(0))) || shmq_result_add(m) ||
+        shmq_producer_add(m))
+        return -1;
+    return PyModule_AddFunctions(m, shmq_send_methods) ||
+           PyModule_AddObjectRef(m, "LocalSend", (PyObject *)&shmq_local_send_type) ? -1 : 0;
 }

@@ -348,13 +348,26 @@ class Connection(asyncio.Protocol):
         if len(cmd.body) >= _SCATTER_BODY:
             self._flush()  # what was written before goes first
             t.writelines(encode_command_parts(cmd))
+            self.last_activity = self._loop.time()
         else:
-            self._out.append(encode_command(cmd))
-            if not self._in_read and not self._flush_scheduled:
-                # the rest of this turn of the loop may write more; the flush runs after it
-                self._flush_scheduled = True
-                self._loop.call_soon(self._flush)
+            self.write_frame(encode_command(cmd))
+
+    def write_frame(self, frame: bytes) -> None:
+        """Write one encoded frame, coalesced with the others of this read or loop turn."""
+        t = self._transport
+        if t is None or self.closed or t.is_closing():
+            return
+        self._out.append(frame)
+        if not self._in_read and not self._flush_scheduled:
+            # the rest of this turn of the loop may write more; the flush runs after it
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
         self.last_activity = self._loop.time()
+
+    @property
+    def writing_paused(self) -> bool:
+        """The peer does not read what we write (the transport's buffer is over its high-water mark)."""
+        return self._write_paused
 
     def _flush(self) -> None:
         """Hand the coalesced frames to the transport: one write, one system call."""
@@ -404,6 +417,23 @@ class Connection(asyncio.Protocol):
         self._pending[opaque] = waiter
         self.send(cmd)
         return opaque
+
+    def start_frame(self, build: Callable[[int], bytes], waiter) -> int:
+        """:meth:`start_request` for a request that makes its own frame: ``build(opaque)`` returns
+        the encoded request (a producer's send, client.remote_send). Returns the opaque."""
+        if self.closed or self._transport is None:
+            raise RemotingClosed(f"connection to {self.peer} is closed")
+        opaque = self._new_opaque()
+        frame = build(opaque)
+        self._pending[opaque] = waiter
+        self.write_frame(frame)
+        return opaque
+
+    def send_frame(self, build: Callable[[int], bytes]) -> None:
+        """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
+        if self.closed:
+            raise RemotingClosed(f"connection to {self.peer} is closed")
+        self.write_frame(build(self._new_opaque()))
 
     def expire(self, opaques: list[int], code: int, timeout: float) -> None:
         """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for
