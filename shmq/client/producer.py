@@ -21,7 +21,7 @@ from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageT
 from shmq.message.batch import encode_batch
 from shmq.message.names import RETRY_PREFIX, TAGS, TBW102, TRAN_MSG
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ffi, hot_encode_batch, lib
+from shmq.native import ProducerBase, ffi, hot_encode_batch, lib
 from shmq.protocol import RemotingCommand, RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import send_v2_ext
 from shmq.protocol.acl_sign import credentials
@@ -51,7 +51,11 @@ def _not_local(msg) -> None:
     return None
 
 
-class Producer:
+class Producer(ProducerBase):
+    """``send`` and ``send_batch`` are C (``ProducerBase``, shmq/native/hot_producer.c): the local
+    C send (``_hot`` / ``_hot_batch``) first, then ``_send`` / ``_send_batch`` below for
+    everything it does not take."""
+
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
                  retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
@@ -183,10 +187,9 @@ class Producer:
             self._unavailable[broker] = time.monotonic() + 30.0
 
     # ---- sync send -------------------------------------------------------------------------
-    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
-        r = self._hot(msg)
-        if r is not None:
-            return r
+    def _send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        """``send``: one message, answered when stored (and flushed or replicated as the broker's
+        mode requires); a local send the C step (``_hot``) did not take comes here too."""
         if self._fast is not None:
             r = self._fast.send(msg)
             if r is not None:
@@ -433,14 +436,11 @@ class Producer:
                            self.send_timeout)
 
     # ---- batch -----------------------------------------------------------------------------
-    def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
-        """One topic, no delay, not a retry topic, at most 4 MiB encoded: stored as consecutive
-        messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
+    def _send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
+        """``send_batch``: one topic, no delay, not a retry topic, at most 4 MiB encoded: stored as
+        consecutive messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
         if not msgs:
             raise InvalidMessage("an empty batch")
-        r = self._hot_batch(msgs)
-        if r is not None:
-            return r
         if self._fast is not None:
             r = self._fast.send_batch(msgs)
             if r is not None:

@@ -40,4 +40,7 @@ static inline int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject 
  * to the module; 0, or -1 with an exception set. Called by PyInit__hot. */
 int shmq_send_add(PyObject *module);
 
+/* hot_producer.c: adds ProducerBase (Producer's send / send_batch, the C send first) */
+int shmq_producer_add(PyObject *module);
+
 #endif

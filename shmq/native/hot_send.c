@@ -484,7 +484,8 @@ static PyMethodDef shmq_send_methods[] = {
 };
 
 int shmq_send_add(PyObject *m) {
-    if (PyType_Ready(&shmq_local_send_type) || (!zero && !(zero = PyLong_FromLong(0))) || shmq_result_add(m))
+    if (PyType_Ready(&shmq_local_send_type) || (!zero && !(zero = PyLong_FromLong(0))) || shmq_result_add(m) ||
+        shmq_producer_add(m))
         return -1;
     return PyModule_AddFunctions(m, shmq_send_methods) ||
            PyModule_AddObjectRef(m, "LocalSend", (PyObject *)&shmq_local_send_type) ? -1 : 0;
