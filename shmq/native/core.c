@@ -278,6 +278,25 @@ static int futex_wait(uint32_t *addr, uint32_t val, int64_t timeout_ns) {
 
 static void futex_wake(uint32_t *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE, n, NULL, NULL, 0); }
 
+/* Which sleepers on data_seq an append of this process wakes (FUTEX_WAKE_BITSET): all of them
+ * unless the process chose a bit (shmq_set_data_wake_bit). A broker worker takes its own bit:
+ * its event loop checks its held pulls itself after each of its appends, and its pull-wake
+ * thread sleeps with every bit but that one (shmq_wait_data_others), so the worker's own
+ * appends do not wake that thread while everybody else's (other workers, local producers, the
+ * supervisor, anyone who never chose a bit) still do. Every other sleeper waits with all bits. */
+static uint32_t data_wake_bits = FUTEX_BITSET_MATCH_ANY;
+
+void shmq_set_data_wake_bit(int bit) {
+    data_wake_bits = bit >= 0 && bit < 32 ? 1u << bit : FUTEX_BITSET_MATCH_ANY;
+}
+
+static int futex_wait_bits(uint32_t *addr, uint32_t val, int64_t deadline_ns, uint32_t bits) {
+    struct timespec ts;  /* FUTEX_WAIT_BITSET: an absolute CLOCK_MONOTONIC deadline */
+    ts.tv_sec = deadline_ns / 1000000000LL;
+    ts.tv_nsec = deadline_ns % 1000000000LL;
+    return (int)syscall(SYS_futex, addr, FUTEX_WAIT_BITSET, val, &ts, NULL, bits);
+}
+
 /* ============================================================ control block == */
 uint32_t shmq_layout_fingerprint(void) {
     /* Sizes and offsets of everything shared, folded so that two builds that disagree on
@@ -809,7 +828,8 @@ static inline void write_cq(uint8_t *e, int64_t phys, uint32_t size, int64_t tag
 
 static inline void notify_data(shmq_ctl *c) {
     ADD_SC(&c->pos.data_seq, 1);
-    if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+    if (LOAD_SC(&c->pos.data_waiters))
+        syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, data_wake_bits);
 }
 
 /* Under the lock: the fence and the place of an append of `total` bytes. On success
@@ -1329,7 +1349,20 @@ int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int ch
 /* ========================================================== waits and flush == */
 int64_t shmq_load_i64(const int64_t *p) { return LOAD_ACQ(p); }
 
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits);
+
 int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns) {
+    return wait_data(c, seen, spin_ns, timeout_ns, FUTEX_BITSET_MATCH_ANY);
+}
+
+/* shmq_wait_data for a worker's pull-wake thread: not woken by this process's own appends
+ * (see data_wake_bits); returns at the timeout with whatever the position is then. */
+int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
+    return wait_data(c, seen, 0, timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
+                     ? FUTEX_BITSET_MATCH_ANY : ~data_wake_bits);
+}
+
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits) {
     int64_t t0 = mono_ns(), cpos;
     if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
     while (spin_ns > 0) {
@@ -1347,7 +1380,7 @@ int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeo
         if (left <= 0) return cpos;
         ADD_SC(&c->pos.data_waiters, 1);
         if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED)
-            futex_wait(&c->pos.data_seq, seq, left);
+            futex_wait_bits(&c->pos.data_seq, seq, deadline, bits);
         SUB_SC(&c->pos.data_waiters, 1);
         if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return LOAD_ACQ(&c->pos.commit_pos);
     }

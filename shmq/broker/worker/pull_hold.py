@@ -19,6 +19,14 @@ after the send's answer. It records the commit position it read
 *before* that check, and the thread schedules no check of its own for a position at or below
 it (every commit up to it was seen by the loop's check), which saves the self-pipe write and
 a wake-up of the loop per message while a consumer is caught up.
+
+With ``own_bit`` (the worker's id) the thread is not even woken by this worker's own appends:
+the process takes that futex wake bit (``MessageStore.take_wake_bit``) and the thread sleeps
+in ``store.wait_others``, which every other appender still wakes. So while the producer and
+the consumer are on the same worker, a message costs no wake-up of this thread and no GIL
+hand-over to it. Every append of the worker must then call :meth:`appended` (the send, batch,
+send-back, end-transaction, recall and reply paths do); one that did not would still be seen
+at the end of the thread's current wait slice (``WAIT_SLICE_S``), never lost.
 """
 from __future__ import annotations
 
@@ -28,6 +36,8 @@ import threading
 from typing import Callable
 
 log = logging.getLogger("shmq.broker.pull")
+
+WAIT_SLICE_S = 0.2  # the thread's longest sleep (it looks at _stop and the holds between)
 
 
 class _Hold:
@@ -39,9 +49,13 @@ class _Hold:
 
 
 class PullHolds:
-    def __init__(self, store, loop: asyncio.AbstractEventLoop):
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, own_bit: int | None = None):
         self.store = store
         self.loop = loop
+        self._wait = store.wait
+        if own_bit is not None and 0 <= own_bit < 32:
+            store.take_wake_bit(own_bit)
+            self._wait = store.wait_others
         self._holds: set[_Hold] = set()
         self._active = threading.Event()   # set while holds exist: the thread waits on the store
         self._stop = False
@@ -121,7 +135,7 @@ class PullHolds:
             self._schedule_check()
             while self._holds and not self._stop:
                 try:
-                    pos = store.wait(seen, 0.2)
+                    pos = self._wait(seen, WAIT_SLICE_S)
                 except Exception:  # the store closed under us (shutdown)
                     log.debug("pull-wake thread: store wait failed", exc_info=True)
                     return
