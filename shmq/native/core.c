@@ -1589,25 +1589,30 @@ static void *bridge_run(void *arg) {
     return NULL;
 }
 
+/* A detached helper thread with a small stack on which no signal may land (Python's handlers
+ * run on the main thread only). 0 on success. */
+static int start_helper(void *(*run)(void *), void *arg) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&th, &at, run, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
+    return rc;
+}
+
 shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
     shmq_bridge *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->c = c;
     b->fd = fd;
     b->modes = modes;
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 64 * 1024);
-    /* no signal may land on this thread: Python's handlers run on the main thread only */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&th, &at, bridge_run, b);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&at);
-    if (rc != 0) {
+    if (start_helper(bridge_run, b) != 0) {
         free(b);
         return NULL;
     }
@@ -1617,6 +1622,68 @@ shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
 void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns) {
     STORE_SC(&b->deadline, deadline_ns);
     STORE_SC(&b->want, want);
+    ADD_SC(&b->seq, 1);
+    futex_wake(&b->seq, 1);
+}
+
+/* ========================================================== pull-wake bridge == */
+/* A worker's held pulls (broker/worker/pull_hold.py). The loop cannot sleep on the store's
+ * data futex, and a Python thread that does takes the GIL from the loop at every append it
+ * sees; this thread takes none. While armed it sleeps on data_seq with every wake bit but its
+ * process's own (the worker's loop checks its holds itself after each of its own appends:
+ * shmq_set_data_wake_bit), and once the commit position passes the last one it reported it
+ * reports the new one and writes the loop's eventfd: one wake-up of the loop per run of other
+ * processes' appends, none for the worker's own. No lost wake-up: the loop arms it with a
+ * position read before it looked at its holds, and it reports (seen, then the eventfd write)
+ * only positions it read after they were published. The loop disarms it when it finds no
+ * holds; a disarmed thread sleeps on its own word and never touches the control block. */
+struct shmq_pullwake {
+    shmq_ctl *c;
+    int fd;
+    int64_t seen;    /* the last position armed with or reported */
+    uint32_t armed;
+    uint32_t seq;    /* bumped by every arm and disarm */
+};
+
+static void *pullwake_run(void *arg) {
+    shmq_pullwake *b = arg;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&b->seq);
+        if (!LOAD_SC(&b->armed)) {
+            futex_wait(&b->seq, seq, 1000000000LL);
+            continue;
+        }
+        int64_t seen = LOAD_SC(&b->seen);
+        int64_t pos = shmq_wait_data_others(b->c, seen, BRIDGE_SLICE_NS);
+        if (pos > seen) {
+            /* a re-arm in between set an older or equal position: report from whichever is higher */
+            if (__atomic_compare_exchange_n(&b->seen, &seen, pos, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                uint64_t one = 1;
+                while (write(b->fd, &one, sizeof one) < 0 && errno == EINTR) {}
+            }
+        } else if (LOAD_ACQ(&b->c->owner.state) == SHMQ_STATE_FENCED) {
+            struct timespec ts = {0, 5000000};  /* fenced: the wait returns at once; do not spin */
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+shmq_pullwake *shmq_pullwake_start(shmq_ctl *c, int fd) {
+    shmq_pullwake *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->c = c;
+    b->fd = fd;
+    if (start_helper(pullwake_run, b) != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed) {
+    STORE_SC(&b->seen, seen);
+    STORE_SC(&b->armed, armed ? 1u : 0u);
     ADD_SC(&b->seq, 1);
     futex_wake(&b->seq, 1);
 }

@@ -110,6 +110,10 @@ int64_t shmq_load_i64(const int64_t *p);
 typedef struct shmq_bridge shmq_bridge;
 shmq_bridge *shmq_bridge_start(shmq_ctl *ctl, int fd, int modes);
 void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns);
+/* a worker's pull-wake bridge (broker/worker/pull_hold.py): eventfd written when others append */
+typedef struct shmq_pullwake shmq_pullwake;
+shmq_pullwake *shmq_pullwake_start(shmq_ctl *ctl, int fd);
+void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed);
 /* CDEF-END */
 
 #endif

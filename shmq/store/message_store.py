@@ -356,19 +356,6 @@ class MessageStore(Reader):
         released while waiting (futex)."""
         return lib.shmq_wait_data(self.cb.ctl, seen, int(spin * 1e9), int(timeout * 1e9))
 
-    def wait_others(self, seen: int, timeout: float) -> int:
-        """:meth:`wait`, not woken by this process's own appends once it took a wake bit
-        (:meth:`take_wake_bit`); returns the position at the timeout whatever moved it."""
-        return lib.shmq_wait_data_others(self.cb.ctl, seen, int(timeout * 1e9))
-
-    @staticmethod
-    def take_wake_bit(bit: int) -> None:
-        """This process's appends stop waking its own :meth:`wait_others` sleepers (bit 0-31,
-        unique among the processes that take one; anything else: wake every sleeper). For a
-        process that looks at what its own appends satisfied itself (a broker worker's held
-        pulls, broker/worker/pull_hold.py); every other sleeper is still woken."""
-        lib.shmq_set_data_wake_bit(bit)
-
     def flush(self) -> None:
         """Make everything committed so far durable now (CommitLog, ConsumeQueues, checkpoint)."""
         self._check_open()
