@@ -1,11 +1,19 @@
 # The C core is compiled by cffi in API (out-of-line) mode at install time; see
 # shmq/native/_build.py. shmq.native._hot is a small CPython extension that calls one core
-# function with the GIL held (shmq/native/hot.c says why). Everything else is declared in
+# function with the GIL held (shmq/native/hot_send.c says why). Everything else is declared in
 # pyproject.toml.
 from setuptools import Extension, setup
 
 setup(
     cffi_modules=["shmq/native/_build.py:ffibuilder"],
-    ext_modules=[Extension("shmq.native._hot", ["shmq/native/hot.c", "shmq/native/hot_message.c"], include_dirs=["shmq/native"],
+    ext_modules=[Extension("shmq.native._hot",
+                           ["shmq/native/hot.c", "shmq/native/hot_send.c", "shmq/native/hot_result.c",
+                            "shmq/native/hot_producer.c", "shmq/native/hot_message.c"],
+                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the broker worker's C path for plain TCP sends (remoting_send.c says why)
+                 Extension("shmq.native._rsend", ["shmq/native/remoting_send.c"],
+                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the TCP producer's per-send C, with the GIL held (hot_remote.c says why)
+                 Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
 )

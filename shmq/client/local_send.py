@@ -1,7 +1,7 @@
 """The producer's hot path: plain sends to a topic whose queues all sit on one attached
 broker, each one C call (no broker round trip: the producer appends to the shared store itself).
 The common one (a body, maybe tags, to a topic this thread has sent to, no SYNC_FLUSH) does
-not even come here: ``Producer.send`` calls ``LocalSender.hot`` (native/hot.c, LocalSend), which
+not even come here: ``Producer.send`` calls ``LocalSender.hot`` (native/hot_send.c, LocalSend), which
 does what ``LocalSender.send`` does for it in C, on the same per-thread state.
 
 A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-threshold
@@ -9,7 +9,7 @@ bytes, no delay level, flag 0 (a batch carries flags per entry), text without se
 characters and none of ``REWRITE_KEYS`` (what could make ``shmq.message.classify`` answer
 anything but PLAIN, and WAIT, CLUSTER, UNIQ_KEY), to a topic that is no retry topic. For it
 the pipeline's only change is the CLUSTER pair, so ``shmq_send`` (core.c, called with the
-GIL held through native/hot.c) can draw the UNIQ_KEY, assemble the properties text and append
+GIL held through native/hot_send.c) can draw the UNIQ_KEY, assemble the properties text and append
 in one call; the record is byte for byte what the general path stores. Anything else returns None and takes ``Producer``'s
 general path, which also raises the precise error.
 
@@ -75,7 +75,7 @@ class _LocalTopic:
         self.store_host = store_host    # 8 bytes: IPv4 + port, the head of an offset msg id
 
 
-# LocalSend (hot.c) reads and advances these slots, in __slots__ order, for the common send()
+# LocalSend (hot_send.c) reads and advances these slots, in __slots__ order, for the common send()
 bind_topic(_LocalTopic, tuple(_LocalTopic.__dict__[name] for name in _LocalTopic.__slots__), None)
 
 
@@ -119,7 +119,7 @@ class LocalSender:
         self._first_topics = {}         # ... and its map (no threading.local lookup: see hot)
         self._claim = threading.Lock()
         #: Producer.send's first call: the common message to a topic this thread has an entry
-        #: for, whole in C (hot.c, LocalSend: what send() below does for it); None otherwise
+        #: for, whole in C (hot_send.c, LocalSend: what send() below does for it); None otherwise
         self.hot = LocalSend(self._tls, producer.compress_over)
 
     def _topics(self) -> dict:

@@ -1,10 +1,14 @@
 """The C core, compiled by cffi at install time. ``ffi`` and ``lib`` come from ``shmq.native._core``;
 ``hot_send`` / ``hot_send_batch`` are ``shmq_send`` / ``shmq_send_batch`` called with the GIL
 held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and ``hot_read`` the
-consumer's record walk (``shmq.native._hot``, see hot.c);
-``bind_result`` and ``bind_ext`` name the classes they build, ``bind_message`` the one
-the send functions read, whose C base is ``MessageBase`` (hot_message.c)."""
+consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c);
+``bind_ext`` names the class the walk builds, ``bind_message`` the one the send functions read,
+whose C base is ``MessageBase`` (hot_message.c); ``SendResult`` is C (hot_result.c), and
+``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
+is the broker worker's C path for plain TCP sends (``shmq.native._rsend``, remoting_send.c),
+made with ``PUT_ADDRESS``, the address of ``shmq_put``."""
 from shmq.native import _hot
+from shmq.native._rsend import Sends as RemotingSends
 from shmq.native._core import ffi, lib
 
 _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))),
@@ -21,6 +25,10 @@ bind_topic = _hot.bind_topic
 hot_read = _hot.read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
+SendResult = _hot.SendResult
+ProducerBase = _hot.ProducerBase
+PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put")))
 
 __all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "bind_ext",
-           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic"]
+           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic", "SendResult",
+           "ProducerBase", "RemotingSends", "PUT_ADDRESS"]

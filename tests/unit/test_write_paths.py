@@ -116,6 +116,7 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     releases the GIL while it waits)."""
     from shmq.client.message import SendResult, SendStatus
     from shmq.client.uniq_id import generator
+    from shmq.message.msgid import offset_msg_id
     from shmq.native import ffi, hot_send, lib
     uniq = generator()
     fw = roads.fast_writer("T", 1, BORN)
@@ -137,6 +138,7 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     assert (got.queue, got.queue_offset, got.transaction_id, got.recall_handle) == ("the queue", r.out.queue_offset,
                                                                                   None, None)
     assert got.msg_id == ffi.unpack(r.id_out, 32).decode()
+    assert got.offset_msg_id == offset_msg_id(b"8 bytes!", r.out.phys_offset)
     local = _last_record(roads)
     assert local[-1]["UNIQ_KEY"] == got.msg_id
     roads.put(PutRequest("T", b"local body", encode_properties({"TAGS": "A", "UNIQ_KEY": got.msg_id}).encode(),
@@ -218,7 +220,7 @@ def test_local_message_road_builds_the_tags_head_and_refuses_the_rest(roads):
 
 
 def test_local_send_object_is_the_python_send_for_the_common_message(roads):
-    """LocalSend (hot.c: Producer.send's one C call) takes the thread's _LocalTopic, advances
+    """LocalSend (hot_send.c: Producer.send's one C call) takes the thread's _LocalTopic, advances
     its round robin and appends what hot_send_message appends; it answers None with nothing
     stored and the round robin where it was whenever LocalSender must decide: another
     thread's map not made yet, a changed route, a SYNC_FLUSH writer, a held lock, a message it

@@ -1,0 +1,46 @@
+/*
+ * shmq/native/hot.h -- what the two files of shmq.native._hot share: the binding of a Python
+ * __slots__ class whose instances they fill in C (hot.c: MessageExt; hot_send.c: _LocalTopic,
+ * which LocalSend reads), and the producer side's entry points that hot.c's
+ * module init registers.
+ */
+#ifndef SHMQ_HOT_H
+#define SHMQ_HOT_H
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+
+/* A __slots__ class whose instances hot.c / hot_send.c build: its type and each slot's offset (from
+ * the member descriptors bind_* is given, in the order the X_* / S_* enums name them). */
+typedef struct { PyTypeObject *cls; Py_ssize_t off[24]; } slotted;
+
+static inline int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject **extra) {
+    PyObject *cls, *slots;
+    if (!PyArg_ParseTuple(args, "O!O!O", &PyType_Type, &cls, &PyTuple_Type, &slots, extra)) return -1;
+    if (PyTuple_GET_SIZE(slots) != n) { PyErr_SetString(PyExc_ValueError, "slot count"); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *d = PyTuple_GET_ITEM(slots, i);
+        if (!Py_IS_TYPE(d, &PyMemberDescr_Type) || ((PyMemberDescrObject *)d)->d_member->type != T_OBJECT_EX) {
+            PyErr_SetString(PyExc_TypeError, "a slot is not an object member");
+            return -1;
+        }
+        s->off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+    }
+    Py_INCREF(cls);
+    Py_XSETREF(s->cls, (PyTypeObject *)cls);
+    Py_INCREF(*extra);
+    return 0;
+}
+
+#define SET(s, o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + (s).off[k]) = v_; } while (0)
+#define REF(x) (Py_INCREF(x), (x))
+
+/* hot_send.c: adds the producer's functions (bind, bind_message, bind_topic, send, send_message,
+ * send_batch, encode_batch), the LocalSend type, and SendResult with bind_result (hot_result.c)
+ * to the module; 0, or -1 with an exception set. Called by PyInit__hot. */
+int shmq_send_add(PyObject *module);
+
+/* hot_producer.c: adds ProducerBase (Producer's send / send_batch, the C send first) */
+int shmq_producer_add(PyObject *module);
+
+#endif
