@@ -1645,6 +1645,10 @@ struct shmq_pullwake {
     uint32_t seq;    /* bumped by every arm and disarm */
 };
 
+/* How long it sleeps on data_seq between looks at `armed`. At each end it reports the position
+ * if this worker's own appends moved it (they do not wake it): a spare check of the loop. */
+#define PULLWAKE_SLICE_NS 1000000000LL
+
 static void *pullwake_run(void *arg) {
     shmq_pullwake *b = arg;
     for (;;) {
@@ -1654,7 +1658,7 @@ static void *pullwake_run(void *arg) {
             continue;
         }
         int64_t seen = LOAD_SC(&b->seen);
-        int64_t pos = shmq_wait_data_others(b->c, seen, BRIDGE_SLICE_NS);
+        int64_t pos = shmq_wait_data_others(b->c, seen, PULLWAKE_SLICE_NS);
         if (pos > seen) {
             /* a re-arm in between set an older or equal position: report from whichever is higher */
             if (__atomic_compare_exchange_n(&b->seen, &seen, pos, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {

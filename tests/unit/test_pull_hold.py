@@ -66,7 +66,7 @@ def test_the_workers_own_append_is_checked_by_its_loop_and_anothers_still_wakes_
         calls = []
         holds.hold("T", 0, 0, 5.0, lambda grew: calls.append(("q0", grew)), Conn())
         holds.hold("T", 1, 0, 5.0, lambda grew: calls.append(("q1", grew)), Conn())
-        await asyncio.sleep(0.05)   # the armed thread is asleep on the store's futex
+        await asyncio.sleep(0.2)    # the armed thread is asleep on the store's futex by now
         store.put("T", 0, b"own")   # this worker's append: no wake-up of the loop...
         await asyncio.sleep(0.02)
         assert calls == []
