@@ -14,7 +14,7 @@ import pytest
 from shmq.broker.shared.config import BrokerConfig
 from shmq.broker.shared.topics import TopicTable
 from shmq.broker.worker import dispatch
-from shmq.message.layout import R_STORETS
+from shmq.message.layout import BLANK_MAGIC, R_MAGIC, R_STORETS
 from shmq.message.properties import encode_properties
 from shmq.message.record import iter_records
 from shmq.protocol import FLAG_ONEWAY, RequestCode
@@ -159,26 +159,22 @@ def _serve(root, fast: bool, chunks):
 
 
 def _records(root):
-    data = b""
+    """Every record of the store's CommitLog files, its store timestamp zeroed."""
+    out = []
     for f in sorted(glob.glob(os.path.join(root, "commitlog", "*"))):
         with open(f, "rb") as fh:
-            data += fh.read()
-    out = []
-    for m in iter_records(data[:_commit_len(data)]):
-        raw = bytearray(m.raw)
-        raw[R_STORETS:R_STORETS + 8] = bytes(8)
-        out.append(bytes(raw))
+            data = fh.read()
+        pos = 0
+        while pos + 8 <= len(data):
+            size = int.from_bytes(data[pos:pos + 4], "big")
+            if size == 0 or int.from_bytes(data[pos + R_MAGIC:pos + R_MAGIC + 4], "big") == BLANK_MAGIC:
+                break  # the end of what was written, or the filler at the end of a file
+            (m,) = iter_records(data[pos:pos + size])
+            raw = bytearray(m.raw)
+            raw[R_STORETS:R_STORETS + 8] = bytes(8)
+            out.append(bytes(raw))
+            pos += size
     return out
-
-
-def _commit_len(data):
-    pos = 0
-    while pos + 4 <= len(data):
-        size = int.from_bytes(data[pos:pos + 4], "big")
-        if size == 0:
-            break
-        pos += size
-    return pos
 
 
 def _compare(tmp_path, chunks, name):
