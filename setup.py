@@ -12,5 +12,8 @@ setup(
                            include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the broker worker's C path for plain TCP sends (remoting_send.c says why)
                  Extension("shmq.native._rsend", ["shmq/native/remoting_send.c"],
-                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
+                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the TCP producer's per-send C, with the GIL held (hot_remote.c says why)
+                 Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
+                           extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
 )

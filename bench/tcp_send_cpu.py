@@ -79,14 +79,14 @@ def client_rows(p: Producer, n: int) -> list[tuple[str, float]]:
 
     def one():
         m = Message("T", BODY)
-        body, props, sysflag = p._prepare(m)
-        p._remote(MQ, m.flag, body, props, sysflag, batch=False, oneway=False).frame(7)
+        body, text, sysflag, _ = p._wire(m)
+        p._remote(MQ, m.flag, body, text, sysflag, batch=False, oneway=False).frame(7)
 
     def batch():
         body, _ = p._batch_body([Message("T", BODY) for _ in range(32)])
         encode_command(p._send_request(MQ, Message("T", b"-"), body, {}, 0, batch=True))
     return [("client: one send, generic encoder (prepare, RemotingCommand, encode_command)", cpu_us(one_generic, n)),
-            ("client: one send (prepare, request, frame from the queue's template)", cpu_us(one, n)),
+            ("client: one send (_wire, RemoteSend, frame from the queue's template)", cpu_us(one, n)),
             ("client: batch of 32 (32 Message(), C body, request, frame), per message", cpu_us(batch, n // 32) / 32)]
 
 

@@ -19,8 +19,8 @@ import zlib
 from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
                          RemotingError, ReplicationError, ShmqError, StaleSegment)
 from shmq.message.batch import encode_batch
-from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
-from shmq.message.properties import encode_properties
+from shmq.message.names import RETRY_PREFIX, TAGS, TBW102, TRAN_MSG
+from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
 from shmq.native import ProducerBase, ffi, hot_encode_batch, lib
 from shmq.protocol import RemotingCommand, RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import send_v2_ext
@@ -41,6 +41,9 @@ log = logging.getLogger("shmq.client.producer")
 
 _UNIQ = generator()
 _UNIQ_ADDR = int(ffi.cast("uintptr_t", _UNIQ.c))  # the process's shmq_uniq, for hot_encode_batch
+# a plain message's properties text (Producer._wire): [TAGS \x01 tags \x02] UNIQ_KEY \x01 id
+_UNIQ_HEAD = UNIQ_KEY + NAME_VALUE_SEP
+_TAGS_HEAD, _TAGS_END = TAGS + NAME_VALUE_SEP, PROPERTY_SEP + _UNIQ_HEAD
 
 
 def _not_local(msg) -> None:
@@ -85,6 +88,7 @@ class Producer(ProducerBase):
         self._hot = self._fast.hot if self._fast is not None else _not_local
         self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
         self._frames = Frames(group)
+        self._sendable: set[str] = set()  # topics _prepare checked (_wire)
 
     @property
     def compress_over(self) -> int:
@@ -269,12 +273,36 @@ class Producer(ProducerBase):
         return RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
                                ext_fields=ext, body=body)
 
-    def _remote(self, mq, flag: int, body: bytes, props: dict, sysflag: int, *, batch: bool,
+    def _remote(self, mq, flag: int, body: bytes, properties: str, sysflag: int, *, batch: bool,
                 oneway: bool) -> RemoteSend:
         """The request of an async or oneway send, its frame made on its connection (remote_send)."""
         t = self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway)
         return RemoteSend(t, self.group, mq, self.create_topic_key, self.default_queue_nums, sysflag,
-                          int(time.time() * 1000), flag, encode_properties(props), body, batch, oneway)
+                          int(time.time() * 1000), flag, properties, body, batch, oneway)
+
+    def _wire(self, msg: Message) -> tuple[bytes, str, int, str]:
+        """(body, properties text, sysflag, UNIQ_KEY) of a message to send over TCP. A plain one
+        (this class, no keys, properties or delay, a body sent as is, tags without separators,
+        a topic that passed _prepare's check before) is built here without a dict: what
+        _prepare + encode_properties make of it (TAGS, then UNIQ_KEY); any other takes _prepare,
+        which raises the precise error."""
+        body = msg.body
+        topic = msg.topic
+        if (msg.__class__ is Message and topic.__class__ is str and topic in self._sendable and not msg.keys
+                and not msg.delay_level and body.__class__ is bytes and 0 < len(body) <= self.compress_over
+                and len(body) <= self.max_message_size and not msg.properties):
+            tags = msg.tags
+            if not tags:
+                uniq = new_uniq_id()
+                return body, _UNIQ_HEAD + uniq, 0, uniq
+            if tags.__class__ is str and "\x01" not in tags and "\x02" not in tags:
+                uniq = new_uniq_id()
+                return body, _TAGS_HEAD + tags + _TAGS_END + uniq, 0, uniq
+        body, props, sysflag = self._prepare(msg)
+        if len(self._sendable) >= 4096:  # a bounded cache of checked topics
+            self._sendable.clear()
+        self._sendable.add(msg.topic)
+        return body, encode_properties(props), sysflag, props.get(UNIQ_KEY)
 
     _send_result = staticmethod(send_result)
 
@@ -338,16 +366,16 @@ class Producer(ProducerBase):
         """Returns a Future of the SendResult; ``callback(result_or_exception)`` runs when it is done."""
         fut = _future(callback)
         try:
-            body, props, sysflag = self._prepare(msg)
+            body, text, sysflag, uniq = self._wire(msg)
             info = self._publish_info(msg.topic)
             mq = self._select(info, None)
             link = None if info.via_default else self.links.get(mq.broker_name)
             if link is not None:
-                fut.set_result(self._send_local(link, mq, msg, body, props, sysflag, info))
+                fut.set_result(self._send_local(link, mq, msg, *self._prepare(msg), info))
                 return fut
-            req = self._remote(mq, msg.flag, body, props, sysflag, batch=False, oneway=False)
+            req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
             fut.set_running_or_notify_cancel()
-            AsyncSend(self, fut, mq, req, props.get(UNIQ_KEY), timeout or self.send_timeout).submit()
+            AsyncSend(self, fut, mq, req, uniq, timeout or self.send_timeout).submit()
         except Exception as e:
             if not fut.done():
                 fut.set_exception(e)
@@ -377,7 +405,7 @@ class Producer(ProducerBase):
                 fut.set_result(self._send_local(link, mq, None, batch, {}, 0, info,
                                                 batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
                 return fut
-            req = self._remote(mq, 0, batch, {}, 0, batch=True, oneway=False)
+            req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
             fut.set_running_or_notify_cancel()
             AsyncSend(self, fut, mq, req, ids, timeout or self.send_timeout).submit()
         except Exception as e:
@@ -386,13 +414,13 @@ class Producer(ProducerBase):
         return fut
 
     def send_oneway(self, msg: Message) -> None:
-        body, props, sysflag = self._prepare(msg)
+        body, text, sysflag, _ = self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = self._select(info, None)
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
             try:
-                self._send_local(link, mq, msg, body, props, sysflag, info)
+                self._send_local(link, mq, msg, *self._prepare(msg), info)
             except ShmqError as e:  # oneway: the caller asked not to hear about it
                 log.debug("oneway send failed: %s", e)
             return
@@ -404,7 +432,7 @@ class Producer(ProducerBase):
         # to them: one system call for a burst, not one per message (the caller waits only when
         # the connection does not take more: ClientInstance.submit_oneway); a broken connection
         # is not reported, as the caller asked not to hear (the next send reconnects)
-        inst.submit_oneway(addr, self._remote(mq, msg.flag, body, props, sysflag, batch=False, oneway=True),
+        inst.submit_oneway(addr, self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=True),
                            self.send_timeout)
 
     # ---- batch -----------------------------------------------------------------------------

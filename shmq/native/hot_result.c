@@ -54,11 +54,19 @@ static PyObject *bind_result(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* Freed results of the exact type, kept for the next send's (a result is made and freed per
+ * send, and malloc and free cost more than filling one): cleared and untracked; touched only
+ * with the GIL held. */
+#define FREE_MAX 64
+static result *free_list[FREE_MAX];
+static int n_free;
+
 PyObject *shmq_result_new(const char *ids, Py_ssize_t n, int64_t phys, int64_t qoff, PyObject *mq, PyObject *host) {
     PyObject *many = NULL;
     if (n != 1 && !(many = PyBytes_FromStringAndSize(ids, 32 * n))) return NULL;
-    result *r = PyObject_GC_New(result, &shmq_result_type);
-    if (!r) { Py_XDECREF(many); return NULL; }
+    result *r;
+    if (n_free) PyObject_Init((PyObject *)(r = free_list[--n_free]), &shmq_result_type);
+    else if (!(r = PyObject_GC_New(result, &shmq_result_type))) { Py_XDECREF(many); return NULL; }
     r->status = Py_NewRef(send_ok);
     r->msg_id = many;
     r->offset_msg_id = r->queue_offset = NULL;
@@ -215,7 +223,8 @@ static int result_clear(result *r) {
 static void result_dealloc(result *r) {
     PyObject_GC_UnTrack(r);
     result_clear(r);
-    Py_TYPE(r)->tp_free((PyObject *)r);
+    if (Py_IS_TYPE(r, &shmq_result_type) && n_free < FREE_MAX) free_list[n_free++] = r;
+    else Py_TYPE(r)->tp_free((PyObject *)r);
 }
 
 static PyMemberDef result_members[] = {

@@ -269,30 +269,71 @@ static PyObject *hot_bind_topic(PyObject *self, PyObject *args) {
 /* owner / topics: the first sending thread's topic map, found by thread ident (any other
  * thread's is the attribute "topics" of tls, a threading.local); limit: the producer's
  * compress_over (bodies above it are compressed by the Python path) */
+/* cache: the last entry found (t, borrowed from topics) and the route check it passed (its
+ * publish dict held info for the topic): still true while the topic is the same object (held)
+ * and neither dict has changed since, which CPython 3.11's dict version tag tells (it changes
+ * with every modification of a dict, and no two dicts ever share one); a hit skips the two
+ * dict lookups. Off on other versions (the tag is deprecated from 3.12). */
+typedef struct {
+    PyObject *topic, *topics, *t, *publish, *info;
+    uint64_t topics_ver, publish_ver;
+} ls_cache;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc call;
     PyObject *tls, *topics;
     unsigned long owner;
     Py_ssize_t limit;
+    ls_cache cache;
 } local_send;
+
+#if PY_VERSION_HEX < 0x030C0000
+#define DICT_VERSION(d) (((PyDictObject *)(d))->ma_version_tag)
+#endif
 
 /* What one send takes from the calling thread's _LocalTopic: the entry (borrowed from topics,
  * held), its next writer w (borrowed from it), that writer's index k (as next, made before the
  * append so nothing can fail after it) and route r. */
 typedef struct { PyObject *topics, *t, *w, *next; const shmq_route *r; } ls_pick;
 
-static int ls_writer(PyObject *topic, ls_pick *p) {
-    PyObject *t = PyDict_CheckExact(p->topics) ? PyDict_GetItemWithError(p->topics, topic) : NULL;
-    if (!t || Py_TYPE(t) != topic_slots.cls) return PyErr_Occurred() ? -1 : 0;
-    PyObject *publish = TSLOT(t, T_PUBLISH), *info = TSLOT(t, T_INFO), *link = TSLOT(t, T_LINK);
-    PyObject *writers = TSLOT(t, T_WRITERS), *i = TSLOT(t, T_I), *host = TSLOT(t, T_STOREHOST);
-    if (!publish || !info || !link || !writers || !i || !host || link == Py_None || !PyDict_CheckExact(publish) ||
-        !PyList_CheckExact(writers) || !PyLong_CheckExact(i) || PyList_GET_SIZE(writers) == 0)
-        return 0;
+/* topics[topic] when it is a _LocalTopic whose route is current (its publish dict still holds
+ * the TopicPublishInfo it was built from), borrowed; NULL (an exception set, or none: LocalSender
+ * builds it again) otherwise. */
+static PyObject *ls_entry(ls_cache *c, PyObject *topics, PyObject *topic) {
+#ifdef DICT_VERSION
+    if (topic == c->topic && topics == c->topics && DICT_VERSION(topics) == c->topics_ver &&
+        TSLOT(c->t, T_PUBLISH) == c->publish && TSLOT(c->t, T_INFO) == c->info &&
+        DICT_VERSION(c->publish) == c->publish_ver)
+        return c->t;
+#endif
+    PyObject *t = PyDict_CheckExact(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+    if (!t || Py_TYPE(t) != topic_slots.cls) return NULL;
+    PyObject *publish = TSLOT(t, T_PUBLISH), *info = TSLOT(t, T_INFO);
+    if (!publish || !info || !PyDict_CheckExact(publish)) return NULL;
     PyObject *now = PyDict_GetItemWithError(publish, topic);
-    if (!now && PyErr_Occurred()) return -1;
-    if ((now ? now : Py_None) != info) return 0;   /* the route changed: LocalSender builds again */
+    if ((now ? now : Py_None) != info) return NULL;
+#ifdef DICT_VERSION
+    Py_INCREF(topic);
+    Py_XSETREF(c->topic, topic);
+    c->topics = topics;
+    c->topics_ver = DICT_VERSION(topics);
+    c->t = t;
+    c->publish = publish;
+    c->publish_ver = DICT_VERSION(publish);
+    c->info = info;
+#endif
+    return t;
+}
+
+static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
+    PyObject *t = ls_entry(&ls->cache, p->topics, topic);
+    if (!t) return PyErr_Occurred() ? -1 : 0;
+    PyObject *link = TSLOT(t, T_LINK), *writers = TSLOT(t, T_WRITERS), *i = TSLOT(t, T_I);
+    PyObject *host = TSLOT(t, T_STOREHOST);
+    if (!link || !writers || !i || !host || link == Py_None || !PyList_CheckExact(writers) || !PyLong_CheckExact(i) ||
+        PyList_GET_SIZE(writers) == 0)
+        return 0;
     Py_ssize_t k = PyLong_AsSsize_t(i);
     if (k < 0) { PyErr_Clear(); return 0; }
     k = (k + 1) % PyList_GET_SIZE(writers);
@@ -315,7 +356,7 @@ static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
         PyErr_Clear();
         return 0;
     }
-    int ok = ls_writer(topic, p);
+    int ok = ls_writer(ls, topic, p);
     if (ok <= 0) Py_CLEAR(p->topics);
     return ok;
 }
@@ -405,12 +446,14 @@ static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static int ls_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(((local_send *)self)->tls);
     Py_VISIT(((local_send *)self)->topics);
+    Py_VISIT(((local_send *)self)->cache.topic);
     return 0;
 }
 
 static int ls_clear(PyObject *self) {
     Py_CLEAR(((local_send *)self)->tls);
     Py_CLEAR(((local_send *)self)->topics);
+    Py_CLEAR(((local_send *)self)->cache.topic);
     return 0;
 }
 

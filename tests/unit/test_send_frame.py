@@ -21,6 +21,7 @@ MESSAGES = [
     Message("T", b"z" * 10_000),  # compressed on the wire (sysflag 1)
     Message("T", b"m" * (4 * 1024 * 1024)),  # the largest body
     Message("T", b"t", deliver_at=1_900_000_000_000),
+    Message("T", b"p", tags='q"\\ü中\t', flag=5),  # plain (no dict built), escaped by the JSON encoder
 ]
 
 
@@ -41,8 +42,16 @@ def test_frame_is_the_generic_encoding(k, oneway):
     mq = MessageQueue("T", "b", 3)
     msg = MESSAGES[k]
     body, props, sysflag = p._prepare(msg)
-    req = p._remote(mq, msg.flag, body, props, sysflag, batch=False, oneway=oneway)
-    assert req.template is not None
+    for _ in range(2):  # the first: _prepare's way, the second: a plain message's (topic checked)
+        w_body, text, w_sysflag, uniq = p._wire(msg)
+        assert (w_body, w_sysflag) == (body, sysflag)
+        props["UNIQ_KEY"] = uniq
+        req = p._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=oneway)
+        assert req.template is not None
+        _check_frames(p, mq, msg, body, props, sysflag, oneway, req)
+
+
+def _check_frames(p, mq, msg, body, props, sysflag, oneway, req):
     for opaque in (1, 99, 2**31 - 1):
         got = req.frame(opaque)
         assert got == _old_frame(p, mq, msg, body, props, sysflag, opaque, oneway, req.born_ms)
@@ -54,7 +63,7 @@ def test_batch_frame_is_the_generic_encoding():
     p = Producer("pg", local="never")
     mq = MessageQueue("T", "b", 0)
     batch, _ = p._batch_body([Message("T", b"a%d" % i, tags="A") for i in range(32)])
-    req = p._remote(mq, 0, batch, {}, 0, batch=True, oneway=False)
+    req = p._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
     cmd = p._send_request(mq, Message("T", b"-"), batch, {}, 0, batch=True)
     cmd.ext_fields["g"] = str(req.born_ms)
     cmd.opaque = 5
@@ -66,8 +75,8 @@ def test_a_name_holding_a_stand_in_takes_the_generic_encoding():
     p = Producer("-9100000000000000001", local="never")
     mq = MessageQueue("T", "b", 0)
     msg = Message("T", b"x")
-    body, props, sysflag = p._prepare(msg)
-    req = p._remote(mq, 0, body, props, sysflag, batch=False, oneway=False)
+    body, text, sysflag, _ = p._wire(msg)
+    req = p._remote(mq, 0, body, text, sysflag, batch=False, oneway=False)
     assert req.template is None
     cmd = req.command()
     cmd.opaque = 8

@@ -259,6 +259,12 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     publish["T"] = object()      # the route changed
     refused()
     publish["T"] = info
+    first["T"] = _LocalTopic(info, publish, None, writers, b"8 bytes!")  # replaced: no link now
+    refused()
+    first["T"] = t
+    t.info = object()            # rebuilt in place for another route
+    refused()
+    t.info = info
     writers[1] = writers[1]._replace(sync=True)
     refused()
     writers[1] = writers[1]._replace(sync=False)
