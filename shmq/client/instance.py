@@ -253,6 +253,17 @@ class ClientInstance:
             self._unreachable[addr] = time.monotonic() + UNREACHABLE_S
             raise
 
+    async def connect(self, addr: str):
+        """(client, open connection) to ``addr``, for requests answered in callbacks
+        (``Connection.start_request``: client/tcp_pull.py); a refused connection marks ``addr``
+        unreachable, as :meth:`invoke` does."""
+        client = self._client(addr)
+        try:
+            return client, await client.connect()
+        except RemotingConnectError:
+            self._unreachable[addr] = time.monotonic() + UNREACHABLE_S
+            raise
+
     async def invoke_oneway(self, addr: str, cmd: RemotingCommand) -> None:
         await self._client(addr).invoke_oneway(cmd)
 
