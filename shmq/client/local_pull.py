@@ -33,19 +33,20 @@ class _Queues:
     slot yet) and of the offsets read up to (NOT_READY: left out), and per queue the reader
     state ``wait_read`` reads it with (None: this queue is read by the pull, not in C)."""
 
-    __slots__ = ("entries", "next", "offs", "states", "addrs", "left_out", "full")
+    __slots__ = ("entries", "next", "offs", "states", "addrs", "left_out", "full", "absent")
 
     def __init__(self, store, pqs: list, plain: dict):
         n = max(len(pqs), 1)
         self.next = ffi.new("int64_t *[]", n)
         self.offs = ffi.new("int64_t[]", n)
-        self.left_out = self.full = False
+        self.left_out = self.full = self.absent = False
         self.entries, self.states = [], [None] * n
         for i, pq in enumerate(pqs):
             w = watch(store, pq)
             reader = w[2] if w is not None else None
             self.entries.append((pq, reader))
             self.next[i] = w[1] if w is not None else ffi.NULL
+            self.absent |= w is None
             self.offs[i] = pq.next_offset
             if reader is not None and plain.get(pq.mq.topic):
                 self.states[i] = reader.st
@@ -106,13 +107,15 @@ class LocalPuller:
         spin, idle = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
         qs, start, hold, poked, look_at = None, 0, -1, 0, 0.0
         while core._running:
-            if qs is None or (qs.left_out and time.monotonic() >= look_at):
+            # a queue left out, or one without a slot (the wait answers it only when nothing
+            # else has news), is looked at again by building the set, at most LOOK_AGAIN_S late
+            if qs is None or ((qs.left_out or qs.absent) and time.monotonic() >= look_at):
                 poked = poke[0]  # read before the set is built: a change after it returns _CHANGED
                 qs = _Queues(store, [p for p in list(core.pqs.values()) if p.mq.broker_name == self.broker],
                              core._local_plain)
                 look_at, hold, seen[0] = time.monotonic() + LOOK_AGAIN_S, -1, store.commit_pos
                 (next_at, offs_at), n = qs.addrs, len(qs.entries)
-            timeout = 0 if qs.full else (min(idle, int(LOOK_AGAIN_S * 1e9)) if qs.left_out else idle)
+            timeout = 0 if qs.full else (min(idle, int(LOOK_AGAIN_S * 1e9)) if qs.left_out or qs.absent else idle)
             i, read = wait_read(ctl, next_at, offs_at, n, start, seen_at, hold, poke_at, poked, spin, timeout,
                                 qs.states, batch)
             if i < 0:
@@ -137,7 +140,9 @@ class LocalPuller:
         set again (the queue was dropped, or its slot appeared)."""
         core = self.core
         pq, reader = qs.entries[i]
-        if pq.dropped or (reader is None and watch(store, pq) is not None):
+        if reader is None:  # no slot when the set was built: has it one now?
+            return None if pq.dropped or watch(store, pq) is not None else hold
+        if pq.dropped:
             return None
         if len(pq.msgs) >= core.threshold:
             qs.leave_out(i)

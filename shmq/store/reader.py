@@ -220,12 +220,13 @@ class Reader:
 class QueueReader:
     """One queue of an attached store as the local consumer reads it (``Reader.queue_reader``):
     ``read(offset, max_count)`` walks and decodes in C (``read_queue`` in hot.c, from this
-    reader's ``st``, into the class bound with ``bind_ext``) and returns the messages and the next
-    offset; the local pull thread gets the same read from its wake-up call (``wait_read``) and
-    finishes it with ``read_on``. It reads only what get_messages would answer FOUND for without
-    a filter, under the same visibility invariant (the acquire loads are in hot.c), and stops early, maybe at none, wherever get_messages has to decide
-    (an offset out of range, an expired file, a compressed or bad record, a file not there):
-    the caller then asks get_messages. Valid while its store is attached (a slot never moves)."""
+    reader's ``st``, into the class bound with ``bind_ext``) and returns the messages and the
+    next offset; the local pull thread gets the same read from its wake-up call (``wait_read``)
+    and finishes it with ``read_on``. It reads only what get_messages would answer FOUND for
+    without a filter, under the same visibility invariant (the acquire loads are in hot.c), and
+    stops early, maybe at none, wherever get_messages has to decide (an offset out of range, an
+    expired file, a compressed or bad record, a file not there): the caller then asks
+    get_messages. Valid while its store is attached (a slot never moves)."""
 
     __slots__ = ("store", "topic", "utf8", "broker", "slot", "min_offset", "next_addr", "pos_addr", "cq", "per",
                  "fsize", "st")
