@@ -15,7 +15,8 @@ One run, in this order (100 B bodies, loopback, a shmq NameServer and broker sta
 * **sync send()**: ``Producer(local="never").send`` in a loop, alone and then with a
   ``PushConsumer`` process (20 consume threads) taking the messages: msgs/s, call p50 / p99.
 * **async / oneway / batch**: ``send_async`` with up to 2,000 in flight, ``send_oneway``
-  (counted when the broker has stored them), ``send_batch`` of 32: msgs/s.
+  (counted when the broker has stored them), ``send_batch`` of 32 (one in flight), and
+  ``send_batch_async`` of 32 with 16 batches in flight (pipelined on the one connection): msgs/s.
 * **e2e**: ``shmq-bench e2e --transport tcp`` (a paced 10,000 msgs/s, latency from each
   message's intended send time to the consumer) on its own broker, unless ``--skip-e2e``.
 
@@ -285,6 +286,23 @@ def batch_sends(p: Producer, topic: str, duration: float) -> float:
     return n / (time.perf_counter() - t0)
 
 
+def batch_async_sends(p: Producer, topic: str, duration: float, window: int = 16) -> float:
+    """``send_batch_async`` of 32 with up to ``window`` batches in flight on the one connection."""
+    import collections
+    inflight: collections.deque = collections.deque()
+    n = 0
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < duration:
+        while len(inflight) < window:
+            inflight.append(p.send_batch_async([Message(topic, BODY) for _ in range(32)]))
+        inflight.popleft().result(10)
+        n += 32
+    while inflight:
+        inflight.popleft().result(10)
+        n += 32
+    return n / (time.perf_counter() - t0)
+
+
 def e2e_run() -> dict | None:
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
         proc = subprocess.run([sys.executable, "-m", "shmq.cli.bench", "e2e", "--transport", "tcp", "--peers", "none",
@@ -389,6 +407,7 @@ def run_rounds(a, work: Path, add) -> None:
             add("send_async(), 2,000 in flight", async_sends(p, topic, a.duration))
             add("send_oneway() (stored)", oneway_sends(p, pair.addr, topic, queues, a.duration))
             add("send_batch() of 32", batch_sends(p, topic, a.duration))
+            add("send_batch_async() of 32, 16 batches in flight", batch_async_sends(p, topic, a.duration))
             p.shutdown()
         finally:
             pair.stop()

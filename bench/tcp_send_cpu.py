@@ -9,7 +9,8 @@ Rows (100 B bodies; each the minimum over 7 repeats of this thread's CPU time, s
 machine moves it little):
 
 * **client**: what ``Producer`` does per message before the socket: ``_prepare`` + the
-  SEND_MESSAGE_V2 request + its frame (``send_async`` / ``send_oneway``), and for a batch of 32
+  SEND_MESSAGE_V2 request + its frame (``send_async`` / ``send_oneway``: the queue's template,
+  client.remote_send; beside it the generic RemotingCommand + encode_command), and for a batch of 32
   the 32 ``Message()`` + the C-encoded body + request + frame, per message.
 * **worker**: ``Connection.data_received`` of the worker's transport with the real send
   processor (``broker/worker/processors/send.py``) appending to a real store (ASYNC_FLUSH, a temp
@@ -71,15 +72,21 @@ def requests(p: Producer) -> dict[str, bytes]:
 
 
 def client_rows(p: Producer, n: int) -> list[tuple[str, float]]:
-    def one():
+    def one_generic():
         m = Message("T", BODY)
         body, props, sysflag = p._prepare(m)
         encode_command(p._send_request(MQ, m, body, props, sysflag, batch=False))
 
+    def one():
+        m = Message("T", BODY)
+        body, text, sysflag, _ = p._wire(m)
+        p._remote(MQ, m.flag, body, text, sysflag, batch=False, oneway=False).frame(7)
+
     def batch():
         body, _ = p._batch_body([Message("T", BODY) for _ in range(32)])
         encode_command(p._send_request(MQ, Message("T", b"-"), body, {}, 0, batch=True))
-    return [("client: one send (prepare, request, frame)", cpu_us(one, n)),
+    return [("client: one send, generic encoder (prepare, RemotingCommand, encode_command)", cpu_us(one_generic, n)),
+            ("client: one send (_wire, RemoteSend, frame from the queue's template)", cpu_us(one, n)),
             ("client: batch of 32 (32 Message(), C body, request, frame), per message", cpu_us(batch, n // 32) / 32)]
 
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import RemotingConnectError, RemotingError, ShmqError, TopicNotExist
+from shmq.errors import RemotingConnectError, RemotingError, RemotingTimeout, ShmqError, TopicNotExist
 from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
@@ -34,7 +34,21 @@ ROUTE_POLL_S = 30.0
 HEARTBEAT_S = 30.0
 #: How long an address that refused a connection is passed over by readers.
 UNREACHABLE_S = 5.0
+#: A oneway send waits while this many requests are submitted and not yet written, or while its
+#: connection's write buffer is over asyncio's high-water mark (RocketMQ: semaphoreOneway, 65535)
+ONEWAY_BACKLOG = 65535
+#: Bodies at least this large go as a RemotingCommand (the transport writes them uncopied)
+_FRAME_BODY_MAX = 64 * 1024
 _ids = itertools.count(1)
+
+
+def _failed(waiter, e: Exception) -> None:
+    """A submitted request that could not be sent: its waiter hears; a oneway one (no waiter) is
+    dropped, as a oneway send's caller asked not to hear about it."""
+    if waiter is not None:
+        waiter.set_exception(e)
+    else:
+        log.debug("oneway send failed: %s", e)
 
 
 def client_ip() -> str:
@@ -120,10 +134,12 @@ class ClientInstance:
     def call_soon(self, coro: Coroutine):
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
-    def submit_request(self, addr: str, cmd: RemotingCommand, waiter, timeout: float) -> None:
-        """Send ``cmd`` to ``addr`` from a user thread, its response to ``waiter`` on the loop
+    def submit_request(self, addr: str, cmd, waiter, timeout: float) -> None:
+        """Send ``cmd`` (a RemotingCommand, or a request that makes its frame: client.remote_send's
+        RemoteSend) to ``addr`` from a user thread, its response to ``waiter`` on the loop
         thread (``Connection.start_request``; a RemotingTimeout after ``timeout`` s, or the
-        connection error): ``send_async``, with no coroutine, task or future per request. The
+        connection error): ``send_async``, with no coroutine, task or future per request; a
+        waiter of None sends it oneway (``submit_oneway``). The
         requests submitted before the loop gets to them share one wake-up of the loop thread (a
         self-pipe write and a thread switch each cost more than the send itself), leave in
         submission order in one write per connection, and share one timer."""
@@ -133,6 +149,43 @@ class ClientInstance:
             self._drain_scheduled = True
         if wake:
             self.loop.call_soon_threadsafe(self._drain_submitted)
+
+    def submit_oneway(self, addr: str, req, timeout: float) -> None:
+        """A oneway request from a user thread, written by the loop with the others submitted in
+        the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests wait
+        or the connection does not take more (the broker does not read), the caller waits;
+        RemotingTimeout after ``timeout`` s of that."""
+        if len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+            deadline = time.monotonic() + timeout
+            while len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+                if time.monotonic() > deadline:
+                    raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
+                time.sleep(0.0005)
+        self.submit_request(addr, req, None, 0)
+
+    def _write_paused(self, addr: str) -> bool:
+        c = self._clients.get(addr)
+        conn = c.connection if c is not None else None
+        return conn is not None and conn.writing_paused
+
+    @staticmethod
+    def _start(client: RemotingClient, conn, req, waiter) -> int | None:
+        """Hand one submitted request to ``conn``: its frame, or the command (signed first, when
+        the client signs, or with a large body the transport writes uncopied). The opaque to
+        expire, or None for oneway."""
+        if req.__class__ is not RemotingCommand and (client.rpc_hook is not None or len(req.body) >= _FRAME_BODY_MAX):
+            req = req.command()
+        if req.__class__ is RemotingCommand:
+            if client.rpc_hook is not None:
+                client.rpc_hook(req)
+            if waiter is None:
+                conn.send_oneway(req)
+                return None
+            return conn.start_request(req, waiter)
+        if waiter is None:
+            conn.send_frame(req.frame)
+            return None
+        return conn.start_frame(req.frame, waiter)
 
     def _drain_submitted(self) -> None:
         with self._submit_lock:
@@ -147,28 +200,26 @@ class ClientInstance:
                 self.loop.create_task(self._connect_and_start(client, cmd, waiter, timeout))
                 continue
             try:
-                if client.rpc_hook is not None:
-                    client.rpc_hook(cmd)
-                opaque = conn.start_request(cmd, waiter)
+                opaque = self._start(client, conn, cmd, waiter)
             except Exception as e:  # noqa: BLE001 - the waiter hears of every failure
-                waiter.set_exception(e)
+                _failed(waiter, e)
                 continue
-            timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
+            if opaque is not None:
+                timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
         for (conn, code, timeout), opaques in timers.items():
             self.loop.call_later(timeout, conn.expire, opaques, code, timeout)
 
-    async def _connect_and_start(self, client: RemotingClient, cmd: RemotingCommand, waiter, timeout: float) -> None:
+    async def _connect_and_start(self, client: RemotingClient, cmd, waiter, timeout: float) -> None:
         try:
             conn = await client.connect()
-            if client.rpc_hook is not None:
-                client.rpc_hook(cmd)
-            opaque = conn.start_request(cmd, waiter)
+            opaque = self._start(client, conn, cmd, waiter)
         except Exception as e:  # noqa: BLE001
             if isinstance(e, RemotingConnectError):
                 self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
-            waiter.set_exception(e)
+            _failed(waiter, e)
             return
-        self.loop.call_later(timeout, conn.expire, [opaque], cmd.code, timeout)
+        if opaque is not None:
+            self.loop.call_later(timeout, conn.expire, [opaque], cmd.code, timeout)
 
     def every(self, interval: float, job, what: str) -> AsyncService:
         """Start ``job`` every ``interval`` s on the loop (routes, heartbeats, and the

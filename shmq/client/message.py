@@ -15,7 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import NAME_VALUE_SEP, decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import MessageBase, bind_ext, bind_message, bind_result
+from shmq.native import MessageBase, SendResult, bind_ext, bind_message, bind_result
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -179,55 +179,10 @@ def _ids_text(raw: bytes) -> str:
     return ",".join(v[i:i + 32] for i in range(0, len(v), 32)) if len(v) > 32 else v
 
 
-class SendResult:
-    """What a send returns. ``msg_id`` is the UNIQ_KEY (what Java clients show as msgId; a
-    batch's is the comma-joined ids), ``offset_msg_id`` the store host + commit-log offset.
-
-    A local send hands both over raw (the id as the 32*n ASCII bytes the C append drew, the
-    offset id as the commit-log offset int plus the 8-byte store host) and they are formatted
-    when first read: most callers of a fast send never read them."""
-
-    __slots__ = ("status", "_msg_id", "_offset_msg_id", "queue", "queue_offset", "transaction_id",
-                 "local_transaction_state", "_store_host", "recall_handle")
-
-    def __init__(self, status: SendStatus, msg_id, offset_msg_id, queue: MessageQueue, queue_offset: int,
-                 transaction_id: str | None = None, local_transaction_state: "LocalTransactionState | None" = None,
-                 store_host: bytes = b"", recall_handle: str | None = None):
-        self.recall_handle = recall_handle  # a timer message's: what Producer.recall takes
-        self.status = status
-        self._msg_id = msg_id
-        self._offset_msg_id = offset_msg_id
-        self.queue = queue
-        self.queue_offset = queue_offset
-        self.transaction_id = transaction_id
-        self.local_transaction_state = local_transaction_state
-        self._store_host = store_host
-
-    msg_id = _Lazy(bytes, lambda r, raw: _ids_text(raw))
-    offset_msg_id = _Lazy(int, lambda r, phys: offset_msg_id(r._store_host, phys))
-
-    @property
-    def queue_id(self) -> int:
-        return self.queue.queue_id
-
-    def _fields(self) -> tuple:
-        return (self.status, self.msg_id, self.offset_msg_id, self.queue, self.queue_offset,
-                self.transaction_id, self.local_transaction_state)
-
-    def __eq__(self, other) -> bool:
-        return isinstance(other, SendResult) and self._fields() == other._fields()
-
-    __hash__ = None  # mutable, as the dataclass it replaces
-
-    def __repr__(self) -> str:
-        return (f"SendResult(status={self.status!s}, msg_id={self.msg_id!r}, offset_msg_id={self.offset_msg_id!r}, "
-                f"queue={self.queue!r}, queue_offset={self.queue_offset})")
-
-
-# A local send's SendResult is built by shmq.native.hot_send (hot_send.c), which fills the slots in
-# __slots__ order: status SEND_OK, the raw id and commit-log offset, the queue, its offset,
-# None for the transaction and recall fields, the store host.
-bind_result(SendResult, tuple(SendResult.__dict__[name] for name in SendResult.__slots__), SendStatus.SEND_OK)
+# SendResult is a C type (shmq/native/hot_result.c, which says what it keeps of the __slots__
+# class it replaced): a local send builds it straight from the append's raw fields, and its
+# msg_id and offset_msg_id are formatted, when first read, by _ids_text and msgid.offset_msg_id.
+bind_result(SendStatus.SEND_OK, offset_msg_id, _ids_text)
 
 
 @dataclass(frozen=True)

@@ -16,12 +16,12 @@ import threading
 import time
 import zlib
 
-from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge, RemotingClosed,
+from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
                          RemotingError, ReplicationError, ShmqError, StaleSegment)
 from shmq.message.batch import encode_batch
-from shmq.message.names import RETRY_PREFIX, TBW102, TRAN_MSG
-from shmq.message.properties import encode_properties
-from shmq.native import ffi, hot_encode_batch, lib
+from shmq.message.names import RETRY_PREFIX, TAGS, TBW102, TRAN_MSG
+from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
+from shmq.native import ProducerBase, ffi, hot_encode_batch, lib
 from shmq.protocol import RemotingCommand, RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import send_v2_ext
 from shmq.protocol.acl_sign import credentials
@@ -33,17 +33,17 @@ from .local import LocalLinks
 from .local_send import MAX_BATCH_BYTES, LocalSender, _tags_head
 from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus,
                       _ids_text)
+from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .uniq_id import generator, new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
 
-# response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
-RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
 _UNIQ = generator()
 _UNIQ_ADDR = int(ffi.cast("uintptr_t", _UNIQ.c))  # the process's shmq_uniq, for hot_encode_batch
-STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
-                  11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+# a plain message's properties text (Producer._wire): [TAGS \x01 tags \x02] UNIQ_KEY \x01 id
+_UNIQ_HEAD = UNIQ_KEY + NAME_VALUE_SEP
+_TAGS_HEAD, _TAGS_END = TAGS + NAME_VALUE_SEP, PROPERTY_SEP + _UNIQ_HEAD
 
 
 def _not_local(msg) -> None:
@@ -51,7 +51,11 @@ def _not_local(msg) -> None:
     return None
 
 
-class Producer:
+class Producer(ProducerBase):
+    """``send`` and ``send_batch`` are C (``ProducerBase``, shmq/native/hot_producer.c): the local
+    C send (``_hot`` / ``_hot_batch``) first, then ``_send`` / ``_send_batch`` below for
+    everything it does not take."""
+
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
                  retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
@@ -83,6 +87,8 @@ class Producer:
         # the common local send() whole in C (LocalSender.hot: None when it does not take one)
         self._hot = self._fast.hot if self._fast is not None else _not_local
         self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
+        self._frames = Frames(group)
+        self._sendable: set[str] = set()  # topics _prepare checked (_wire)
 
     @property
     def compress_over(self) -> int:
@@ -181,10 +187,9 @@ class Producer:
             self._unavailable[broker] = time.monotonic() + 30.0
 
     # ---- sync send -------------------------------------------------------------------------
-    def send(self, msg: Message, timeout: float | None = None) -> SendResult:
-        r = self._hot(msg)
-        if r is not None:
-            return r
+    def _send(self, msg: Message, timeout: float | None = None) -> SendResult:
+        """``send``: one message, answered when stored (and flushed or replicated as the broker's
+        mode requires); a local send the C step (``_hot``) did not take comes here too."""
         if self._fast is not None:
             r = self._fast.send(msg)
             if r is not None:
@@ -268,15 +273,38 @@ class Producer:
         return RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
                                ext_fields=ext, body=body)
 
-    def _send_result(self, resp, mq: MessageQueue, uniq: str | None) -> SendResult:
-        status = STATUS_OF_CODE.get(resp.code)
-        if status is None:
-            raise BrokerError(resp.code, resp.remark)
-        ext = resp.ext_fields
-        qid = int(ext.get("queueId", mq.queue_id))
-        return SendResult(status, uniq or ext.get("msgId", ""), ext.get("msgId", ""),
-                          MessageQueue(mq.topic, mq.broker_name, qid), int(ext.get("queueOffset", -1)),
-                          transaction_id=ext.get("transactionId"), recall_handle=ext.get("recallHandle"))
+    def _remote(self, mq, flag: int, body: bytes, properties: str, sysflag: int, *, batch: bool,
+                oneway: bool) -> RemoteSend:
+        """The request of an async or oneway send, its frame made on its connection (remote_send)."""
+        t = self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway)
+        return RemoteSend(t, self.group, mq, self.create_topic_key, self.default_queue_nums, sysflag,
+                          int(time.time() * 1000), flag, properties, body, batch, oneway)
+
+    def _wire(self, msg: Message) -> tuple[bytes, str, int, str]:
+        """(body, properties text, sysflag, UNIQ_KEY) of a message to send over TCP. A plain one
+        (this class, no keys, properties or delay, a body sent as is, tags without separators,
+        a topic that passed _prepare's check before) is built here without a dict: what
+        _prepare + encode_properties make of it (TAGS, then UNIQ_KEY); any other takes _prepare,
+        which raises the precise error."""
+        body = msg.body
+        topic = msg.topic
+        if (msg.__class__ is Message and topic.__class__ is str and topic in self._sendable and not msg.keys
+                and not msg.delay_level and body.__class__ is bytes and 0 < len(body) <= self.compress_over
+                and len(body) <= self.max_message_size and not msg.properties):
+            tags = msg.tags
+            if not tags:
+                uniq = new_uniq_id()
+                return body, _UNIQ_HEAD + uniq, 0, uniq
+            if tags.__class__ is str and "\x01" not in tags and "\x02" not in tags:
+                uniq = new_uniq_id()
+                return body, _TAGS_HEAD + tags + _TAGS_END + uniq, 0, uniq
+        body, props, sysflag = self._prepare(msg)
+        if len(self._sendable) >= 4096:  # a bounded cache of checked topics
+            self._sendable.clear()
+        self._sendable.add(msg.topic)
+        return body, encode_properties(props), sysflag, props.get(UNIQ_KEY)
+
+    _send_result = staticmethod(send_result)
 
     def _send_local(self, link, mq, msg, body, props, sysflag, info, *, batch_ids: str | None = None) -> SendResult:
         batch = batch_ids is not None
@@ -336,33 +364,63 @@ class Producer:
     # ---- async and oneway ------------------------------------------------------------------
     def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> concurrent.futures.Future:
         """Returns a Future of the SendResult; ``callback(result_or_exception)`` runs when it is done."""
-        fut: concurrent.futures.Future = concurrent.futures.Future()
-        if callback is not None:
-            fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
+        fut = _future(callback)
         try:
-            body, props, sysflag = self._prepare(msg)
+            body, text, sysflag, uniq = self._wire(msg)
             info = self._publish_info(msg.topic)
             mq = self._select(info, None)
             link = None if info.via_default else self.links.get(mq.broker_name)
             if link is not None:
-                fut.set_result(self._send_local(link, mq, msg, body, props, sysflag, info))
+                fut.set_result(self._send_local(link, mq, msg, *self._prepare(msg), info))
                 return fut
-            cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
+            req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
             fut.set_running_or_notify_cancel()
-            _AsyncSend(self, fut, mq, cmd, props.get(UNIQ_KEY), timeout or self.send_timeout).submit()
+            AsyncSend(self, fut, mq, req, uniq, timeout or self.send_timeout).submit()
+        except Exception as e:
+            if not fut.done():
+                fut.set_exception(e)
+        return fut
+
+    def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
+                         ) -> concurrent.futures.Future:
+        """``send_batch`` without waiting (RocketMQ's ``send(Collection, SendCallback)``): a Future of
+        its SendResult, ``callback(result_or_exception)`` when done. Over TCP several batches are in
+        flight on the one connection (retried on the same broker as ``send_async``); the same
+        checks as ``send_batch``, whose errors the Future carries."""
+        fut = _future(callback)
+        try:
+            if not msgs:
+                raise InvalidMessage("an empty batch")
+            r = self._hot_batch(msgs)
+            if r is None and self._fast is not None:
+                r = self._fast.send_batch(msgs)
+            if r is not None:
+                fut.set_result(r)
+                return fut
+            batch, ids = self._batch_body(msgs)
+            info = self._publish_info(msgs[0].topic)
+            mq = self._select(info, None)
+            link = None if info.via_default else self.links.get(mq.broker_name)
+            if link is not None:
+                fut.set_result(self._send_local(link, mq, None, batch, {}, 0, info,
+                                                batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
+                return fut
+            req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
+            fut.set_running_or_notify_cancel()
+            AsyncSend(self, fut, mq, req, ids, timeout or self.send_timeout).submit()
         except Exception as e:
             if not fut.done():
                 fut.set_exception(e)
         return fut
 
     def send_oneway(self, msg: Message) -> None:
-        body, props, sysflag = self._prepare(msg)
+        body, text, sysflag, _ = self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = self._select(info, None)
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
             try:
-                self._send_local(link, mq, msg, body, props, sysflag, info)
+                self._send_local(link, mq, msg, *self._prepare(msg), info)
             except ShmqError as e:  # oneway: the caller asked not to hear about it
                 log.debug("oneway send failed: %s", e)
             return
@@ -370,27 +428,19 @@ class Producer:
         addr = inst.master_addr(mq.broker_name)
         if addr is None:
             return
-        cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
-        # on this thread's blocking connection, as a sync send: one write, no hand-over to the
-        # loop thread and back (which cost a round trip per oneway), and a full socket buffer
-        # slows the caller down instead of queueing without bound
-        c = self._sync_conn(addr)
-        try:
-            c.invoke_oneway(cmd)
-        except OSError as e:  # the broker went away: the next send opens a new connection
-            self._tls.conns.pop(addr, None)
-            c.close()
-            raise RemotingClosed(f"oneway send to {addr} failed: {e}") from None
+        # written by the client's loop thread with every other request submitted before it gets
+        # to them: one system call for a burst, not one per message (the caller waits only when
+        # the connection does not take more: ClientInstance.submit_oneway); a broken connection
+        # is not reported, as the caller asked not to hear (the next send reconnects)
+        inst.submit_oneway(addr, self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=True),
+                           self.send_timeout)
 
     # ---- batch -----------------------------------------------------------------------------
-    def send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
-        """One topic, no delay, not a retry topic, at most 4 MiB encoded: stored as consecutive
-        messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
+    def _send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
+        """``send_batch``: one topic, no delay, not a retry topic, at most 4 MiB encoded: stored as
+        consecutive messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
         if not msgs:
             raise InvalidMessage("an empty batch")
-        r = self._hot_batch(msgs)
-        if r is not None:
-            return r
         if self._fast is not None:
             r = self._fast.send_batch(msgs)
             if r is not None:
@@ -457,54 +507,12 @@ class Producer:
         return batch, ",".join(ids)
 
 
-class _AsyncSend:
-    """One ``send_async`` over TCP as the client's loop thread sees it: the waiter of its request
-    (``Connection.start_request``: ``done`` / ``set_result`` / ``set_exception``), which turns the
-    answer into the caller's SendResult, or tries again on the same broker, as RocketMQ's async
-    send does (retry_times_when_send_async_failed, each try with the whole timeout), after a
-    connection error, a timeout or a response code in RETRY_CODES. No task or coroutine."""
-
-    __slots__ = ("producer", "fut", "mq", "cmd", "uniq", "timeout", "left", "_done")
-
-    def __init__(self, producer: Producer, fut: concurrent.futures.Future, mq: MessageQueue, cmd, uniq, timeout):
-        self.producer, self.fut, self.mq, self.cmd, self.uniq, self.timeout = producer, fut, mq, cmd, uniq, timeout
-        self.left = producer.retry_times_async
-        self._done = False
-
-    def submit(self) -> None:
-        """(Again) to the broker's master address as the route has it now."""
-        self._done = False
-        inst = self.producer._inst()
-        addr = inst.master_addr(self.mq.broker_name)
-        if addr is None:
-            self.set_exception(RemotingError(f"no address for broker {self.mq.broker_name}"))
-        else:
-            inst.submit_request(addr, self.cmd, self, self.timeout)
-
-    def done(self) -> bool:
-        return self._done
-
-    def set_result(self, resp) -> None:
-        self._done = True
-        try:
-            result = self.producer._send_result(resp, self.mq, self.uniq)
-        except Exception as e:  # noqa: BLE001 - a refusal, or an answer that does not parse
-            self.set_exception(e)
-            return
-        self.fut.set_result(result)
-
-    def set_exception(self, e: BaseException) -> None:
-        self._done = True
-        retry = isinstance(e, RemotingError) or (isinstance(e, BrokerError) and e.code in RETRY_CODES)
-        if retry and self.left > 0:
-            self.left -= 1
-            try:
-                self.submit()
-                return
-            except Exception as e2:  # noqa: BLE001 - the producer was shut down meanwhile
-                e = e2
-        if not self.fut.done():
-            self.fut.set_exception(e)
+def _future(callback) -> concurrent.futures.Future:
+    """An async send's Future; ``callback(result_or_exception)`` runs once it is done."""
+    fut: concurrent.futures.Future = concurrent.futures.Future()
+    if callback is not None:
+        fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
+    return fut
 
 
 def _sendable(topic: str) -> bool:

@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 
-from shmq.native import ffi, lib
+from shmq.native import _remote, ffi, lib
 
 
 def local_ipv4() -> bytes:
@@ -26,10 +26,6 @@ def local_ipv4() -> bytes:
             return socket.inet_aton(s.getsockname()[0])
     except OSError:
         return socket.inet_aton("127.0.0.1")
-
-
-#: ids drawn at once by UniqIdGenerator.next
-BLOCK = 16
 
 
 class UniqIdGenerator:
@@ -44,8 +40,6 @@ class UniqIdGenerator:
         os.register_at_fork(after_in_child=self._reset)
 
     def _reset(self) -> None:
-        self._block: list[str] = []  # next(): ids drawn ahead (a forked child draws its own)
-        self._block_ms = -1
         prefix = (local_ipv4() + struct.pack(">hi", os.getpid() & 0x7FFF, random.getrandbits(31))).hex().upper()
         self.c.prefix = prefix.encode()
         self.c.counter = random.randrange(1 << 16)
@@ -68,25 +62,17 @@ class UniqIdGenerator:
         return [raw[i:i + 32] for i in range(0, 32 * n, 32)]
 
     def next(self) -> str:
-        """One id. They are drawn BLOCK at a time (a cffi call releases the GIL, which a busy
-        client's loop thread then takes: per id, that hand-over cost more than the id) and handed
-        out only in the millisecond they were drawn in, so an id waits no longer than that: its
-        counter value is unique for 65536 draws, as every id's, and a block's unused ids are
-        dropped."""
-        ms = time.time_ns() // 1_000_000
-        if ms == self._block_ms:
-            try:
-                return self._block.pop()
-            except IndexError:
-                pass
-        block = self.many(BLOCK)
-        block.reverse()
-        first = block.pop()
-        self._block, self._block_ms = block, ms
-        return first
+        """One id (``new_uniq_id``: drawn in C with the GIL held, native/hot_remote.c says why)."""
+        u = _one()
+        while u.__class__ is int:  # SHMQ_EMONTH: the clock left this month's window
+            self.roll()
+            u = _one()
+        return u
 
 
 _default = UniqIdGenerator()
+_remote.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_uniq_ids"))), int(ffi.cast("uintptr_t", _default.c)))
+_one = _remote.uniq
 
 
 def new_uniq_id() -> str:

@@ -4,9 +4,13 @@ held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and 
 consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c;
 ``read_queue`` the same walk from a QueueReader's state, ``wait_read`` shmq_wait_queues and
 then that read, one call per wake-up of the local pull thread);
-``bind_result`` and ``bind_ext`` name the classes they build, ``bind_message`` the one
-the send functions read, whose C base is ``MessageBase`` (hot_message.c)."""
+``bind_ext`` names the class the walk builds, ``bind_message`` the one the send functions read,
+whose C base is ``MessageBase`` (hot_message.c); ``SendResult`` is C (hot_result.c), and
+``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
+is the broker worker's C path for plain TCP sends (``shmq.native._rsend``, remoting_send.c),
+made with ``PUT_ADDRESS``, the address of ``shmq_put``."""
 from shmq.native import _hot
+from shmq.native._rsend import Sends as RemotingSends
 from shmq.native._core import ffi, lib
 
 _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))),
@@ -26,6 +30,10 @@ read_queue = _hot.read_queue
 wait_read = _hot.wait_read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
+SendResult = _hot.SendResult
+ProducerBase = _hot.ProducerBase
+PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put")))
 
-__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "read_queue", "wait_read", "bind_ext",
-           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic"]
+__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "read_queue",
+           "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic",
+           "SendResult", "ProducerBase", "RemotingSends", "PUT_ADDRESS"]

@@ -1048,9 +1048,15 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
  * The counter is shared by every thread of the process (one shmq_uniq per process), so two
  * ids of one process never repeat within 65536 draws of one millisecond. */
 static const char HEXU[] = "0123456789ABCDEF";
+static char HEX2[256][2]; /* each byte's two upper-case hex digits: two digits per step */
 
+__attribute__((constructor)) static void hex2_init(void) {
+    for (int b = 0; b < 256; b++) { HEX2[b][0] = HEXU[b >> 4]; HEX2[b][1] = HEXU[b & 15]; }
+}
+
+/* v as `digits` (even) hex digits, most significant first */
 static inline void hexn(char *out, uint32_t v, int digits) {
-    for (int i = digits - 1; i >= 0; i--) { out[i] = HEXU[v & 15]; v >>= 4; }
+    for (int i = digits - 2; i >= 0; i -= 2) { memcpy(out + i, HEX2[v & 0xFF], 2); v >>= 8; }
 }
 
 int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {

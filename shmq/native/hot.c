@@ -272,11 +272,9 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__hot(void) {
-    if (PyType_Ready(&shmq_message_type) || shmq_send_ready()) return NULL;
+    if (PyType_Ready(&shmq_message_type)) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddFunctions(m, shmq_send_methods) ||
-              PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type) ||
-              PyModule_AddObjectRef(m, "LocalSend", (PyObject *)&shmq_local_send_type)))
+    if (m && (shmq_send_add(m) || PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type)))
         Py_CLEAR(m);
     return m;
 }

@@ -1,7 +1,7 @@
 /*
  * shmq/native/hot.h -- what the two files of shmq.native._hot share: the binding of a Python
- * __slots__ class whose instances they fill in C (hot.c: MessageExt; hot_send.c: SendResult,
- * and _LocalTopic, which LocalSend reads), and the producer side's entry points that hot.c's
+ * __slots__ class whose instances they fill in C (hot.c: MessageExt; hot_send.c: _LocalTopic,
+ * which LocalSend reads), and the producer side's entry points that hot.c's
  * module init registers.
  */
 #ifndef SHMQ_HOT_H
@@ -35,11 +35,12 @@ static inline int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject 
 #define SET(s, o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + (s).off[k]) = v_; } while (0)
 #define REF(x) (Py_INCREF(x), (x))
 
-/* hot_send.c: the producer's functions (bind, bind_message, bind_topic, bind_result, send,
- * send_message, send_batch, encode_batch), the LocalSend type, and their one-time set-up
- * (0, or -1 with an exception set), called by PyInit__hot before the module is made. */
-extern PyMethodDef shmq_send_methods[];
-extern PyTypeObject shmq_local_send_type;
-int shmq_send_ready(void);
+/* hot_send.c: adds the producer's functions (bind, bind_message, bind_topic, send, send_message,
+ * send_batch, encode_batch), the LocalSend type, and SendResult with bind_result (hot_result.c)
+ * to the module; 0, or -1 with an exception set. Called by PyInit__hot. */
+int shmq_send_add(PyObject *module);
+
+/* hot_producer.c: adds ProducerBase (Producer's send / send_batch, the C send first) */
+int shmq_producer_add(PyObject *module);
 
 #endif

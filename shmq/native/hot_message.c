@@ -152,6 +152,21 @@ static int msg_init(PyObject *self, PyObject *args, PyObject *kwargs) {
     return rc;
 }
 
+/* Freed messages of the exact bound class, kept for the next Message(...) (as CPython keeps
+ * floats and tuples): a message is made and freed per send, and the allocator's malloc and
+ * free of it cost more than filling it. Kept cleared (every attribute NULL), untracked by the
+ * GC and without their reference to the class; only ever touched with the GIL held. */
+#define FREE_MAX 64
+static PyObject *free_list[FREE_MAX];
+static int n_free;
+
+static PyObject *reuse(PyTypeObject *t) {
+    PyObject *o = free_list[--n_free];
+    PyObject_Init(o, t);   /* the type (and the class's reference), a fresh reference count */
+    PyObject_GC_Track(o);
+    return o;
+}
+
 /* Message(...) for the exact bound class: allocate and fill, no tuple, no __new__ call. A class
  * whose __init__ was replaced since bind_message goes through type's own call. */
 static PyObject *msg_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -172,7 +187,7 @@ static PyObject *msg_vectorcall(PyObject *type, PyObject *const *args, size_t na
         Py_XDECREF(kw);
         return o;
     }
-    PyObject *o = t->tp_alloc(t, 0);
+    PyObject *o = t == shmq_message_cls && n_free ? reuse(t) : t->tp_alloc(t, 0);
     if (o && fill((shmq_message *)o, args, nargs, kwnames)) Py_CLEAR(o);
     return o;
 }
@@ -202,7 +217,8 @@ static void msg_dealloc(PyObject *self) {
  * __weakref__ or slots: checked at bind) in fewer steps: untrack, clear, free, release the class.
  * subtype_dealloc also calls it as the base dealloc of a subclass's instance (after its own
  * part; it then leaves the class's reference to this base, a heap type's). Given a __del__
- * later, the class goes back to subtype_dealloc. */
+ * later, the class goes back to subtype_dealloc. An instance of the exact class goes to
+ * free_list while it has room. */
 static destructor subtype_dealloc_fn;
 
 static void msg_heap_dealloc(PyObject *self) {
@@ -215,7 +231,8 @@ static void msg_heap_dealloc(PyObject *self) {
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, msg_heap_dealloc)
     msg_clear(self);
-    t->tp_free(self);
+    if (t == shmq_message_cls && n_free < FREE_MAX) free_list[n_free++] = self;
+    else t->tp_free(self);
     Py_DECREF(t);
     Py_TRASHCAN_END
 }

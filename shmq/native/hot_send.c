@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include "core.h"
 #include "hot_message.h"
+#include "hot_result.h"
 
 typedef int (*send_fn)(const shmq_route *, const uint8_t *, uint32_t, const uint8_t *, uint32_t, int);
 typedef int (*send_batch_fn)(const shmq_route *, const uint8_t *const *, const uint32_t *, uint32_t,
@@ -41,37 +42,11 @@ static PyObject *hot_bind(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* ---- the producer's answer: a SendResult (client/message.py) --------------------------------- */
-enum { S_STATUS, S_MSGID, S_OFFID, S_QUEUE, S_QOFF, S_TXID, S_TXSTATE, S_STOREHOST, S_RECALL, S_NSLOTS };
-static slotted res;
-static PyObject *send_ok;
-
-/* bind_result(SendResult, slot descriptors in __slots__ order, SendStatus.SEND_OK) */
-static PyObject *hot_bind_result(PyObject *self, PyObject *args) {
-    PyObject *ok;
-    if (bind_slots(&res, args, S_NSLOTS, &ok)) return NULL;
-    Py_XSETREF(send_ok, ok);
-    Py_RETURN_NONE;
-}
-
-/* the SendResult of the append just made: n ids of 32 chars at ids, the route's offsets (ids
- * and offsets raw: formatted when read) */
-static PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq, PyObject *store_host) {
-    PyObject *o = res.cls->tp_alloc(res.cls, 0);
-    if (!o) return NULL;
-    SET(res, o, S_STATUS, REF(send_ok));
-    SET(res, o, S_MSGID, PyBytes_FromStringAndSize(ids, 32 * n));
-    SET(res, o, S_OFFID, PyLong_FromLongLong(r->out->phys_offset));
-    SET(res, o, S_QUEUE, REF(mq));
-    SET(res, o, S_QOFF, PyLong_FromLongLong(r->out->queue_offset));
-    SET(res, o, S_TXID, REF(Py_None));
-    SET(res, o, S_TXSTATE, REF(Py_None));
-    SET(res, o, S_STOREHOST, REF(store_host));
-    SET(res, o, S_RECALL, REF(Py_None));
-    return o;
-fail:
-    Py_DECREF(o);
-    return NULL;
+/* the SendResult of the append just made (hot_result.c): n ids of 32 chars at ids, the route's
+ * offsets, all kept raw until read */
+static inline PyObject *send_result(const shmq_route *r, const char *ids, Py_ssize_t n, PyObject *mq,
+                                    PyObject *store_host) {
+    return shmq_result_new(ids, n, r->out->phys_offset, r->out->queue_offset, mq, store_host);
 }
 
 /* send(route address, body: bytes, head: bytes, mq, store_host) -> the SendResult of the
@@ -81,7 +56,7 @@ static PyObject *hot_send(PyObject *self, PyObject *const *args, Py_ssize_t n) {
         PyErr_SetString(PyExc_TypeError, "send(route, body: bytes, head: bytes, mq, store_host)");
         return NULL;
     }
-    if (!f_send || !res.cls) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
+    if (!f_send || !shmq_result_bound()) { PyErr_SetString(PyExc_RuntimeError, "shmq.native._hot is not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     if (!r) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
     Py_ssize_t blen = PyBytes_GET_SIZE(args[1]), hlen = PyBytes_GET_SIZE(args[2]);
@@ -213,7 +188,7 @@ static PyObject *hot_send_message(PyObject *self, PyObject *const *args, Py_ssiz
         PyErr_SetString(PyExc_TypeError, "send_message(route, message, limit: int, mq, store_host)");
         return NULL;
     }
-    if (!f_send || !res.cls || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_send || !shmq_result_bound() || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[2]);
     if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
@@ -254,7 +229,7 @@ static PyObject *hot_send_batch(PyObject *self, PyObject *const *args, Py_ssize_
         PyErr_SetString(PyExc_TypeError, "send_batch(route, messages: list, head: bytes, limit: int, mq, store_host)");
         return NULL;
     }
-    if (!f_send_batch || !res.cls || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_send_batch || !shmq_result_bound() || !msg_tags_key) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     const shmq_route *r = (const shmq_route *)PyLong_AsVoidPtr(args[0]);
     Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
     if (!r || (limit == -1 && PyErr_Occurred())) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null route"), NULL);
@@ -294,30 +269,71 @@ static PyObject *hot_bind_topic(PyObject *self, PyObject *args) {
 /* owner / topics: the first sending thread's topic map, found by thread ident (any other
  * thread's is the attribute "topics" of tls, a threading.local); limit: the producer's
  * compress_over (bodies above it are compressed by the Python path) */
+/* cache: the last entry found (t, borrowed from topics) and the route check it passed (its
+ * publish dict held info for the topic): still true while the topic is the same object (held)
+ * and neither dict has changed since, which CPython 3.11's dict version tag tells (it changes
+ * with every modification of a dict, and no two dicts ever share one); a hit skips the two
+ * dict lookups. Off on other versions (the tag is deprecated from 3.12). */
+typedef struct {
+    PyObject *topic, *topics, *t, *publish, *info;
+    uint64_t topics_ver, publish_ver;
+} ls_cache;
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc call;
     PyObject *tls, *topics;
     unsigned long owner;
     Py_ssize_t limit;
+    ls_cache cache;
 } local_send;
+
+#if PY_VERSION_HEX < 0x030C0000
+#define DICT_VERSION(d) (((PyDictObject *)(d))->ma_version_tag)
+#endif
 
 /* What one send takes from the calling thread's _LocalTopic: the entry (borrowed from topics,
  * held), its next writer w (borrowed from it), that writer's index k (as next, made before the
  * append so nothing can fail after it) and route r. */
 typedef struct { PyObject *topics, *t, *w, *next; const shmq_route *r; } ls_pick;
 
-static int ls_writer(PyObject *topic, ls_pick *p) {
-    PyObject *t = PyDict_CheckExact(p->topics) ? PyDict_GetItemWithError(p->topics, topic) : NULL;
-    if (!t || Py_TYPE(t) != topic_slots.cls) return PyErr_Occurred() ? -1 : 0;
-    PyObject *publish = TSLOT(t, T_PUBLISH), *info = TSLOT(t, T_INFO), *link = TSLOT(t, T_LINK);
-    PyObject *writers = TSLOT(t, T_WRITERS), *i = TSLOT(t, T_I), *host = TSLOT(t, T_STOREHOST);
-    if (!publish || !info || !link || !writers || !i || !host || link == Py_None || !PyDict_CheckExact(publish) ||
-        !PyList_CheckExact(writers) || !PyLong_CheckExact(i) || PyList_GET_SIZE(writers) == 0)
-        return 0;
+/* topics[topic] when it is a _LocalTopic whose route is current (its publish dict still holds
+ * the TopicPublishInfo it was built from), borrowed; NULL (an exception set, or none: LocalSender
+ * builds it again) otherwise. */
+static PyObject *ls_entry(ls_cache *c, PyObject *topics, PyObject *topic) {
+#ifdef DICT_VERSION
+    if (topic == c->topic && topics == c->topics && DICT_VERSION(topics) == c->topics_ver &&
+        TSLOT(c->t, T_PUBLISH) == c->publish && TSLOT(c->t, T_INFO) == c->info &&
+        DICT_VERSION(c->publish) == c->publish_ver)
+        return c->t;
+#endif
+    PyObject *t = PyDict_CheckExact(topics) ? PyDict_GetItemWithError(topics, topic) : NULL;
+    if (!t || Py_TYPE(t) != topic_slots.cls) return NULL;
+    PyObject *publish = TSLOT(t, T_PUBLISH), *info = TSLOT(t, T_INFO);
+    if (!publish || !info || !PyDict_CheckExact(publish)) return NULL;
     PyObject *now = PyDict_GetItemWithError(publish, topic);
-    if (!now && PyErr_Occurred()) return -1;
-    if ((now ? now : Py_None) != info) return 0;   /* the route changed: LocalSender builds again */
+    if ((now ? now : Py_None) != info) return NULL;
+#ifdef DICT_VERSION
+    Py_INCREF(topic);
+    Py_XSETREF(c->topic, topic);
+    c->topics = topics;
+    c->topics_ver = DICT_VERSION(topics);
+    c->t = t;
+    c->publish = publish;
+    c->publish_ver = DICT_VERSION(publish);
+    c->info = info;
+#endif
+    return t;
+}
+
+static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
+    PyObject *t = ls_entry(&ls->cache, p->topics, topic);
+    if (!t) return PyErr_Occurred() ? -1 : 0;
+    PyObject *link = TSLOT(t, T_LINK), *writers = TSLOT(t, T_WRITERS), *i = TSLOT(t, T_I);
+    PyObject *host = TSLOT(t, T_STOREHOST);
+    if (!link || !writers || !i || !host || link == Py_None || !PyList_CheckExact(writers) || !PyLong_CheckExact(i) ||
+        PyList_GET_SIZE(writers) == 0)
+        return 0;
     Py_ssize_t k = PyLong_AsSsize_t(i);
     if (k < 0) { PyErr_Clear(); return 0; }
     k = (k + 1) % PyList_GET_SIZE(writers);
@@ -340,7 +356,7 @@ static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
         PyErr_Clear();
         return 0;
     }
-    int ok = ls_writer(topic, p);
+    int ok = ls_writer(ls, topic, p);
     if (ok <= 0) Py_CLEAR(p->topics);
     return ok;
 }
@@ -363,7 +379,7 @@ static PyObject *ls_done(ls_pick *p, const char *ids, Py_ssize_t n) {
     return ls_release(p, out);
 }
 
-static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && res.cls && msg_tags_key; }
+static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && shmq_result_bound() && msg_tags_key; }
 
 static PyObject *ls_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
@@ -430,12 +446,14 @@ static PyObject *ls_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
 static int ls_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(((local_send *)self)->tls);
     Py_VISIT(((local_send *)self)->topics);
+    Py_VISIT(((local_send *)self)->cache.topic);
     return 0;
 }
 
 static int ls_clear(PyObject *self) {
     Py_CLEAR(((local_send *)self)->tls);
     Py_CLEAR(((local_send *)self)->topics);
+    Py_CLEAR(((local_send *)self)->cache.topic);
     return 0;
 }
 
@@ -456,7 +474,7 @@ static PyMemberDef ls_members[] = {
     {NULL, 0, 0, 0, NULL},
 };
 
-PyTypeObject shmq_local_send_type = {
+static PyTypeObject shmq_local_send_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmq.native._hot.LocalSend",
     .tp_basicsize = sizeof(local_send),
@@ -493,7 +511,7 @@ static PyObject *hot_encode_batch(PyObject *self, PyObject *const *args, Py_ssiz
     return Py_BuildValue("(y#y#)", (const char *)b_scratch, (Py_ssize_t)len, b_ids, 32 * n);
 }
 
-PyMethodDef shmq_send_methods[] = {
+static PyMethodDef shmq_send_methods[] = {
     {"bind", (PyCFunction)hot_bind, METH_VARARGS, "bind(address of shmq_send, address of shmq_send_batch)"},
     {"bind_message", (PyCFunction)hot_bind_message, METH_VARARGS, "bind_message(Message, TAGS key, timer_properties)"},
     {"send_message", (PyCFunction)(void (*)(void))hot_send_message, METH_FASTCALL,
@@ -505,11 +523,13 @@ PyMethodDef shmq_send_methods[] = {
     {"send", (PyCFunction)(void (*)(void))hot_send, METH_FASTCALL,
      "send(route address, body, head, mq, store_host) -> SendResult, or an int SHMQ_* status"},
     {"bind_topic", (PyCFunction)hot_bind_topic, METH_VARARGS, "bind_topic(_LocalTopic, slot descriptors, _)"},
-    {"bind_result", (PyCFunction)hot_bind_result, METH_VARARGS, "bind_result(SendResult, slot descriptors, SEND_OK)"},
     {NULL, NULL, 0, NULL},
 };
 
-int shmq_send_ready(void) {
-    if (PyType_Ready(&shmq_local_send_type)) return -1;
-    return (zero || (zero = PyLong_FromLong(0))) ? 0 : -1;
+int shmq_send_add(PyObject *m) {
+    if (PyType_Ready(&shmq_local_send_type) || (!zero && !(zero = PyLong_FromLong(0))) || shmq_result_add(m) ||
+        shmq_producer_add(m))
+        return -1;
+    return PyModule_AddFunctions(m, shmq_send_methods) ||
+           PyModule_AddObjectRef(m, "LocalSend", (PyObject *)&shmq_local_send_type) ? -1 : 0;
 }

@@ -341,6 +341,13 @@ typedef struct shmq_writer {
 #define SHMQ_PROP_TAGS "TAGS"
 #define SHMQ_PROP_KEYS "KEYS"
 #define SHMQ_PROP_UNIQ_KEY "UNIQ_KEY"
+/* what the broker's C send path (remoting_send.c) drops, or hands back to Python when present */
+#define SHMQ_PROP_WAIT "WAIT"
+#define SHMQ_PROP_CLUSTER "CLUSTER"
+#define SHMQ_PROP_DELAY "DELAY"
+#define SHMQ_PROP_TRAN_MSG "TRAN_MSG"
+/* the head every TIMER_* name shares (classify's quick filter looks for it anywhere) */
+#define SHMQ_TIMER_NAME_HEAD "TIMER_"
 #define SHMQ_NAME_VALUE_SEP '\001'
 #define SHMQ_PROPERTY_SEP '\002'
 /* the length of a name above, without its NUL */

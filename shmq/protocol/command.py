@@ -222,6 +222,11 @@ def _decode_json_header_liberal(data: bytes | memoryview) -> RemotingCommand:
     )
 
 
+def json_text(text: str) -> bytes:
+    """``text`` as the JSON header encoder writes a string (quoted, escaped)."""
+    return _json_encoder.encode(text)
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # Keys in fastjson's sorted order; remark and extFields only when present, as Java does.
     h: dict[str, Any] = {"code": cmd.code}

@@ -49,6 +49,14 @@ class FrameDecoder:
         """Bytes of an incomplete frame held back (0 at a frame boundary)."""
         return len(self._buf)
 
+    def take_pending(self) -> bytes:
+        """The incomplete frame held back, removed from the buffer: for a caller that splits the
+        stream itself from there (a server's fast path, transport.py) and feeds back what it
+        leaves."""
+        data = bytes(self._buf)
+        self._buf.clear()
+        return data
+
     def _check(self, total: int) -> None:
         if total < 4:
             raise FrameError(f"frame length {total} is smaller than its mark word")

@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE
-from shmq.protocol.transport import Connection, Handler, Limits, sweeper
+from shmq.protocol.transport import Connection, FastFrames, Handler, Limits, sweeper
 from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.remoting")
@@ -53,7 +53,8 @@ class RemotingServer:
     this long, 30 s), ``max_connections`` and ``max_connections_per_peer`` (per remote IP;
     further connections are closed at once; ``None`` = no per-peer bound),
     ``max_inflight`` / ``max_inflight_bytes`` (per connection, reading pauses beyond them),
-    ``backlog``, ``name`` (for logs).
+    ``backlog``, ``name`` (for logs), ``fast`` (a fast path for the common requests, given to
+    every connection: see transport.py).
     """
 
     def __init__(
@@ -75,7 +76,9 @@ class RemotingServer:
         on_close: Callable[[Connection], Any] | None = None,
         backlog: int = 1024,
         name: str = "remoting",
+        fast: FastFrames | None = None,
     ):
+        self.fast = fast
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.host = host
         self.port = port
@@ -196,6 +199,7 @@ class _ServerConnection(Connection):
             name=server.name,
         )
         self._server = server
+        self.fast = server.fast
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

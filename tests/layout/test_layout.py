@@ -88,6 +88,11 @@ def test_property_names_and_separators_match_layout_h():
     strings = dict(re.findall(r'^#define (SHMQ_PROP_\w+) "([^"]*)"$', text, re.M))
     chars = {k: chr(int(v, 8)) for k, v in re.findall(r"^#define (SHMQ_\w+_SEP) '\\(\d{3})'$", text, re.M)}
     assert strings == {"SHMQ_PROP_TAGS": names.TAGS, "SHMQ_PROP_KEYS": names.KEYS,
-                       "SHMQ_PROP_UNIQ_KEY": names.UNIQ_KEY}
+                       "SHMQ_PROP_UNIQ_KEY": names.UNIQ_KEY, "SHMQ_PROP_WAIT": names.WAIT,
+                       "SHMQ_PROP_CLUSTER": names.CLUSTER, "SHMQ_PROP_DELAY": names.DELAY,
+                       "SHMQ_PROP_TRAN_MSG": names.TRAN_MSG}
+    (head,) = re.findall(r'^#define SHMQ_TIMER_NAME_HEAD "([^"]*)"$', text, re.M)
+    timers = [v for k, v in vars(names).items() if k.startswith("TIMER_") and k != "TIMER_TOPIC"]
+    assert timers and all(t.startswith(head) for t in timers)
     assert chars == {"SHMQ_NAME_VALUE_SEP": properties.NAME_VALUE_SEP,
                      "SHMQ_PROPERTY_SEP": properties.PROPERTY_SEP}

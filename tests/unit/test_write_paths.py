@@ -116,6 +116,7 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     releases the GIL while it waits)."""
     from shmq.client.message import SendResult, SendStatus
     from shmq.client.uniq_id import generator
+    from shmq.message.msgid import offset_msg_id
     from shmq.native import ffi, hot_send, lib
     uniq = generator()
     fw = roads.fast_writer("T", 1, BORN)
@@ -137,6 +138,7 @@ def test_local_send_road_stores_the_pipeline_record_and_never_waits_holding_the_
     assert (got.queue, got.queue_offset, got.transaction_id, got.recall_handle) == ("the queue", r.out.queue_offset,
                                                                                   None, None)
     assert got.msg_id == ffi.unpack(r.id_out, 32).decode()
+    assert got.offset_msg_id == offset_msg_id(b"8 bytes!", r.out.phys_offset)
     local = _last_record(roads)
     assert local[-1]["UNIQ_KEY"] == got.msg_id
     roads.put(PutRequest("T", b"local body", encode_properties({"TAGS": "A", "UNIQ_KEY": got.msg_id}).encode(),
@@ -257,6 +259,12 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     publish["T"] = object()      # the route changed
     refused()
     publish["T"] = info
+    first["T"] = _LocalTopic(info, publish, None, writers, b"8 bytes!")  # replaced: no link now
+    refused()
+    first["T"] = t
+    t.info = object()            # rebuilt in place for another route
+    refused()
+    t.info = info
     writers[1] = writers[1]._replace(sync=True)
     refused()
     writers[1] = writers[1]._replace(sync=False)

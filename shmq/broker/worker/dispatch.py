@@ -8,7 +8,7 @@ before the handler runs) belongs here, in one place for every family.
 """
 from __future__ import annotations
 
-from shmq.protocol.transport import Handler
+from shmq.protocol.transport import FastFrames, Handler
 
 from shmq.broker.shared.acl import PlainAcl
 
@@ -24,9 +24,19 @@ def handlers(ctx: WorkerContext, acl: PlainAcl | None = None) -> dict[int, Handl
     """Every family's handlers; with ``acl`` each one behind the ACL check (acl_check.py), so
     no request code is served unchecked (unknown codes are answered "not supported" before
     any check, as in RocketMQ)."""
+    return build(ctx, acl)[0]
+
+
+def build(ctx: WorkerContext, acl: PlainAcl | None = None) -> tuple[dict[int, Handler], FastFrames | None]:
+    """:func:`handlers`, and the send family's C path for the connections (send_fast.py), None
+    with ``acl``: no request passes the ACL check unchecked."""
     table: dict[int, Handler] = {}
+    fast = None
     for family in FAMILIES:
-        table.update(family.Processor(ctx).handlers())
+        proc = family.Processor(ctx)
+        table.update(proc.handlers())
+        if family is send and acl is None:
+            fast = proc.fast_path()
     if acl is not None:
         table = {code: acl_check.guard(acl, h) for code, h in table.items()}
-    return table
+    return table, fast

@@ -88,12 +88,15 @@ class Worker:
         if acl is not None:
             self.acl_watch = acl.watcher()
             self.acl_watch.start()
-        handlers = dispatch.handlers(self, acl)
+        handlers, fast = dispatch.build(self, acl)
+        if os.environ.get("SHMQ_SEND_FAST") == "0":
+            fast = None  # every send through Python: the A/B switch of the send benchmarks
         if self.cfg.metricsExporterType.upper() == "PROM":
             # Counted here, pushed to the supervisor's exporter (broker/supervisor/metrics/__init__.py).
             from .metrics import MetricsPush, WorkerStats
             ws = WorkerStats()
             handlers = ws.rpc.wrap(handlers)
+            fast = None  # every request is counted by code: none may bypass the handlers
             self._metrics = MetricsPush(ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)),
                                         lambda: self.stats["put"], self.cfg.metricsPushIntervalMillis / 1000.0)
             self._metrics.start()
@@ -101,7 +104,7 @@ class Worker:
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
                 **server_limits(self.cfg),
-                on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}")
+                on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}", fast=fast)
             await srv.start()
             self.servers.append(srv)
         await cc.call(self.ctl, cc.ctl(Ctl.READY, port=self.servers[0].port, vipPort=self.servers[1].port))

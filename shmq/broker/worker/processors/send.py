@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import random
-import socket
-import struct
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
@@ -37,6 +35,7 @@ from shmq.store.put import PutRequest
 from .. import retry
 from ..confirm import Confirmer
 from ..context import WorkerContext, born_host
+from .send_fast import FastSends, born_ints, send_ext
 
 _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
@@ -59,6 +58,15 @@ class Processor:
         self._id_prefix: str | None = None
         self._writers: dict[tuple[str, int], object] = {}
         self._confirmer: Confirmer | None = None  # SYNC_FLUSH / SYNC_MASTER waits, made on first use
+        self._fast: FastSends | None = None  # the C path, when fast_path made it
+
+    def fast_path(self) -> FastSends | None:
+        """The C path for plain sends (send_fast.py) for the worker's connections, or None where
+        every send's answer waits for a group commit (SYNC_FLUSH, SYNC_MASTER)."""
+        if self.w.store.sync_wait:
+            return None
+        self._fast = FastSends(self.w)
+        return self._fast
 
     def handlers(self):
         return {
@@ -130,14 +138,16 @@ class Processor:
             return self._put_pipeline(conn, cmd, h, qid, tc)
         fw = self._writer(h.topic, qid)
         self.w.stats["put"] += 1
-        end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *_born_ints(conn), h.reconsumeTimes or 0)
+        end = fw.put_sent(cmd.body, props, h.flag, h.sysFlag, h.bornTimestamp, *born_ints(conn), h.reconsumeTimes or 0)
         self.w.holds.appended()
+        if self._fast is not None and kind is PLAIN and h.queueId == qid and not tc.order \
+                and cmd.code == RequestCode.SEND_MESSAGE_V2:
+            self._fast.learn(h.topic, qid, tc, fw)  # the next ones to this queue may take the C path
         sync = self.w.store.sync_wait
         if cmd.flag & FLAG_ONEWAY and not sync:
             return None  # an answer nobody reads (the transport would drop it) is not built
         out = fw.out
-        ext = {"msgId": offset_msg_id_after(self._prefix(), out.phys_offset), "queueId": str(qid),
-               "queueOffset": str(out.queue_offset), "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        ext = send_ext(offset_msg_id_after(self._prefix(), out.phys_offset), qid, out.queue_offset)
         if sync:
             return self._answer_after_flush(conn, cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
@@ -168,7 +178,7 @@ class Processor:
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
         fw = self._writer(h.topic, qid)
         try:
-            end = fw.put_sent_batch(cmd.body, h.properties or "", h.sysFlag, h.bornTimestamp, *_born_ints(conn))
+            end = fw.put_sent_batch(cmd.body, h.properties or "", h.sysFlag, h.bornTimestamp, *born_ints(conn))
         except InvalidMessage as e:
             if isinstance(e, MessageTooLarge):
                 raise
@@ -178,8 +188,7 @@ class Processor:
         self.w.stats["put"] += out.count
         store = self.w.store
         ids = batch_msg_ids(self._prefix(), store.queues.get(h.topic, qid).phys_hex(out.queue_offset, out.count))
-        ext = {"msgId": ids, "queueId": str(qid), "queueOffset": str(out.queue_offset),
-               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        ext = send_ext(ids, qid, out.queue_offset)
         if store.sync_wait:
             return self._answer_after_flush(conn, cmd, end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
@@ -213,8 +222,7 @@ class Processor:
         return self._id_prefix
 
     def _answer(self, conn, cmd, res, msg_id: str, qid: int, qoff: int):
-        ext = {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(qoff),
-               "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        ext = send_ext(msg_id, qid, qoff)
         if self.w.store.sync_wait:
             return self._answer_after_flush(conn, cmd, res.end, ext)
         return cmd.make_response(ResponseCode.SUCCESS, None, ext)
@@ -291,14 +299,6 @@ def _fast_v2(e) -> SendMessageRequestHeader | None:
 
 def cmd_language(conn) -> str:
     return conn.context.get("language", "JAVA")
-
-
-def _born_ints(conn) -> tuple[int, int]:
-    bi = conn.context.get("born_int")
-    if bi is None:
-        ip, port = born_host(conn)
-        bi = conn.context["born_int"] = (struct.unpack(">I", socket.inet_aton(ip))[0], port)
-    return bi
 
 
 __all__ = ["Processor", "InvalidTopic"]

@@ -1,0 +1,97 @@
+#!/usr/bin/env python3
+"""The Python client's CPU per oneway send over one TCP connection, without a broker: a sink
+process reads and discards what the producer writes, so neither the broker's speed nor its CPU
+on the same two cores moves the figure much.
+
+    .venv/bin/python bench/tcp_client_sink.py [--n 50000] [--rounds 3]
+
+Rows, alternated ``--rounds`` times in one process against the same sink (100 B bodies):
+
+* **peer: generic oneway**: the send as main had it before session 3: ``_prepare`` +
+  RemotingCommand + ``encode_command`` + one ``sendall`` per message on the caller's blocking
+  socket (``SyncRemotingClient.invoke_oneway``).
+* **send_oneway()**: the producer's oneway as it is (its frame from the queue's template, written
+  by the client's loop thread with the rest of the burst).
+
+Each row: this process's CPU (user + system, every thread) per message, and msgs/s into the sink.
+The route is set by hand (a NameServer that never answers; nothing else is asked of it).
+"""
+from __future__ import annotations
+
+import argparse
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from shmq import Message, Producer  # noqa: E402
+from shmq.client.message import MessageQueue  # noqa: E402
+from shmq.client.route import TopicPublishInfo  # noqa: E402
+
+BODY = b"x" * 100
+SINK = r"""
+import socket, threading
+s = socket.create_server(("127.0.0.1", 0))
+print(s.getsockname()[1], flush=True)
+def drain(c):
+    while c.recv(1 << 20):
+        pass
+while True:
+    c, _ = s.accept()
+    threading.Thread(target=drain, args=(c,), daemon=True).start()
+"""
+
+
+def row(name: str, send, n: int) -> None:
+    c0, t0 = time.process_time(), time.perf_counter()
+    for _ in range(n):
+        send()
+    time.sleep(0.05)  # the loop thread's last writes
+    c1, t1 = time.process_time(), time.perf_counter()
+    print(f"| {name} | {1e6 * (c1 - c0) / n:.2f} | {n / (t1 - t0 - 0.05):,.0f} |", flush=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=50000)
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
+    ns = socket.create_server(("127.0.0.1", 0))
+    try:
+        addr = f"127.0.0.1:{sink.stdout.readline().strip()}"
+        p = Producer("tcp-client-sink", namesrv=f"127.0.0.1:{ns.getsockname()[1]}", local="never").start()
+        inst = p._inst()
+        inst.broker_addrs["sink"] = {0: addr}
+        inst.publish["S"] = TopicPublishInfo("S", [MessageQueue("S", "sink", q) for q in range(4)])
+
+        def generic() -> None:
+            m = Message("S", BODY)
+            body, props, sysflag = p._prepare(m)
+            mq = p._select(p._publish_info("S"), None)
+            p._sync_conn(addr).invoke_oneway(p._send_request(mq, m, body, props, sysflag, batch=False))
+
+        def oneway() -> None:
+            p.send_oneway(Message("S", BODY))
+        rows = (("peer: generic oneway, a sendall per message", generic), ("send_oneway()", oneway))
+        for _, f in rows:
+            for _ in range(2000):
+                f()
+        time.sleep(0.2)
+        print(f"# {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}; {a.n} messages a row")
+        print("| oneway, 100 B, into a sink | client CPU µs/msg | msgs/s |\n|---|---:|---:|")
+        for _ in range(a.rounds):
+            for name, f in rows:
+                row(name, f, a.n)
+        p.shutdown()
+    finally:
+        sink.kill()
+        sink.wait()
+        ns.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""The worker's C path for the common TCP send: plain SEND_MESSAGE_V2 frames served straight from
+the read buffer by ``native/remoting_send.c`` (``shmq.native.RemotingSends``), before Python
+decodes them. The transport hands it each read (``Connection.fast``); it serves the leading run
+of frames it takes and stops at the first one it does not, which the normal path then serves
+(send.py and every other processor), so frames are served in their order on the wire.
+
+What it takes is what send.py's ``_send_checked`` would store with a PLAIN put and answer
+SUCCESS at once: code 310 with a JSON header, the fields ``_fast_v2`` reads, not a batch, no
+transaction type, no DELAY / TRAN_MSG / TIMER_ property, to a queue the Python path has already
+served under the TopicConfig still in the worker's table (``learn``: the topic-name, system-topic,
+queue-id and order-topic checks passed for that config; a table change makes the C path hand
+the frame back, and the Python path learns the new config). Any other frame, and any non-zero
+status of the append (a file to map, a full disk, a too-large body: nothing was stored), is the
+Python path's, which answers, maps or refuses as it always did. What a send changes besides the
+store is done here for the frames C served: the worker's put counter and the held pulls' wake.
+
+Not made at all (``Processor.fast_path`` None) where a send's answer waits for a group commit
+(SYNC_FLUSH, SYNC_MASTER), with ACL on, or with the PROM metrics (they count every request by
+code): those servers serve every frame the normal way.
+"""
+from __future__ import annotations
+
+import socket
+import struct
+
+from shmq.message.layout import TX_TYPE_MASK
+from shmq.message.msgid import host_prefix
+from shmq.native import PUT_ADDRESS, RemotingSends, ffi
+from shmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol.command import encode_header
+from shmq.protocol.headers import SEND_V2_LETTERS
+
+from ..context import WorkerContext, born_host
+
+#: the SEND_MESSAGE_V2 fields the C path reads, in remoting_send.c's K_* order
+_FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
+           "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch")
+_LETTER = {name: letter for letter, name in SEND_V2_LETTERS.items()}
+
+# stand-ins cut out of an encoded answer (remoting_send.c's A_* order)
+_MSGID, _QID, _QOFF, _OPAQUE = "@shmq-msgId@", "@shmq-queueId@", "@shmq-queueOffset@", 987654321987654
+
+
+def send_ext(msg_id: str, qid: int, queue_offset: int) -> dict[str, str]:
+    """The extFields of a send's SUCCESS answer (SendMessageResponseHeader), for both paths."""
+    return {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(queue_offset),
+            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+
+
+def answer_pieces() -> tuple[bytes, ...]:
+    """The JSON header of a send's SUCCESS answer as shmq.protocol.command encodes it, cut at the
+    msgId, queue id, queue offset and opaque: the C path writes those between the pieces."""
+    resp = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2).make_response(
+        ResponseCode.SUCCESS, None, send_ext(_MSGID, 0, 0))
+    resp.ext_fields["queueId"], resp.ext_fields["queueOffset"], resp.opaque = _QID, _QOFF, _OPAQUE
+    text = encode_header(resp)
+    pieces, pos = [], 0
+    for mark in (_MSGID.encode(), _QID.encode(), _QOFF.encode(), str(_OPAQUE).encode()):
+        at = text.index(mark, pos)  # in this order, or the C path's order is wrong: fail loudly
+        pieces.append(text[pos:at])
+        pos = at + len(mark)
+    pieces.append(text[pos:])
+    return tuple(pieces)
+
+
+def born_ints(conn) -> tuple[int, int]:
+    """The connection's peer as the record's bornHost fields (IPv4 as an int, port), cached."""
+    bi = conn.context.get("born_int")
+    if bi is None:
+        ip, port = born_host(conn)
+        bi = conn.context["born_int"] = (struct.unpack(">I", socket.inet_aton(ip))[0], port)
+    return bi
+
+
+class FastSends:
+    """``Connection.fast`` for a worker's connections (see the module docstring)."""
+
+    def __init__(self, w: WorkerContext):
+        self.w = w
+        store = w.store
+        self.c = RemotingSends(PUT_ADDRESS, int(ffi.cast("uintptr_t", store.appender.w)), RequestCode.SEND_MESSAGE_V2,
+                               tuple(_LETTER[f] for f in _FIELDS), answer_pieces(), w.pipeline.cluster_pair,
+                               host_prefix(store.store_host), (FLAG_RESPONSE, FLAG_ONEWAY, TX_TYPE_MASK))
+        self._learnt: dict[tuple[str, int], object] = {}
+
+    def learn(self, topic: str, qid: int, tc, writer) -> None:
+        """The Python path stored a plain SEND_MESSAGE_V2 to ``topic``:``qid`` under ``tc``
+        through ``writer`` (its FastWriter) after every check passed: C may serve the next ones."""
+        key = (topic, qid)
+        if self._learnt.get(key) is not tc and self.c.learn(topic, qid, tc, writer.plain_call().slot):
+            self._learnt[key] = tc
+
+    def __call__(self, conn, data: bytes, pos: int):
+        ip, port = born_ints(conn)
+        pos, answers, stored, stop = self.c.serve(data, pos, self.w.topics.table, ip, port,
+                                                  conn.limits.max_frame_size)
+        if stored:
+            self.w.stats["put"] += stored
+            self.w.holds.appended()
+        return pos, answers, stop

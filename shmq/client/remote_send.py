@@ -1,0 +1,143 @@
+"""A producer's send over TCP once its message is prepared: the SEND_MESSAGE_V2 /
+SEND_BATCH_MESSAGE request (:class:`RemoteSend`), and the waiter of an async one
+(:class:`AsyncSend`), which turns the answer into the caller's SendResult or tries again.
+
+The request is kept as its values, not as a RemotingCommand: its frame is made once its
+connection gives it an opaque (``Connection.start_frame`` / ``send_frame``), by filling the slots
+of the producer's template for that queue (``protocol.headers.SendFrame``: the one JSON encoder's
+own output, so the bytes are the generic encoding's), a third of the cost of building and
+encoding a command. A client that signs its requests (ACL's rpc_hook edits the command's fields)
+gets the command (:meth:`RemoteSend.command`).
+"""
+from __future__ import annotations
+
+import concurrent.futures
+
+from shmq.errors import BrokerError, RemotingError
+from shmq.protocol import RemotingCommand, RequestCode
+from shmq.protocol.codes import FLAG_ONEWAY
+from shmq.protocol.command import encode_command, json_text
+from shmq.protocol.headers import SendFrame, send_v2_ext
+
+from .message import MessageQueue, SendResult, SendStatus
+
+# response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
+RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
+STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
+                  11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
+_NONE = object()
+
+
+class Frames:
+    """A producer's SendFrame templates, one per (queue, batch, oneway) and settings it sent with."""
+
+    __slots__ = ("group", "_by_key")
+
+    def __init__(self, group: str):
+        self.group = group
+        self._by_key: dict[tuple, SendFrame | None] = {}
+
+    def get(self, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
+            oneway: bool) -> SendFrame | None:
+        key = (mq.topic, mq.queue_id, batch, oneway, default_topic, default_queue_nums)
+        f = self._by_key.get(key, _NONE)
+        if f is _NONE:
+            if len(self._by_key) >= 4096:  # many topics: a bounded cache, rebuilt as used
+                self._by_key.clear()
+            f = self._by_key[key] = SendFrame.of(self.group, mq.topic, default_topic, default_queue_nums,
+                                                 mq.queue_id, batch=batch, oneway=oneway)
+        return f
+
+
+class RemoteSend:
+    """One prepared send's request: ``frame(opaque)`` its bytes, ``command()`` the same as a
+    RemotingCommand (for an rpc_hook)."""
+
+    __slots__ = ("template", "group", "mq", "default_topic", "default_queue_nums", "sysflag", "born_ms", "flag",
+                 "properties", "body", "batch", "oneway", "code")
+
+    def __init__(self, template: SendFrame | None, group: str, mq: MessageQueue, default_topic: str,
+                 default_queue_nums: int, sysflag: int, born_ms: int, flag: int, properties: str, body: bytes,
+                 batch: bool, oneway: bool):
+        self.template, self.group, self.mq = template, group, mq
+        self.default_topic, self.default_queue_nums = default_topic, default_queue_nums
+        self.sysflag, self.born_ms, self.flag, self.properties, self.body = sysflag, born_ms, flag, properties, body
+        self.batch, self.oneway = batch, oneway
+        self.code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+
+    def command(self) -> RemotingCommand:
+        ext = send_v2_ext(self.group, self.mq.topic, self.default_topic, self.default_queue_nums, self.mq.queue_id,
+                          self.sysflag, self.born_ms, self.flag, self.properties, self.batch)
+        return RemotingCommand(code=self.code, ext_fields=ext, body=self.body, flag=FLAG_ONEWAY if self.oneway else 0)
+
+    def frame(self, opaque: int) -> bytes:
+        t = self.template
+        if t is None:
+            cmd = self.command()
+            cmd.opaque = opaque
+            return encode_command(cmd)
+        return t.frame(self.sysflag, self.born_ms, self.flag, json_text(self.properties), self.body, opaque)
+
+
+class AsyncSend:
+    """One ``send_async`` / ``send_batch_async`` over TCP as the client's loop thread sees it: the
+    waiter of its request (``Connection.start_frame``: ``done`` / ``set_result`` /
+    ``set_exception``), which turns the answer into the caller's SendResult, or tries again on the
+    same broker, as RocketMQ's async send does (retry_times_when_send_async_failed, each try with
+    the whole timeout), after a connection error, a timeout or a response code in RETRY_CODES.
+    No task or coroutine."""
+
+    __slots__ = ("producer", "fut", "mq", "req", "uniq", "timeout", "left", "_done")
+
+    def __init__(self, producer, fut: concurrent.futures.Future, mq: MessageQueue, req: RemoteSend, uniq, timeout):
+        self.producer, self.fut, self.mq, self.req, self.uniq, self.timeout = producer, fut, mq, req, uniq, timeout
+        self.left = producer.retry_times_async
+        self._done = False
+
+    def submit(self) -> None:
+        """(Again) to the broker's master address as the route has it now."""
+        self._done = False
+        inst = self.producer._inst()
+        addr = inst.master_addr(self.mq.broker_name)
+        if addr is None:
+            self.set_exception(RemotingError(f"no address for broker {self.mq.broker_name}"))
+        else:
+            inst.submit_request(addr, self.req, self, self.timeout)
+
+    def done(self) -> bool:
+        return self._done
+
+    def set_result(self, resp) -> None:
+        self._done = True
+        try:
+            result = send_result(resp, self.mq, self.uniq)
+        except Exception as e:  # noqa: BLE001 - a refusal, or an answer that does not parse
+            self.set_exception(e)
+            return
+        if not self.fut.done():
+            self.fut.set_result(result)
+
+    def set_exception(self, e: BaseException) -> None:
+        self._done = True
+        retry = isinstance(e, RemotingError) or (isinstance(e, BrokerError) and e.code in RETRY_CODES)
+        if retry and self.left > 0:
+            self.left -= 1
+            try:
+                self.submit()
+                return
+            except Exception as e2:  # noqa: BLE001 - the producer was shut down meanwhile
+                e = e2
+        if not self.fut.done():
+            self.fut.set_exception(e)
+
+
+def send_result(resp, mq: MessageQueue, uniq) -> SendResult:
+    """The SendResult of a send's answer (BrokerError for a refusal)."""
+    status = STATUS_OF_CODE.get(resp.code)
+    if status is None:
+        raise BrokerError(resp.code, resp.remark)
+    ext = resp.ext_fields
+    qid = int(ext.get("queueId", mq.queue_id))
+    return SendResult(status, uniq or ext.get("msgId", ""), ext.get("msgId", ""),
+                      MessageQueue(mq.topic, mq.broker_name, qid), int(ext.get("queueOffset", -1)),
+                      transaction_id=ext.get("transactionId"), recall_handle=ext.get("recallHandle"))

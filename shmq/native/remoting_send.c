@@ -1,0 +1,604 @@
+/*
+ * shmq/native/remoting_send.c -- the broker worker's fast path for the common TCP send (module
+ * shmq.native._rsend, type Sends; the Python side is shmq/broker/worker/processors/send_fast.py).
+ *
+ * One call takes a connection's read buffer and serves the leading run of remoting frames that
+ * are plain SEND_MESSAGE_V2 requests with a JSON header to a queue the Python path has already
+ * served (``learn``): it splits the frames, reads the header fields, appends each record through
+ * the core's shmq_put (the same append FastWriter.put_sent makes) and writes the answers into one
+ * buffer. It stops, consuming nothing of it, at the first frame it does not take: any other
+ * request or serialization, anything odd in the header (an escape it does not know, a non-ASCII
+ * byte, a duplicate or missing field, a number Python would read differently), a delayed,
+ * transactional, timer or batch message, a queue not learnt or whose TopicConfig is no longer the
+ * one in the worker's table, and any non-zero status of the append (nothing was stored then).
+ * The caller hands that frame to the Python path and calls again after it, so frames are served
+ * in their order on the wire and every refusal, error code and protocol error is the Python
+ * path's own. Incomplete frames and bad length words are left to shmq.protocol.frame.
+ *
+ * What is not defined here: the header's field names (the letters, passed in from
+ * shmq.protocol.headers.SEND_V2_LETTERS), the answer's JSON (pieces cut by Python from
+ * shmq.protocol.command's own encoding of an answer), the CLUSTER pair and the msgId prefix. The
+ * stored properties are properties.stored_properties' (every WAIT and CLUSTER pair dropped, this
+ * broker's CLUSTER pair appended); PLAIN is classify's quick filter (no transaction type in the
+ * sysFlag, no "DELAY\1", "TRAN_MSG\1" or "TIMER_" in the text; the names are layout.h's).
+ *
+ * The GIL is released around each append only: the append may wait for the store's lock, which
+ * another process holds.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <string.h>
+#include "core.h"
+
+typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
+                      uint32_t, shmq_result *);
+
+/* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
+enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_RECONSUME, K_MAXRECONSUME,
+       K_BATCH, K_N };
+/* the answer's variable parts, in the order of the template's pieces */
+enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
+
+
+typedef struct { const uint8_t *p; uint32_t n; int set; } span;
+
+typedef struct {
+    PyObject *topic;   /* the str the worker's topic table is keyed by */
+    PyObject *tc;      /* the TopicConfig the queue was learnt under */
+    uint8_t *tb;       /* topic as UTF-8 */
+    uint32_t tlen, slot;
+    int32_t qid;
+} qentry;
+
+#define TAB_CAP 4096   /* queues learnt per worker; more are served by Python */
+
+typedef struct {
+    PyObject_HEAD
+    put_fn put;
+    shmq_writer *w;
+    int32_t code;                  /* SEND_MESSAGE_V2 */
+    int32_t f_response, f_oneway;  /* the remoting flag bits (shmq.protocol.codes) */
+    int32_t tx_mask;               /* the sysFlag's transaction type (shmq.message.layout) */
+    char keys[K_N][4];
+    uint8_t key_len[K_N];
+    PyObject *tpl;                 /* tuple of A_N + 1 bytes: the answer's header cut at its parts */
+    PyObject *cluster;             /* bytes: this broker's CLUSTER pair */
+    char prefix[64];
+    uint32_t prefix_len;
+    qentry tab[TAB_CAP];           /* open addressing on (topic, qid) */
+    uint32_t used;
+    uint8_t *out; size_t out_len, out_cap;
+    uint8_t *scr; size_t scr_cap;  /* unescaped header strings, then the stored properties */
+} Sends;
+
+static uint32_t rd32(const uint8_t *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static uint32_t key_hash(const uint8_t *t, uint32_t n, int32_t qid) {
+    uint32_t h = 2166136261u ^ (uint32_t)qid;
+    for (uint32_t i = 0; i < n; i++) h = (h ^ t[i]) * 16777619u;
+    return h;
+}
+
+static qentry *lookup(Sends *s, const uint8_t *t, uint32_t n, int32_t qid, int for_insert) {
+    uint32_t i = key_hash(t, n, qid) & (TAB_CAP - 1);
+    for (uint32_t k = 0; k < TAB_CAP; k++, i = (i + 1) & (TAB_CAP - 1)) {
+        qentry *e = &s->tab[i];
+        if (e->topic == NULL) return for_insert ? e : NULL;
+        if (e->qid == qid && e->tlen == n && memcmp(e->tb, t, n) == 0) return e;
+    }
+    return NULL;
+}
+
+/* ---- the header's JSON (a strict subset; anything else is the Python path's) ---------------- */
+typedef struct { const uint8_t *p, *e; uint8_t *scr; size_t so; } cur;
+
+static void ws(cur *c) {
+    while (c->p < c->e && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+static int hexval(uint8_t ch) {
+    if (ch >= '0' && ch <= '9') return ch - '0';
+    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
+    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
+    return -1;
+}
+
+/* one escape after the backslash at c->p: its bytes into the scratch; -1 when not taken */
+static int unescape(cur *c, uint8_t *d, uint32_t *dn) {
+    uint8_t ch = c->p[1];
+    const char *simple = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
+    const char *k = ch ? strchr(simple, ch) : NULL;
+    if (k) { d[(*dn)++] = (uint8_t)to[k - simple]; c->p += 2; return 0; }
+    if (ch != 'u' || c->e - c->p < 6) return -1;
+    int v = 0;
+    for (int i = 2; i < 6; i++) {
+        int x = hexval(c->p[i]);
+        if (x < 0) return -1;
+        v = v << 4 | x;
+    }
+    if (v >= 0xD800 && v <= 0xDFFF) return -1;  /* surrogates: Python's */
+    if (v < 0x80) d[(*dn)++] = (uint8_t)v;
+    else if (v < 0x800) { d[(*dn)++] = (uint8_t)(0xC0 | v >> 6); d[(*dn)++] = (uint8_t)(0x80 | (v & 0x3F)); }
+    else {
+        d[(*dn)++] = (uint8_t)(0xE0 | v >> 12);
+        d[(*dn)++] = (uint8_t)(0x80 | ((v >> 6) & 0x3F));
+        d[(*dn)++] = (uint8_t)(0x80 | (v & 0x3F));
+    }
+    c->p += 6;
+    return 0;
+}
+
+/* a string at c->p (its quote); ASCII only. Without escapes it points into the header. */
+static int jstr(cur *c, span *out) {
+    if (c->p >= c->e || *c->p != '"') return -1;
+    const uint8_t *s = ++c->p;
+    while (c->p < c->e && *c->p != '"' && *c->p != '\\') {
+        if (*c->p < 0x20 || *c->p >= 0x80) return -1;
+        c->p++;
+    }
+    if (c->p >= c->e) return -1;
+    if (*c->p == '"') { out->p = s; out->n = (uint32_t)(c->p - s); out->set = 1; c->p++; return 0; }
+    uint8_t *d = c->scr + c->so;
+    uint32_t dn = (uint32_t)(c->p - s);
+    memcpy(d, s, dn);
+    while (c->p < c->e && *c->p != '"') {
+        if (*c->p == '\\') {
+            if (c->e - c->p < 2 || unescape(c, d, &dn)) return -1;
+        } else if (*c->p < 0x20 || *c->p >= 0x80) return -1;
+        else d[dn++] = *c->p++;
+    }
+    if (c->p >= c->e) return -1;
+    c->p++;
+    out->p = d; out->n = dn; out->set = 1;
+    c->so += dn;
+    return 0;
+}
+
+/* an integer literal as JSON writes one (no leading zero, no "-0", at most 18 digits) */
+static int jint(cur *c, span *lit, int64_t *v) {
+    const uint8_t *s = c->p;
+    int neg = c->p < c->e && *c->p == '-';
+    if (neg) c->p++;
+    const uint8_t *d = c->p;
+    uint64_t x = 0;  /* unsigned: wraps, never overflows, before the digit count is checked */
+    while (c->p < c->e && *c->p >= '0' && *c->p <= '9') x = x * 10 + (uint64_t)(*c->p++ - '0');
+    size_t nd = (size_t)(c->p - d);
+    if (nd == 0 || nd > 18 || (nd > 1 && *d == '0') || (neg && x == 0)) return -1;
+    if (c->p < c->e && (*c->p == '.' || *c->p == 'e' || *c->p == 'E')) return -1;
+    *v = neg ? -(int64_t)x : (int64_t)x;
+    if (lit) { lit->p = s; lit->n = (uint32_t)(c->p - s); lit->set = 1; }
+    return 0;
+}
+
+/* a value of a key this parser ignores: a scalar (a string, integer, true, false or null) */
+static int jskip(cur *c) {
+    span sp;
+    int64_t v;
+    if (c->p >= c->e) return -1;
+    if (*c->p == '"') return jstr(c, &sp);
+    static const char *lits[] = {"true", "false", "null"};
+    for (int i = 0; i < 3; i++) {
+        size_t n = strlen(lits[i]);
+        if ((size_t)(c->e - c->p) >= n && memcmp(c->p, lits[i], n) == 0) { c->p += n; return 0; }
+    }
+    return jint(c, NULL, &v);
+}
+
+typedef struct {
+    int64_t code, flag;
+    span opaque;
+    span f[K_N];
+    int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
+} header;
+
+static int key_is(const span *k, const char *name) {
+    size_t n = strlen(name);
+    return k->n == n && memcmp(k->p, name, n) == 0;
+}
+
+/* the extFields object: strings only; the letters read are remembered, others skipped */
+static int ext_fields(Sends *s, cur *c, header *h) {
+    if (c->p >= c->e || *c->p != '{') return -1;
+    c->p++;
+    ws(c);
+    if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        span k = {0}, v = {0};
+        ws(c);
+        if (jstr(c, &k)) return -1;
+        ws(c);
+        if (c->p >= c->e || *c->p++ != ':') return -1;
+        ws(c);
+        if (jstr(c, &v)) return -1;
+        for (int i = 0; i < K_N; i++) {
+            if (k.n == s->key_len[i] && memcmp(k.p, s->keys[i], k.n) == 0) {
+                if (h->f[i].set) return -1;  /* a duplicate: Python's */
+                h->f[i] = v;
+                break;
+            }
+        }
+        ws(c);
+        if (c->p < c->e && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
+        return -1;
+    }
+}
+
+static int top_value(Sends *s, cur *c, header *h, const span *k) {
+    int64_t v;
+    span sp;
+    if (key_is(k, "code")) { if (h->have_code++) return -1; return jint(c, NULL, &h->code); }
+    if (key_is(k, "flag")) { if (h->have_flag++) return -1; return jint(c, NULL, &h->flag); }
+    if (key_is(k, "opaque")) { if (h->opaque.set) return -1; return jint(c, &h->opaque, &v); }
+    if (key_is(k, "version")) { if (h->have_version++) return -1; return jint(c, NULL, &v); }
+    if (key_is(k, "extFields")) { if (h->have_ext++) return -1; return ext_fields(s, c, h); }
+    if (key_is(k, "language")) { if (h->have_lang++) return -1; return jstr(c, &sp); }
+    if (key_is(k, "serializeTypeCurrentRPC")) { if (h->have_stype++) return -1; return jstr(c, &sp); }
+    if (key_is(k, "remark")) {
+        if (h->have_remark++) return -1;
+        if ((size_t)(c->e - c->p) >= 4 && memcmp(c->p, "null", 4) == 0) { c->p += 4; return 0; }
+        return jstr(c, &sp);
+    }
+    return jskip(c);
+}
+
+static int parse_header(Sends *s, const uint8_t *p, uint32_t n, header *h) {
+    cur c = {p, p + n, s->scr, 0};
+    memset(h, 0, sizeof *h);
+    ws(&c);
+    if (c.p >= c.e || *c.p++ != '{') return -1;
+    ws(&c);
+    if (c.p < c.e && *c.p == '}') return -1;  /* no code: not a send */
+    for (;;) {
+        span k = {0};
+        ws(&c);
+        if (jstr(&c, &k)) return -1;
+        ws(&c);
+        if (c.p >= c.e || *c.p++ != ':') return -1;
+        ws(&c);
+        if (top_value(s, &c, h, &k)) return -1;
+        ws(&c);
+        if (c.p < c.e && *c.p == ',') { c.p++; continue; }
+        if (c.p < c.e && *c.p == '}') { c.p++; break; }
+        return -1;
+    }
+    ws(&c);
+    return c.p == c.e && h->have_code ? (int)c.so : -1;
+}
+
+/* an extFields value as Python's int() of it reads it, within int32 (or int64) */
+static int field_int(const span *f, int64_t lo, int64_t hi, int64_t *v) {
+    if (!f->set) return -1;
+    cur c = {f->p, f->p + f->n, NULL, 0};
+    const uint8_t *d = c.p + (c.p < c.e && *c.p == '-');
+    uint64_t x = 0;
+    size_t nd = 0;
+    for (const uint8_t *q = d; q < c.e; q++, nd++) {
+        if (*q < '0' || *q > '9') return -1;
+        x = x * 10 + (uint64_t)(*q - '0');
+    }
+    if (nd == 0 || nd > 18) return -1;
+    *v = d != c.p ? -(int64_t)x : (int64_t)x;
+    return *v < lo || *v > hi ? -1 : 0;
+}
+
+/* ---- the stored properties: stored_properties(raw, cluster) -------------------------------- */
+/* ``needle`` anywhere in the text, followed by the name-value separator when ``pair`` */
+static int has(const span *t, const char *needle, int pair) {
+    size_t n = strlen(needle);
+    for (uint32_t i = 0; i + n + (size_t)pair <= t->n; i++)
+        if (t->p[i] == (uint8_t)needle[0] && memcmp(t->p + i, needle, n) == 0
+            && (!pair || t->p[i + n] == SHMQ_NAME_VALUE_SEP))
+            return 1;
+    return 0;
+}
+
+/* the pair p[0..n) is named ``name`` */
+static int named(const uint8_t *p, size_t n, const char *name) {
+    size_t k = strlen(name);
+    return n > k && memcmp(p, name, k) == 0 && p[k] == SHMQ_NAME_VALUE_SEP;
+}
+
+/* stored_properties: the text split at \2, every pair starting WAIT\1 or CLUSTER\1 dropped,
+ * joined again (drop_pair), then this broker's CLUSTER pair after a separator */
+static uint32_t stored_props(Sends *s, const span *raw, uint8_t *d) {
+    uint32_t dn = 0;
+    int first = 1;
+    const uint8_t *p = raw->p, *e = raw->p + raw->n;
+    while (raw->n) {
+        const uint8_t *q = memchr(p, SHMQ_PROPERTY_SEP, (size_t)(e - p));
+        size_t n = (size_t)((q ? q : e) - p);
+        if (!named(p, n, SHMQ_PROP_WAIT) && !named(p, n, SHMQ_PROP_CLUSTER)) {
+            if (!first) d[dn++] = SHMQ_PROPERTY_SEP;
+            memcpy(d + dn, p, n);
+            dn += (uint32_t)n;
+            first = 0;
+        }
+        if (!q) break;
+        p = q + 1;
+    }
+    if (dn && d[dn - 1] != SHMQ_PROPERTY_SEP) d[dn++] = SHMQ_PROPERTY_SEP;
+    Py_ssize_t cl = PyBytes_GET_SIZE(s->cluster);
+    memcpy(d + dn, PyBytes_AS_STRING(s->cluster), (size_t)cl);
+    return dn + (uint32_t)cl;
+}
+
+/* ---- one frame ------------------------------------------------------------------------------ */
+static int out_reserve(Sends *s, size_t more) {
+    if (s->out_len + more <= s->out_cap) return 0;
+    size_t cap = s->out_cap ? s->out_cap : 16384;
+    while (cap < s->out_len + more) cap *= 2;
+    uint8_t *p = PyMem_Realloc(s->out, cap);
+    if (!p) return -1;
+    s->out = p;
+    s->out_cap = cap;
+    return 0;
+}
+
+static void put_piece(Sends *s, int i) {
+    PyObject *b = PyTuple_GET_ITEM(s->tpl, i);
+    memcpy(s->out + s->out_len, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
+    s->out_len += (size_t)PyBytes_GET_SIZE(b);
+}
+
+static void put_text(Sends *s, const char *t, size_t n) {
+    memcpy(s->out + s->out_len, t, n);
+    s->out_len += n;
+}
+
+/* length word, mark (JSON, header length) and the answer's header: the template's pieces with the
+ * msgId, queue id, queue offset and the request's own opaque literal between them */
+static int answer(Sends *s, const shmq_result *r, int32_t qid, const span *opaque) {
+    char id[96], q[16], o[24];
+    memcpy(id, s->prefix, s->prefix_len);
+    snprintf(id + s->prefix_len, sizeof id - s->prefix_len, "%016llX", (unsigned long long)r->phys_offset);
+    int ql = snprintf(q, sizeof q, "%d", qid), ol = snprintf(o, sizeof o, "%lld", (long long)r->queue_offset);
+    size_t fixed = 0;
+    for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
+    size_t hl = fixed + s->prefix_len + 16 + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);
+    if (out_reserve(s, hl + 8)) return -1;
+    uint8_t *w = s->out + s->out_len;
+    uint32_t total = (uint32_t)(4 + hl), mark = (uint32_t)hl;
+    for (int i = 0; i < 4; i++) { w[i] = (uint8_t)(total >> (24 - 8 * i)); w[4 + i] = (uint8_t)(mark >> (24 - 8 * i)); }
+    s->out_len += 8;
+    put_piece(s, 0);
+    put_text(s, id, s->prefix_len + 16);
+    put_piece(s, 1);
+    put_text(s, q, (size_t)ql);
+    put_piece(s, 2);
+    put_text(s, o, (size_t)ol);
+    put_piece(s, 3);
+    if (opaque->set) put_text(s, (const char *)opaque->p, opaque->n);
+    else put_text(s, "0", 1);
+    put_piece(s, 4);
+    return 0;
+}
+
+/* the checks of send.py's _fast_v2 and _send_checked for a learnt queue; the queue or NULL */
+static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
+    static const int ints[] = {K_DEFNUMS, K_QID, K_SYSFLAG, K_FLAG};
+    if (h->code != s->code || h->flag & s->f_response) return NULL;
+    if (!h->f[K_GROUP].set || !h->f[K_TOPIC].set || !h->f[K_DEFTOPIC].set) return NULL;
+    for (int i = 0; i < 4; i++)
+        if (field_int(&h->f[ints[i]], INT32_MIN, INT32_MAX, &v[ints[i]])) return NULL;
+    if (field_int(&h->f[K_BORN], INT64_MIN / 2, INT64_MAX / 2, &v[K_BORN])) return NULL;
+    v[K_RECONSUME] = 0;
+    if (h->f[K_RECONSUME].set && field_int(&h->f[K_RECONSUME], INT32_MIN, INT32_MAX, &v[K_RECONSUME])) return NULL;
+    if (h->f[K_MAXRECONSUME].set && field_int(&h->f[K_MAXRECONSUME], INT32_MIN, INT32_MAX, &v[K_MAXRECONSUME]))
+        return NULL;
+    const span *b = &h->f[K_BATCH];
+    if (b->set && !(b->n == 5 && memcmp(b->p, "false", 5) == 0)) return NULL;
+    if (v[K_SYSFLAG] & s->tx_mask) return NULL;
+    const span *pr = &h->f[K_PROPS];
+    if (pr->set && (has(pr, SHMQ_PROP_DELAY, 1) || has(pr, SHMQ_PROP_TRAN_MSG, 1) || has(pr, SHMQ_TIMER_NAME_HEAD, 0)))
+        return NULL;
+    qentry *e = lookup(s, h->f[K_TOPIC].p, h->f[K_TOPIC].n, (int32_t)v[K_QID], 0);
+    if (e == NULL) return NULL;
+    PyObject *tc = PyDict_GetItemWithError(topics, e->topic);  /* the table may have changed */
+    if (tc != e->tc) { PyErr_Clear(); return NULL; }
+    return e;
+}
+
+/* 1: served (stored, answered unless oneway); 0: the Python path's; -1: out of memory */
+static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topics, uint32_t bip, int32_t bport) {
+    uint32_t mark = rd32(f), hl = mark & 0xFFFFFF;
+    if (mark >> 24 != 0 || hl == 0 || hl > total - 4) return 0;
+    if (s->scr_cap < (size_t)hl + SHMQ_PROPS_MAX + 256) {
+        uint8_t *p = PyMem_Realloc(s->scr, (size_t)hl + SHMQ_PROPS_MAX + 256);
+        if (!p) return -1;
+        s->scr = p;
+        s->scr_cap = (size_t)hl + SHMQ_PROPS_MAX + 256;
+    }
+    header h;
+    int64_t v[K_N];
+    int used = parse_header(s, f + 4, hl, &h);
+    if (used < 0) return 0;
+    qentry *e = plain_send(s, &h, topics, v);
+    if (e == NULL) return 0;
+    const span *pr = &h.f[K_PROPS];
+    span raw = pr->set ? *pr : (span){(const uint8_t *)"", 0, 1};
+    if (raw.n + 1 + (size_t)PyBytes_GET_SIZE(s->cluster) > SHMQ_PROPS_MAX) return 0;  /* Python's error */
+    uint8_t *props = s->scr + used;
+    uint32_t plen = stored_props(s, &raw, props);
+    shmq_meta m = {0};
+    m.flag = (int32_t)v[K_FLAG];
+    m.sysflag = (int32_t)v[K_SYSFLAG];
+    m.born_ts = v[K_BORN];
+    m.born_ip = bip;
+    m.born_port = bport;
+    m.reconsume_times = (int32_t)v[K_RECONSUME];
+    m.tag_mode = SHMQ_TAG_FROM_PROPS;
+    shmq_result r;
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = s->put(s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
+    Py_END_ALLOW_THREADS
+    if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
+    if (h.flag & s->f_oneway) return 1;
+    return answer(s, &r, e->qid, &h.opaque) ? -1 : 1;
+}
+
+/* ---- the type ------------------------------------------------------------------------------- */
+/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop): frames
+ * from ``pos`` served until the end, an incomplete frame or a bad length word (stop False: the
+ * frame splitter's), or a complete frame this does not take (stop True: the Python path's) */
+static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6 || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "serve(data, pos, topics: dict, born_ip, born_port, max_frame)");
+        return NULL;
+    }
+    Py_buffer buf;
+    if (PyObject_GetBuffer(args[0], &buf, PyBUF_SIMPLE)) return NULL;
+    Py_ssize_t pos = PyLong_AsSsize_t(args[1]);
+    unsigned long bip = PyLong_AsUnsignedLong(args[3]);
+    long bport = PyLong_AsLong(args[4]);
+    long long maxf = PyLong_AsLongLong(args[5]);
+    if (PyErr_Occurred() || pos < 0 || pos > buf.len) {
+        PyBuffer_Release(&buf);
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pos out of range");
+        return NULL;
+    }
+    const uint8_t *d = buf.buf;
+    Py_ssize_t n = buf.len, stored = 0;
+    int stop = 0;
+    s->out_len = 0;
+    while (n - pos >= 4) {
+        int32_t total = (int32_t)rd32(d + pos);
+        if (total < 4 || (long long)total + 4 > maxf || n - pos - 4 < total) break;
+        int rc = one_frame(s, d + pos + 4, (uint32_t)total, args[2], (uint32_t)bip, (int32_t)bport);
+        if (rc < 0) { PyBuffer_Release(&buf); return PyErr_NoMemory(); }
+        if (rc == 0) { stop = 1; break; }
+        stored++;
+        pos += 4 + total;
+    }
+    PyBuffer_Release(&buf);
+    PyObject *out = s->out_len ? PyBytes_FromStringAndSize((const char *)s->out, (Py_ssize_t)s->out_len)
+                               : Py_NewRef(Py_None);
+    if (!out) return NULL;
+    return Py_BuildValue("nNnO", pos, out, stored, stop ? Py_True : Py_False);
+}
+
+/* learn(topic, qid, tc, slot): the Python path served a plain send to this queue under ``tc`` */
+static PyObject *sends_learn(Sends *s, PyObject *args) {
+    PyObject *topic, *tc;
+    int qid;
+    unsigned int slot;
+    if (!PyArg_ParseTuple(args, "UiOI", &topic, &qid, &tc, &slot)) return NULL;
+    Py_ssize_t tlen;
+    const char *t = PyUnicode_AsUTF8AndSize(topic, &tlen);
+    if (!t) return NULL;
+    qentry *e = lookup(s, (const uint8_t *)t, (uint32_t)tlen, qid, 1);
+    if (e == NULL || (e->topic == NULL && s->used >= TAB_CAP / 2)) Py_RETURN_FALSE;  /* full: Python serves */
+    if (e->topic == NULL) {
+        e->tb = PyMem_Malloc((size_t)tlen + 1);
+        if (!e->tb) return PyErr_NoMemory();
+        memcpy(e->tb, t, (size_t)tlen);
+        e->tlen = (uint32_t)tlen;
+        e->qid = qid;
+        e->topic = Py_NewRef(topic);
+        s->used++;
+    } else {
+        Py_DECREF(e->tc);
+    }
+    e->tc = Py_NewRef(tc);
+    e->slot = slot;
+    Py_RETURN_TRUE;
+}
+
+static void sends_clear_table(Sends *s) {
+    for (uint32_t i = 0; i < TAB_CAP; i++) {
+        qentry *e = &s->tab[i];
+        if (e->topic == NULL) continue;
+        Py_CLEAR(e->topic);
+        Py_CLEAR(e->tc);
+        PyMem_Free(e->tb);
+        e->tb = NULL;
+    }
+    s->used = 0;
+}
+
+/* Sends(put address, writer address, code, letters, answer pieces, cluster pair, msgId prefix,
+ *       (response flag, oneway flag, transaction type mask)) */
+static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
+    (void)kw;
+    PyObject *put, *w, *letters, *tpl, *cluster;
+    const char *prefix;
+    Py_ssize_t plen;
+    int code, f_response, f_oneway, tx_mask;
+    if (!PyArg_ParseTuple(args, "OOiO!O!O!s#(iii)", &put, &w, &code, &PyTuple_Type, &letters, &PyTuple_Type, &tpl,
+                          &PyBytes_Type, &cluster, &prefix, &plen, &f_response, &f_oneway, &tx_mask))
+        return -1;
+    if (PyTuple_GET_SIZE(letters) != K_N || PyTuple_GET_SIZE(tpl) != A_N + 1 || plen >= 64) {
+        PyErr_SetString(PyExc_ValueError, "letters, answer pieces or prefix of the wrong size");
+        return -1;
+    }
+    for (int i = 0; i < K_N; i++) {
+        Py_ssize_t n;
+        const char *k = PyUnicode_AsUTF8AndSize(PyTuple_GET_ITEM(letters, i), &n);
+        if (!k || n < 1 || n > 3) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "letter"); return -1; }
+        memcpy(s->keys[i], k, (size_t)n);
+        s->key_len[i] = (uint8_t)n;
+    }
+    for (int i = 0; i <= A_N; i++)
+        if (!PyBytes_Check(PyTuple_GET_ITEM(tpl, i))) { PyErr_SetString(PyExc_TypeError, "pieces are bytes"); return -1; }
+    s->put = (put_fn)PyLong_AsVoidPtr(put);
+    s->w = (shmq_writer *)PyLong_AsVoidPtr(w);
+    if (!s->put || !s->w) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null address"); return -1; }
+    s->code = code;
+    s->f_response = f_response;
+    s->f_oneway = f_oneway;
+    s->tx_mask = tx_mask;
+    Py_XSETREF(s->tpl, Py_NewRef(tpl));
+    Py_XSETREF(s->cluster, Py_NewRef(cluster));
+    memcpy(s->prefix, prefix, (size_t)plen);
+    s->prefix_len = (uint32_t)plen;
+    sends_clear_table(s);
+    return 0;
+}
+
+static PyObject *sends_clear(Sends *s, PyObject *unused) {
+    (void)unused;
+    sends_clear_table(s);
+    Py_RETURN_NONE;
+}
+
+static void sends_dealloc(Sends *s) {
+    sends_clear_table(s);
+    Py_CLEAR(s->tpl);
+    Py_CLEAR(s->cluster);
+    PyMem_Free(s->out);
+    PyMem_Free(s->scr);
+    Py_TYPE(s)->tp_free((PyObject *)s);
+}
+
+static PyMethodDef sends_methods[] = {
+    {"serve", (PyCFunction)(void (*)(void))sends_serve, METH_FASTCALL,
+     "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop)"},
+    {"learn", (PyCFunction)sends_learn, METH_VARARGS, "learn(topic, qid, tc, slot) -> bool (False: table full)"},
+    {"clear", (PyCFunction)sends_clear, METH_NOARGS, "forget every learnt queue"},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject SendsType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmq.native._rsend.Sends",
+    .tp_basicsize = sizeof(Sends),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "the worker's C path for plain SEND_MESSAGE_V2 frames (remoting_send.c)",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)sends_init,
+    .tp_dealloc = (destructor)sends_dealloc,
+    .tp_methods = sends_methods,
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "shmq.native._rsend", .m_size = -1};
+
+PyMODINIT_FUNC PyInit__rsend(void) {
+    if (PyType_Ready(&SendsType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    if (PyModule_AddObjectRef(m, "Sends", (PyObject *)&SendsType) < 0) { Py_DECREF(m); return NULL; }
+    return m;
+}

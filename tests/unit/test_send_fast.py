@@ -1,0 +1,246 @@
+"""The worker's C path for plain sends (processors/send_fast.py, native/remoting_send.c) against
+the Python path it short-cuts: the same frames, fed to a worker connection with and without it,
+must leave byte-identical stores (store timestamps aside) and byte-identical answers on the wire,
+whatever the mix of frames it takes and frames it hands back, however the reads split them."""
+from __future__ import annotations
+
+import asyncio
+import glob
+import os
+import random
+
+import pytest
+
+from shmq.broker.shared.config import BrokerConfig
+from shmq.broker.shared.topics import TopicTable
+from shmq.broker.worker import dispatch
+from shmq.message.layout import R_STORETS
+from shmq.message.properties import encode_properties
+from shmq.message.record import iter_records
+from shmq.protocol import FLAG_ONEWAY, RequestCode
+from shmq.protocol.bodies import TopicConfig
+from shmq.protocol.command import RemotingCommand, encode_command, request
+from shmq.protocol.headers import send_v2_ext
+from shmq.protocol.transport import Connection, Limits
+from shmq.store import MessageStore
+from shmq.store.put import PutPipeline
+
+from ..conftest import small_config
+
+PEER = ("10.0.0.7", 4321)
+
+
+class _Transport:
+    def __init__(self):
+        self.out = bytearray()
+        self.closing = False
+
+    def get_extra_info(self, name, default=None):
+        return PEER if name == "peername" else ("127.0.0.1", 10911)
+
+    def write(self, data):
+        self.out += data
+
+    def writelines(self, parts):
+        for p in parts:
+            self.out += p
+
+    def is_closing(self):
+        return self.closing
+
+    def close(self):
+        self.closing = True
+
+    abort = close
+
+    def pause_reading(self):
+        pass
+
+    def resume_reading(self):
+        pass
+
+
+class _Holds:
+    def __init__(self):
+        self.calls = 0
+
+    def appended(self):
+        self.calls += 1
+
+
+class _Worker:
+    """What the send processor reads of a worker (context.py), over one store."""
+
+    def __init__(self, root):
+        self.cfg = BrokerConfig()
+        self.wid = 0
+        self.boot_ms = 0
+        self.stats = {"put": 0, "get": 0}
+        self.topics = TopicTable(None)
+        self.topics.table["T"] = TopicConfig(topicName="T", readQueueNums=4, writeQueueNums=4, perm=6)
+        self.store = MessageStore.open(small_config(root))
+        self.pipeline = PutPipeline(self.store, "TestCluster")
+        self.holds = _Holds()
+        self.ctl = None
+
+    async def fetch_topic(self, topic):
+        return None
+
+    async def auto_create_topic(self, *a):
+        return None
+
+
+def _send(opaque, qid=1, topic="T", body=b"x" * 100, props=None, oneway=False, sysflag=0):
+    props = {"UNIQ_KEY": f"ID{opaque:04d}", "WAIT": "true", "TAGS": "a"} if props is None else props
+    cmd = request(RequestCode.SEND_MESSAGE_V2, send_v2_ext("pg", topic, "TBW102", 4, qid, sysflag, 1700000000000 + opaque,
+                                                           0, encode_properties(props), False), body)
+    cmd.opaque = opaque
+    if oneway:
+        cmd.flag |= FLAG_ONEWAY
+    return encode_command(cmd)
+
+
+def _java_json(opaque, qid=2):
+    """A header as a Java client lays it out: its own key order, spaces, a null remark, the
+    properties' separators escaped as \\u0001 / \\u0002."""
+    ext = ('"a":"pg", "b":"T","c":"TBW102","d":"4","e":"%d","f":"0","g":"1700000000123","h":"0",'
+           '"i":"KEYS\\u0001k1 k2\\u0002UNIQ_KEY\\u0001J%d\\u0002WAIT\\u0001true\\u0002CLUSTER\\u0001X\\u0002",'
+           '"j":"0","k":"false","m":"false"' % (qid, opaque))
+    header = ('{ "code":310, "language":"JAVA", "version":373, "opaque":%d, "flag":0, "remark":null,'
+              ' "extFields":{%s}, "serializeTypeCurrentRPC":"JSON" }' % (opaque, ext)).encode()
+    body = b"java body"
+    return (4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body
+
+
+def _frames():
+    """Plain sends the C path takes, between frames it hands back."""
+    return [
+        _send(1), _send(2), _send(3, qid=3), _send(4, qid=3),             # learnt by the first of each queue
+        _send(5, props={"DELAY": "2", "UNIQ_KEY": "D5"}),                  # delayed: Python's
+        _send(6), _send(7, oneway=True), _send(8, props={}),               # oneway, no properties
+        _send(9, body=b"z" * (16 * 1024 + 1)),                             # too large: Python's error
+        _send(10, qid=7),                                                  # queue id out of range
+        _send(11, topic="Unknown"),                                        # not a known topic
+        _send(12, sysflag=8),                                              # a commit: Python's
+        _send(13, props={"u": "\u00e9t\u00e9", "UNIQ_KEY": "U13"}),        # non-ASCII: Python's
+        _send(14, props={"CLUSTER": "Other", "X": "1"}), _java_json(15), _java_json(16),
+        encode_command(RemotingCommand(code=RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=17)),
+        _send(18, qid=2), _send(19, qid=2, oneway=True), _send(20),
+    ]
+
+
+def _serve(root, fast: bool, chunks):
+    async def main():
+        w = _Worker(root)
+        handlers, fp = dispatch.build(w)
+        t = _Transport()
+        conn = Connection(handlers, Limits())
+        taken = [0]
+
+        def counting(conn, data, pos):
+            before = w.stats["put"]
+            r = fp(conn, data, pos)
+            taken[0] += w.stats["put"] - before
+            return r
+
+        conn.fast = counting if fast else None
+        conn.connection_made(t)
+        for c in chunks:
+            conn.data_received(c)
+            await asyncio.sleep(0)
+        for _ in range(20):  # the tasks of sends that asked the (absent) supervisor
+            await asyncio.sleep(0.001)
+        conn._flush()
+        out = (bytes(t.out), t.closing, dict(w.stats), w.holds.calls > 0, w.store.commit_pos)
+        w.store.close()
+        return out, taken[0]
+
+    return asyncio.run(main())
+
+
+def _records(root):
+    data = b""
+    for f in sorted(glob.glob(os.path.join(root, "commitlog", "*"))):
+        with open(f, "rb") as fh:
+            data += fh.read()
+    out = []
+    for m in iter_records(data[:_commit_len(data)]):
+        raw = bytearray(m.raw)
+        raw[R_STORETS:R_STORETS + 8] = bytes(8)
+        out.append(bytes(raw))
+    return out
+
+
+def _commit_len(data):
+    pos = 0
+    while pos + 4 <= len(data):
+        size = int.from_bytes(data[pos:pos + 4], "big")
+        if size == 0:
+            break
+        pos += size
+    return pos
+
+
+def _compare(tmp_path, chunks, name):
+    py, none = _serve(tmp_path / f"{name}-py", False, chunks)
+    c, taken = _serve(tmp_path / f"{name}-c", True, chunks)
+    assert c[0] == py[0]  # the answers, byte for byte, in the same order
+    assert c[1:] == py[1:]
+    assert _records(tmp_path / f"{name}-c") == _records(tmp_path / f"{name}-py")
+    return py, taken
+
+
+def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
+    frames = _frames()
+    (out, closing, stats, woke, _), taken = _compare(tmp_path, [b"".join(frames)], "one-read")
+    assert not closing and woke
+    # stored: all sends but 9 (too large), 10 (no such queue), 11 (unknown topic); the Python path
+    # counts 9 too (it counts before the append refuses it), and so the same here
+    assert stats["put"] == 17
+    # by C: the second and later plain sends of each queue (2, 4, 6-8, 14, 16, 18-20); the rest by Python
+    assert taken == 10
+    assert out.count(b'"code":0,') == 14 and b'"code":13,' in out and b'"code":17,' in out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_any_split_of_the_reads_gives_the_same(tmp_path, seed):
+    data = b"".join(_frames())
+    rnd = random.Random(seed)
+    cuts = sorted(rnd.sample(range(1, len(data)), 40))
+    chunks = [data[a:b] for a, b in zip([0] + cuts, cuts + [len(data)])]
+    assert _compare(tmp_path, chunks, f"split{seed}")[1] > 0
+
+
+def test_a_malformed_frame_closes_and_nothing_after_it_is_served(tmp_path):
+    bad_header = b'{"code":310,"extFields":{"a":"pg"'  # cut short: no JSON
+    bad = (4 + len(bad_header)).to_bytes(4, "big") + len(bad_header).to_bytes(4, "big") + bad_header
+    chunks = [b"".join([_send(1), _send(2), _send(3), bad, _send(4), _send(5)])]
+    (out, closing, stats, _, _), taken = _compare(tmp_path, chunks, "bad")
+    assert closing and stats["put"] == 3 and taken == 2
+
+
+def test_a_bad_length_word_closes_after_the_frames_before_it(tmp_path):
+    chunks = [b"".join([_send(1), _send(2), _send(3)]) + (2**31 - 1).to_bytes(4, "big") + b"junk"]
+    (out, closing, stats, _, _), taken = _compare(tmp_path, chunks, "len")
+    assert closing and stats["put"] == 3 and taken == 2 and out.count(b'"code":0,') == 3
+
+
+def test_a_changed_topic_table_sends_the_frame_back_to_python(tmp_path):
+    async def main():
+        w = _Worker(tmp_path / "t")
+        handlers, fp = dispatch.build(w)
+        t = _Transport()
+        conn = Connection(handlers, Limits())
+        conn.fast = fp
+        conn.connection_made(t)
+        conn.data_received(_send(1, qid=3) + _send(2, qid=3))  # learnt, then taken by C
+        assert w.stats["put"] == 2
+        w.topics.table["T"] = TopicConfig(topicName="T", readQueueNums=2, writeQueueNums=2, perm=6)
+        n = len(t.out)
+        conn.data_received(_send(3, qid=3))
+        answer = t.out[n:]
+        w.store.close()
+        return answer, w.stats["put"]
+
+    answer, puts = asyncio.run(main())
+    assert puts == 2 and b"queueId[3] is illegal" in answer
