@@ -1,6 +1,6 @@
 """What push and lite-pull consumers share: subscriptions, rebalance, process queues, the pull
-loops (a long-polling asyncio task per queue over TCP; one thread reading the mapped store
-and sleeping on its futex for queues of a local broker) and offsets.
+loops (over TCP a long-polling chain of pulls per queue, client/tcp_pull.py; one thread reading
+the mapped store and sleeping on its futex for queues of a local broker) and offsets.
 
 Subclasses implement ``_deliver(pq, msgs)`` (hand messages to the user) and may override
 ``_queue_added`` / ``_queue_removed`` (orderly consumers lock queues on the broker).
@@ -15,7 +15,7 @@ import time
 from shmq.errors import ShmqError
 from shmq.message.javahash import java_string_hash
 from shmq.message.names import RETRY_PREFIX, retry_topic
-from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
+from shmq.protocol import RequestCode, request
 from shmq.protocol.acl_sign import credentials
 from shmq.protocol.bodies import ConsumerData, ConsumerListBody, SubscriptionData, decode_json
 from shmq.native import ffi
@@ -24,16 +24,15 @@ from shmq.store import GetStatus
 from .instance import ClientInstance
 from .local import LocalLinks
 from .local_pull import LocalPuller
-from .message import MessageExt, MessageQueue, MessageSelector, message_from_view, messages_from_records
+from .message import MessageExt, MessageQueue, MessageSelector, message_from_view
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .rebalance import allocate_averagely
+from .tcp_pull import TcpPull
 
 log = logging.getLogger("shmq.client.consumer")
 
 CONSUME_FROM = {"LAST_OFFSET": "CONSUME_FROM_LAST_OFFSET", "FIRST_OFFSET": "CONSUME_FROM_FIRST_OFFSET",
                 "TIMESTAMP": "CONSUME_FROM_TIMESTAMP"}
-PULL_SYS_COMMIT, PULL_SYS_SUSPEND, PULL_SYS_SUBSCRIPTION = 1, 2, 4
-PULL_DELAY_ON_ERROR_S = 3.0
 
 
 class ProcessQueue:
@@ -388,65 +387,13 @@ class ConsumerCore:
         return [m for m in msgs if m.tags in texts]
 
     async def _pull_tcp(self, pq: ProcessQueue) -> None:
-        inst = self.instance
-        mq = pq.mq
-        sub = self.subscriptions.get(mq.topic)
-        # the request's fields that stay the same for this queue, as the strings they are sent as
-        fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=self.group, topic=mq.topic, queueId=mq.queue_id,
-                        maxMsgNums=self.pull_batch_size, suspendTimeoutMillis=self.suspend_timeout_ms,
-                        subscription=sub.subString, subVersion=sub.subVersion,
-                        expressionType=sub.expressionType).ext_fields
+        """The queue's TCP pulls: chains of pulls answered in callbacks (client/tcp_pull.py),
+        each ending with the delay before the next (flow control, an error, a new broker)."""
+        puller = TcpPull(self, pq)
         while self._running and not pq.dropped:
-            if pq.count >= self.threshold or not self._may_pull(pq):
-                await asyncio.sleep(0.05)
-                continue
-            # the broker the last answer suggested (suggestWhichBrokerId), or another of the
-            # same name when it is gone; a slave is never asked to commit (PullAPIWrapper)
-            addr, slave = inst.read_addr(mq.broker_name, self._pull_from.get(mq, 0))
-            commit = self.offsets.table.get(mq, -1)
-            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
-                PULL_SYS_COMMIT if commit > 0 and self.model == "CLUSTERING" and not slave else 0)
-            try:
-                if addr is None:
-                    raise ShmqError(f"no address for {mq.broker_name}")
-                ext = dict(fixed)
-                ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = str(pq.next_offset), str(flags), str(max(commit, 0))
-                resp = await inst.invoke(addr, RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext),
-                                         timeout=self.suspend_timeout_ms / 1000 + 15)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:
-                log.debug("pull %s failed: %s", mq, e)
-                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
-                continue
-            if pq.dropped:
-                return
-            ext = resp.ext_fields
-            self._pull_from[mq] = _int(ext.get("suggestWhichBrokerId"))
-            nxt = int(ext.get("nextBeginOffset", pq.next_offset))
-            if resp.code == ResponseCode.SUCCESS:
-                msgs = self._accept(mq.topic, messages_from_records(resp.body, mq.broker_name))
-                pq.next_offset = nxt
-                if msgs:
-                    pq.put(msgs)
-                    self._deliver(pq, msgs)
-                else:
-                    pq.max_seen = max(pq.max_seen, nxt - 1)
-                    if not pq.msgs:
-                        self.commit(pq, nxt)
-            elif resp.code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
-                pq.next_offset = nxt
-                if resp.code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.msgs:
-                    pq.max_seen = max(pq.max_seen, nxt - 1)
-                    self.commit(pq, nxt)
-            elif resp.code == ResponseCode.PULL_OFFSET_MOVED:
-                log.warning("%s: offset %d of %s moved to %d", self.group, pq.next_offset, mq, nxt)
-                pq.next_offset = nxt
-                pq.max_seen = nxt - 1
-                self.offsets.update(mq, nxt, increase_only=False)
-            else:
-                log.debug("pull %s answered %d %s", mq, resp.code, resp.remark)
-                await asyncio.sleep(PULL_DELAY_ON_ERROR_S)
+            delay = await puller.run()
+            if delay:
+                await asyncio.sleep(delay)
 
     def _may_pull(self, pq: ProcessQueue) -> bool:
         return True
@@ -507,9 +454,3 @@ class ConsumerCore:
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         raise NotImplementedError
 
-
-def _int(text, default: int = 0) -> int:
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        return default

@@ -108,7 +108,6 @@ class ClientInstance:
         self.loop = asyncio.new_event_loop()
         # submit(): coroutines handed over from user threads, started together on the loop
         self._submitted: collections.deque = collections.deque()
-        self._submit_lock = threading.Lock()
         self._drain_scheduled = False
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
@@ -142,12 +141,12 @@ class ClientInstance:
         waiter of None sends it oneway (``submit_oneway``). The
         requests submitted before the loop gets to them share one wake-up of the loop thread (a
         self-pipe write and a thread switch each cost more than the send itself), leave in
-        submission order in one write per connection, and share one timer."""
-        with self._submit_lock:
-            self._submitted.append((addr, cmd, waiter, timeout))
-            wake = not self._drain_scheduled
+        submission order in one write per connection, and share one timer. No lock: a deque's
+        append and popleft are atomic, and the drain clears the flag before it takes the jobs, so
+        a job appended after that flag was read set is still taken (at worst two drains run)."""
+        self._submitted.append((addr, cmd, waiter, timeout))
+        if not self._drain_scheduled:
             self._drain_scheduled = True
-        if wake:
             self.loop.call_soon_threadsafe(self._drain_submitted)
 
     def submit_oneway(self, addr: str, req, timeout: float) -> None:
@@ -188,14 +187,15 @@ class ClientInstance:
         return conn.start_frame(req.frame, waiter)
 
     def _drain_submitted(self) -> None:
-        with self._submit_lock:
-            jobs = list(self._submitted)
-            self._submitted.clear()
-            self._drain_scheduled = False
+        self._drain_scheduled = False
+        jobs = self._submitted
         timers: dict[tuple, list[int]] = {}
-        for addr, cmd, waiter, timeout in jobs:
-            client = self._client(addr)
-            conn = client.connection
+        last, client, conn = None, None, None
+        for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
+            addr, cmd, waiter, timeout = jobs.popleft()
+            if addr != last or conn is None or conn.closed:
+                client = self._client(addr)
+                conn, last = client.connection, addr
             if conn is None:  # not connected yet (or again): connect, then send
                 self.loop.create_task(self._connect_and_start(client, cmd, waiter, timeout))
                 continue
@@ -250,6 +250,17 @@ class ClientInstance:
         except RemotingConnectError:
             # a broker that refuses connections (killed, restarting): readers go to another
             # broker of the same name for a while (read_addr), as the route says one exists
+            self._unreachable[addr] = time.monotonic() + UNREACHABLE_S
+            raise
+
+    async def connect(self, addr: str):
+        """(client, open connection) to ``addr``, for requests answered in callbacks
+        (``Connection.start_request``: client/tcp_pull.py); a refused connection marks ``addr``
+        unreachable, as :meth:`invoke` does."""
+        client = self._client(addr)
+        try:
+            return client, await client.connect()
+        except RemotingConnectError:
             self._unreachable[addr] = time.monotonic() + UNREACHABLE_S
             raise
 

@@ -137,7 +137,12 @@ def send_result(resp, mq: MessageQueue, uniq) -> SendResult:
     if status is None:
         raise BrokerError(resp.code, resp.remark)
     ext = resp.ext_fields
-    qid = int(ext.get("queueId", mq.queue_id))
-    return SendResult(status, uniq or ext.get("msgId", ""), ext.get("msgId", ""),
-                      MessageQueue(mq.topic, mq.broker_name, qid), int(ext.get("queueOffset", -1)),
-                      transaction_id=ext.get("transactionId"), recall_handle=ext.get("recallHandle"))
+    qid = ext.get("queueId")
+    if qid is not None and int(qid) != mq.queue_id:  # else the queue asked for, the common answer
+        mq = MessageQueue(mq.topic, mq.broker_name, int(qid))
+    msg_id = ext.get("msgId", "")
+    offset = int(ext.get("queueOffset", -1))
+    tx, handle = ext.get("transactionId"), ext.get("recallHandle")
+    if tx is None and handle is None:
+        return SendResult(status, uniq or msg_id, msg_id, mq, offset)
+    return SendResult(status, uniq or msg_id, msg_id, mq, offset, transaction_id=tx, recall_handle=handle)

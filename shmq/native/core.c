@@ -278,6 +278,25 @@ static int futex_wait(uint32_t *addr, uint32_t val, int64_t timeout_ns) {
 
 static void futex_wake(uint32_t *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE, n, NULL, NULL, 0); }
 
+/* Which sleepers on data_seq an append of this process wakes (FUTEX_WAKE_BITSET): all of them
+ * unless the process chose a bit (shmq_set_data_wake_bit). A broker worker takes its own bit:
+ * its event loop checks its held pulls itself after each of its appends, and its pull-wake
+ * thread sleeps with every bit but that one (shmq_wait_data_others), so the worker's own
+ * appends do not wake that thread while everybody else's (other workers, local producers, the
+ * supervisor, anyone who never chose a bit) still do. Every other sleeper waits with all bits. */
+static uint32_t data_wake_bits = FUTEX_BITSET_MATCH_ANY;
+
+void shmq_set_data_wake_bit(int bit) {
+    data_wake_bits = bit >= 0 && bit < 32 ? 1u << bit : FUTEX_BITSET_MATCH_ANY;
+}
+
+static int futex_wait_bits(uint32_t *addr, uint32_t val, int64_t deadline_ns, uint32_t bits) {
+    struct timespec ts;  /* FUTEX_WAIT_BITSET: an absolute CLOCK_MONOTONIC deadline */
+    ts.tv_sec = deadline_ns / 1000000000LL;
+    ts.tv_nsec = deadline_ns % 1000000000LL;
+    return (int)syscall(SYS_futex, addr, FUTEX_WAIT_BITSET, val, &ts, NULL, bits);
+}
+
 /* ============================================================ control block == */
 uint32_t shmq_layout_fingerprint(void) {
     /* Sizes and offsets of everything shared, folded so that two builds that disagree on
@@ -809,7 +828,8 @@ static inline void write_cq(uint8_t *e, int64_t phys, uint32_t size, int64_t tag
 
 static inline void notify_data(shmq_ctl *c) {
     ADD_SC(&c->pos.data_seq, 1);
-    if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+    if (LOAD_SC(&c->pos.data_waiters))
+        syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, data_wake_bits);
 }
 
 /* Under the lock: the fence and the place of an append of `total` bytes. On success
@@ -1335,7 +1355,20 @@ int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int ch
 /* ========================================================== waits and flush == */
 int64_t shmq_load_i64(const int64_t *p) { return LOAD_ACQ(p); }
 
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits);
+
 int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns) {
+    return wait_data(c, seen, spin_ns, timeout_ns, FUTEX_BITSET_MATCH_ANY);
+}
+
+/* shmq_wait_data for a worker's pull-wake thread: not woken by this process's own appends
+ * (see data_wake_bits); returns at the timeout with whatever the position is then. */
+int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
+    return wait_data(c, seen, 0, timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
+                     ? FUTEX_BITSET_MATCH_ANY : ~data_wake_bits);
+}
+
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits) {
     int64_t t0 = mono_ns(), cpos;
     if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
     while (spin_ns > 0) {
@@ -1353,7 +1386,7 @@ int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeo
         if (left <= 0) return cpos;
         ADD_SC(&c->pos.data_waiters, 1);
         if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED)
-            futex_wait(&c->pos.data_seq, seq, left);
+            futex_wait_bits(&c->pos.data_seq, seq, deadline, bits);
         SUB_SC(&c->pos.data_waiters, 1);
         if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return LOAD_ACQ(&c->pos.commit_pos);
     }
@@ -1570,25 +1603,30 @@ static void *bridge_run(void *arg) {
     return NULL;
 }
 
+/* A detached helper thread with a small stack on which no signal may land (Python's handlers
+ * run on the main thread only). 0 on success. */
+static int start_helper(void *(*run)(void *), void *arg) {
+    pthread_t th;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    pthread_attr_setstacksize(&at, 64 * 1024);
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&th, &at, run, arg);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    pthread_attr_destroy(&at);
+    return rc;
+}
+
 shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
     shmq_bridge *b = calloc(1, sizeof *b);
     if (!b) return NULL;
     b->c = c;
     b->fd = fd;
     b->modes = modes;
-    pthread_t th;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    pthread_attr_setstacksize(&at, 64 * 1024);
-    /* no signal may land on this thread: Python's handlers run on the main thread only */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    int rc = pthread_create(&th, &at, bridge_run, b);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    pthread_attr_destroy(&at);
-    if (rc != 0) {
+    if (start_helper(bridge_run, b) != 0) {
         free(b);
         return NULL;
     }
@@ -1598,6 +1636,72 @@ shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
 void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns) {
     STORE_SC(&b->deadline, deadline_ns);
     STORE_SC(&b->want, want);
+    ADD_SC(&b->seq, 1);
+    futex_wake(&b->seq, 1);
+}
+
+/* ========================================================== pull-wake bridge == */
+/* A worker's held pulls (broker/worker/pull_hold.py). The loop cannot sleep on the store's
+ * data futex, and a Python thread that does takes the GIL from the loop at every append it
+ * sees; this thread takes none. While armed it sleeps on data_seq with every wake bit but its
+ * process's own (the worker's loop checks its holds itself after each of its own appends:
+ * shmq_set_data_wake_bit), and once the commit position passes the last one it reported it
+ * reports the new one and writes the loop's eventfd: one wake-up of the loop per run of other
+ * processes' appends, none for the worker's own. No lost wake-up: the loop arms it with a
+ * position read before it looked at its holds, and it reports (seen, then the eventfd write)
+ * only positions it read after they were published. The loop disarms it when it finds no
+ * holds; a disarmed thread sleeps on its own word and never touches the control block. */
+struct shmq_pullwake {
+    shmq_ctl *c;
+    int fd;
+    int64_t seen;    /* the last position armed with or reported */
+    uint32_t armed;
+    uint32_t seq;    /* bumped by every arm and disarm */
+};
+
+/* How long it sleeps on data_seq between looks at `armed`. At each end it reports the position
+ * if this worker's own appends moved it (they do not wake it): a spare check of the loop. */
+#define PULLWAKE_SLICE_NS 1000000000LL
+
+static void *pullwake_run(void *arg) {
+    shmq_pullwake *b = arg;
+    for (;;) {
+        uint32_t seq = LOAD_SC(&b->seq);
+        if (!LOAD_SC(&b->armed)) {
+            futex_wait(&b->seq, seq, 1000000000LL);
+            continue;
+        }
+        int64_t seen = LOAD_SC(&b->seen);
+        int64_t pos = shmq_wait_data_others(b->c, seen, PULLWAKE_SLICE_NS);
+        if (pos > seen) {
+            /* a re-arm in between set an older or equal position: report from whichever is higher */
+            if (__atomic_compare_exchange_n(&b->seen, &seen, pos, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+                uint64_t one = 1;
+                while (write(b->fd, &one, sizeof one) < 0 && errno == EINTR) {}
+            }
+        } else if (LOAD_ACQ(&b->c->owner.state) == SHMQ_STATE_FENCED) {
+            struct timespec ts = {0, 5000000};  /* fenced: the wait returns at once; do not spin */
+            nanosleep(&ts, NULL);
+        }
+    }
+    return NULL;
+}
+
+shmq_pullwake *shmq_pullwake_start(shmq_ctl *c, int fd) {
+    shmq_pullwake *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    b->c = c;
+    b->fd = fd;
+    if (start_helper(pullwake_run, b) != 0) {
+        free(b);
+        return NULL;
+    }
+    return b;
+}
+
+void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed) {
+    STORE_SC(&b->seen, seen);
+    STORE_SC(&b->armed, armed ? 1u : 0u);
     ADD_SC(&b->seq, 1);
     futex_wake(&b->seq, 1);
 }

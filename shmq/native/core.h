@@ -92,6 +92,8 @@ int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int ch
 
 /* waiting and flushing */
 int64_t shmq_wait_data(shmq_ctl *ctl, int64_t seen, int64_t spin_ns, int64_t timeout_ns);
+int64_t shmq_wait_data_others(shmq_ctl *ctl, int64_t seen, int64_t timeout_ns);
+void shmq_set_data_wake_bit(int bit);
 int shmq_wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
                      int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns);
 int shmq_wait_flushed(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
@@ -108,6 +110,10 @@ int64_t shmq_load_i64(const int64_t *p);
 typedef struct shmq_bridge shmq_bridge;
 shmq_bridge *shmq_bridge_start(shmq_ctl *ctl, int fd, int modes);
 void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns);
+/* a worker's pull-wake bridge (broker/worker/pull_hold.py): eventfd written when others append */
+typedef struct shmq_pullwake shmq_pullwake;
+shmq_pullwake *shmq_pullwake_start(shmq_ctl *ctl, int fd);
+void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed);
 /* CDEF-END */
 
 #endif

@@ -1,91 +1,96 @@
 """Held pulls (broker/worker/pull_hold.py): each is called back once, on the loop, when its
-queue grows, when its time is up or at shutdown; a closed connection's hold is dropped."""
+queue grows, when its time is up or at shutdown; a closed connection's hold is dropped. An
+append by another process wakes the loop through the C pull-wake thread; with a wake bit of its
+own, the worker's own appends do not (its loop checks after them itself)."""
 from __future__ import annotations
 
 import asyncio
-import threading
+import os
 
 from shmq.broker.worker.pull_hold import PullHolds
+from shmq.store import MessageStore
 
-
-class FakeStore:
-    """max offsets per queue and a commit position the pull-wake thread can wait on."""
-
-    def __init__(self):
-        self.max = {}
-        self.commit_pos = 0
-        self._cv = threading.Condition()
-
-    def max_offset(self, topic, qid):
-        return self.max.get((topic, qid), 0)
-
-    def append(self, topic, qid):
-        with self._cv:
-            self.max[(topic, qid)] = self.max_offset(topic, qid) + 1
-            self.commit_pos += 1
-            self._cv.notify_all()
-
-    def wait(self, seen, timeout, spin=0.0):
-        with self._cv:
-            self._cv.wait_for(lambda: self.commit_pos != seen, timeout)
-            return self.commit_pos
+from ..conftest import small_config
 
 
 class Conn:
     closed = False
 
 
-def run(coro_fn):
+def run(store_root, coro_fn, own_bit=None):
     async def main():
         loop = asyncio.get_running_loop()
-        store = FakeStore()
-        holds = PullHolds(store, loop)
+        store = MessageStore.open(small_config(store_root))
+        holds = PullHolds(store, loop, own_bit=own_bit)
         try:
             return await coro_fn(loop, store, holds)
         finally:
             holds.close()
+            store.close()
     return asyncio.run(main())
 
 
-def test_a_hold_is_answered_once_when_its_queue_grows_from_another_process():
+def _append_from_a_child(store, qid=0) -> None:
+    pid = os.fork()
+    if pid == 0:
+        try:
+            store.put("T", qid, b"x")
+        finally:
+            os._exit(0)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+async def _until(pred, s=5.0):
+    for _ in range(int(s / 0.01)):
+        if pred():
+            return True
+        await asyncio.sleep(0.01)
+    return False
+
+
+def test_a_hold_is_answered_once_when_its_queue_grows_from_another_process(store_root):
     async def body(loop, store, holds):
         calls = []
         holds.hold("T", 0, 0, 5.0, calls.append, Conn())
         holds.hold("T", 1, 0, 5.0, lambda grew: calls.append(("q1", grew)), Conn())
         assert calls == [] and len(holds) == 2
-        # an append by someone else: seen by the pull-wake thread, answered on the loop
-        await loop.run_in_executor(None, store.append, "T", 0)
-        for _ in range(200):
-            if calls:
-                break
-            await asyncio.sleep(0.01)
+        _append_from_a_child(store)  # seen by the pull-wake thread, answered on the loop
+        assert await _until(lambda: calls)
         holds.check()  # a second check calls nobody twice
         assert calls == [True] and len(holds) == 1
-    run(body)
+    run(store_root, body)
 
 
-def test_a_send_of_this_worker_answers_in_the_next_callback():
+def test_the_workers_own_append_is_checked_by_its_loop_and_anothers_still_wakes_it(store_root):
     async def body(loop, store, holds):
         calls = []
-        holds.hold("T", 0, 0, 5.0, calls.append, Conn())
-        store.max[("T", 0)] = 1
-        holds.appended()
-        assert calls == []  # not inside the send: its own answer goes first
+        holds.hold("T", 0, 0, 5.0, lambda grew: calls.append(("q0", grew)), Conn())
+        holds.hold("T", 1, 0, 5.0, lambda grew: calls.append(("q1", grew)), Conn())
+        await asyncio.sleep(0.2)    # the armed thread is asleep on the store's futex by now
+        store.put("T", 0, b"own")   # this worker's append: no wake-up of the loop...
+        await asyncio.sleep(0.02)
+        assert calls == []
+        holds.appended()            # ...its loop looks itself, in the next callback
+        assert calls == []          # not inside the send: its own answer goes first
         await asyncio.sleep(0)
-        assert calls == [True]
-    run(body)
+        assert calls == [("q0", True)]
+        _append_from_a_child(store, qid=1)  # another appender still wakes it
+        assert await _until(lambda: len(calls) == 2)
+        assert calls == [("q0", True), ("q1", True)]
+    run(store_root, body, own_bit=3)
 
 
-def test_a_hold_already_satisfied_is_answered_at_once():
+def test_a_hold_already_satisfied_is_answered_at_once(store_root):
     async def body(loop, store, holds):
-        store.max[("T", 0)] = 3
+        for _ in range(3):
+            store.put("T", 0, b"x")
         calls = []
         holds.hold("T", 0, 2, 5.0, calls.append, Conn())
         assert calls == [True] and len(holds) == 0
-    run(body)
+    run(store_root, body)
 
 
-def test_timeout_and_shutdown_answer_false_and_a_closed_connection_is_dropped():
+def test_timeout_and_shutdown_answer_false_and_a_closed_connection_is_dropped(store_root):
     async def body(loop, store, holds):
         calls = []
         holds.hold("T", 0, 0, 0.05, lambda grew: calls.append(("timeout", grew)), Conn())
@@ -99,10 +104,10 @@ def test_timeout_and_shutdown_answer_false_and_a_closed_connection_is_dropped():
         assert len(holds) == 1
         holds.release_all()
         assert calls == [("timeout", False), ("stop", False)] and len(holds) == 0
-    run(body)
+    run(store_root, body)
 
 
-def test_a_failing_callback_does_not_stop_the_others():
+def test_a_failing_callback_does_not_stop_the_others(store_root):
     async def body(loop, store, holds):
         calls = []
 
@@ -110,7 +115,7 @@ def test_a_failing_callback_does_not_stop_the_others():
             raise RuntimeError("answer failed")
         holds.hold("T", 0, 0, 5.0, boom, Conn())
         holds.hold("T", 0, 0, 5.0, calls.append, Conn())
-        store.max[("T", 0)] = 1
+        store.put("T", 0, b"x")
         holds.check()
         assert calls == [True] and len(holds) == 0
-    run(body)
+    run(store_root, body)

@@ -83,7 +83,7 @@ class Worker:
         self.store = MessageStore.attach(self.cfg.store_root)
         self.attach_guard = AttachGuard(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
-        self.holds = PullHolds(self.store, loop)
+        self.holds = PullHolds(self.store, loop, own_bit=self.wid)
         acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
         if acl is not None:
             self.acl_watch = acl.watcher()

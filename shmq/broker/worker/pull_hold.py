@@ -1,31 +1,34 @@
 """Long polling: pulls with nothing to return, parked until their queue grows or they time out.
 
 Whoever appends (any worker, a local producer, the supervisor's delay service) advances the
-store's commit position and wakes the store futex. One thread per worker sleeps in
-``store.wait()`` (the GIL is released there) while holds exist, and on every advance
-schedules one check on the event loop (coalesced: at most one pending at a time). The
-check calls back each hold whose queue's max offset passed the offset it waits for (the
-pull processor re-runs the read and writes the answer from there); a hold whose time is up
-is called back by its timer. A hold's callback runs once, on the loop.
+store's commit position and wakes the store futex. A check on the event loop calls back each
+hold whose queue's max offset passed the offset it waits for (the pull processor re-runs the
+read and writes the answer from there); a hold whose time is up is called back by its timer.
+A hold's callback runs once, on the loop. Two things schedule the check:
 
-No lost wake-up: a hold is checked once right after it is registered (on the loop), and
-when the thread goes from idle to waiting it reads the commit position and then schedules
-a check, so a commit between a pull's first look and the thread's first futex wait is
-still seen by some check.
+* this worker's own appends: every append of the worker calls :meth:`appended` on the loop
+  (the send, batch, send-back, end-transaction, recall and reply paths), which checks in the
+  next callback, after the send's own answer is written, with no thread hop;
+* everybody else's: a small C thread (``shmq_pullwake_*`` in native/core.c, no GIL) sleeps on
+  the data futex while holds exist and writes an eventfd the loop reads. The worker takes its
+  own futex wake bit (``shmq_set_data_wake_bit``) and that thread sleeps with every bit but
+  it, so the worker's own appends do not wake it (the loop looked already) while every other
+  appender's do. With the producer and the consumer on one worker a message costs no wake-up
+  beyond the two requests; on two workers it costs one wake-up of the loop, and no GIL
+  hand-over to a Python thread.
 
-A send served by this worker checks the holds itself, on the loop, right after its append
-(:meth:`appended`): its own held pulls are answered with no thread hop, in the callback
-after the send's answer. It records the commit position it read
-*before* that check, and the thread schedules no check of its own for a position at or below
-it (every commit up to it was seen by the loop's check), which saves the self-pipe write and
-a wake-up of the loop per message while a consumer is caught up.
+No lost wake-up: a hold is checked right after it is registered (``hold``), and the thread is
+armed with a commit position read before that look; it reports any position past the one it
+last reported, and a report is written only after the position was published.
 """
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+import os
 from typing import Callable
+
+from shmq.native import ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
 
@@ -39,16 +42,24 @@ class _Hold:
 
 
 class PullHolds:
-    def __init__(self, store, loop: asyncio.AbstractEventLoop):
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, own_bit: int | None = None):
+        """``own_bit``: this worker's id; its appends then do not wake the bridge (see above).
+        Only for a process whose every append calls :meth:`appended`."""
         self.store = store
         self.loop = loop
+        self._own_bit = own_bit is not None and 0 <= own_bit < 32
+        if self._own_bit:
+            lib.shmq_set_data_wake_bit(own_bit)
+            os.register_at_fork(after_in_child=_child_wakes_everyone)
         self._holds: set[_Hold] = set()
-        self._active = threading.Event()   # set while holds exist: the thread waits on the store
-        self._stop = False
         self._check_pending = False
-        self._loop_seen = -1               # commit position covered by the loop's last own check
-        self._thread = threading.Thread(target=self._run, name="pull-wake", daemon=True)
-        self._thread.start()
+        self._armed = False
+        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._bridge = lib.shmq_pullwake_start(store.cb.ctl, self._fd)
+        if self._bridge == ffi.NULL:
+            os.close(self._fd)
+            raise OSError("cannot start the pull-wake thread")
+        loop.add_reader(self._fd, self._woken)
 
     def __len__(self) -> int:
         return len(self._holds)
@@ -58,13 +69,16 @@ class PullHolds:
         """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
         ``offset``, or ``ready(False)`` after ``timeout_s`` (or at shutdown). A hold whose
         ``owner`` (the connection) is closed is dropped at the next check, not called."""
-        if self.store.max_offset(topic, qid) > offset:  # the check right after registering
+        store = self.store
+        if not self._armed:  # the position before the look below: nothing after it is missed
+            self._armed = True
+            lib.shmq_pullwake_arm(self._bridge, store.commit_pos, 1)
+        if store.max_offset(topic, qid) > offset:  # the check right after registering
             ready(True)
             return
         h = _Hold(topic, qid, offset, ready, owner)
         h.timer = self.loop.call_later(timeout_s, self._release, h, False)
         self._holds.add(h)
-        self._active.set()
 
     def _release(self, h: _Hold, grew: bool) -> None:
         if h not in self._holds:
@@ -81,11 +95,23 @@ class PullHolds:
     def appended(self) -> None:
         """On the loop, after this worker appended: answer the holds its append satisfied,
         in the next callback of the loop (the send's own answer is written first)."""
-        if self._holds:
-            self._loop_seen = self.store.commit_pos  # read before the check: see the docstring
-            if not self._check_pending:
-                self._check_pending = True
-                self.loop.call_soon(self.check)
+        if self._holds and not self._check_pending:
+            self._check_pending = True
+            self.loop.call_soon(self.check)
+
+    def _woken(self) -> None:
+        """The bridge saw someone else's append (on the loop)."""
+        try:
+            os.eventfd_read(self._fd)
+        except BlockingIOError:
+            pass
+        if not self._holds:
+            # disarmed while nothing is held (re-armed by the next hold); a hold between now
+            # and then is looked at when it is registered
+            self._armed = False
+            lib.shmq_pullwake_arm(self._bridge, 0, 0)
+            return
+        self.check()
 
     def check(self) -> None:
         """On the loop: call back every hold whose queue grew (and drop closed ones)."""
@@ -100,38 +126,23 @@ class PullHolds:
         for h in list(self._holds):
             self._release(h, False)
 
-    def _schedule_check(self) -> None:
-        if self._check_pending:
-            return
-        self._check_pending = True
-        try:
-            self.loop.call_soon_threadsafe(self.check)
-        except RuntimeError:  # loop closed: shutting down
-            self._stop = True
-
-    def _run(self) -> None:
-        store = self.store
-        while not self._stop:
-            if not self._holds:
-                self._active.clear()
-                if not self._holds:
-                    self._active.wait(0.5)
-                continue
-            seen = store.commit_pos
-            self._schedule_check()
-            while self._holds and not self._stop:
-                try:
-                    pos = store.wait(seen, 0.2)
-                except Exception:  # the store closed under us (shutdown)
-                    log.debug("pull-wake thread: store wait failed", exc_info=True)
-                    return
-                if pos != seen:
-                    seen = pos
-                    if pos > self._loop_seen:
-                        self._schedule_check()
-
     def close(self) -> None:
-        self._stop = True
-        self._active.set()
+        """Answer every hold and stop listening. The C thread stays (disarmed, asleep) until
+        the process exits, and so does its eventfd: closing it could hand its number to
+        another file the thread would then write to. This process's appends wake every
+        sleeper again."""
         self.release_all()
-        self._thread.join(2.0)
+        if self._armed:
+            self._armed = False
+            lib.shmq_pullwake_arm(self._bridge, 0, 0)
+        try:
+            self.loop.remove_reader(self._fd)
+        except (RuntimeError, ValueError):  # the loop is closed already
+            pass
+        if self._own_bit:
+            lib.shmq_set_data_wake_bit(-1)
+
+
+def _child_wakes_everyone() -> None:
+    # a forked child is another appender: its appends must wake this worker's bridge
+    lib.shmq_set_data_wake_bit(-1)

@@ -153,6 +153,7 @@ class Processor:
         res = self.w.store.put(h.topic, qid, cmd.body, (h.properties or "").encode(), flag=h.flag,
                                sysflag=h.sysFlag, born_timestamp=h.bornTimestamp, born_host=bh,
                                reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
+        self.w.holds.appended()
         if res is not None and getattr(res, "msg_id", None):
             ext_out.update(msgId=res.msg_id, queueOffset=str(res.queue_offset))
         return cmd.make_response(ext_fields=ext_out)

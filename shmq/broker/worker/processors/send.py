@@ -247,6 +247,7 @@ class Processor:
             self.w.pipeline, h.offset, h.group, h.delayLevel, h.maxReconsumeTimes, cmd.version,
             group_retry_max_times=self.cfg.maxReconsumeTimes, origin_msg_id=h.originMsgId,
             origin_topic=h.originTopic)
+        self.w.holds.appended()
         if code == 0:
             self.w.stats["put"] += 1
         return cmd.make_response(code, remark)
@@ -260,6 +261,7 @@ class Processor:
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
         res = transaction.end_transaction(self.w.pipeline, h.commitLogOffset, h.tranStateTableOffset,
                                           h.producerGroup, h.commitOrRollback, wait_flush=False)
+        self.w.holds.appended()
         if res is not None and res.committed:
             self.w.stats["put"] += 1
         return cmd.make_response()

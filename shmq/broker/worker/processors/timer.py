@@ -32,4 +32,5 @@ class Processor:
         if not topic or await self.w.fetch_topic(topic) is None:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST, f"recall failed, the topic[{topic}] not exist")
         msg_id = recall.recall(self.w.pipeline, topic, handle, self.cfg.brokerName, ext.get("producerGroup"))
+        self.w.holds.appended()
         return cmd.make_response(ResponseCode.SUCCESS, None, {"msgId": msg_id, "MSG_REGION": "DefaultRegion"})

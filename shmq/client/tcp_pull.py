@@ -1,0 +1,209 @@
+"""One assigned queue's long-polling pull over TCP, answered in callbacks.
+
+RocketMQ's ``PullMessageService`` + ``PullAPIWrapper``: a PULL_MESSAGE with the suspend flag
+is held by the broker until the queue grows (or ``suspendTimeoutMillis`` passes), and the
+consumer sends the next one as soon as an answer arrives. A caught-up consumer does this once
+per message, so the cycle's cost is the consumer's cost per message.
+
+The steady cycle runs in the connection's read callback, with no task, future or timer per
+pull: the answer goes to :meth:`TcpPull.set_result` (a waiter of
+``Connection.start_request``), which sends the next PULL first (it is written in the same
+turn of the loop, before any consume thread is woken) and then hands the messages to the
+consumer (``ConsumerCore._deliver``). A lost answer is failed by one watchdog timer per queue
+(``expire``), not a timer per request.
+
+Anything off the steady path (no connection yet, a different broker suggested, flow control,
+an error answer, a timeout, a dropped queue) ends the chain: the queue's task
+(``ConsumerCore._pull_tcp``) awaits :meth:`TcpPull.run`'s result, sleeps what it says and
+starts a new chain. Cancelling that task stops the chain (an answer still in flight is
+ignored). Ordering holds: one pull in flight per queue, and the next offset is the answer's
+nextBeginOffset, as before.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from shmq.errors import ShmqError
+from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
+
+from .message import messages_from_records
+
+log = logging.getLogger("shmq.client.consumer")
+
+PULL_SYS_COMMIT, PULL_SYS_SUSPEND, PULL_SYS_SUBSCRIPTION = 1, 2, 4
+PULL_DELAY_ON_ERROR_S = 3.0
+ANSWER_MARGIN_S = 15.0  # a pull unanswered this long past its suspend timeout is failed
+FLOW_CONTROL_DELAY_S = 0.05
+
+
+class TcpPull:
+    """The pull chain of one ProcessQueue (see the module docstring)."""
+
+    def __init__(self, core, pq):
+        self.core = core
+        self.pq = pq
+        mq = pq.mq
+        sub = core.subscriptions.get(mq.topic)
+        # the request's fields that stay the same for this queue, as the strings they are sent as
+        self.fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=core.group, topic=mq.topic,
+                             queueId=mq.queue_id, maxMsgNums=core.pull_batch_size,
+                             suspendTimeoutMillis=core.suspend_timeout_ms, subscription=sub.subString,
+                             subVersion=sub.subVersion, expressionType=sub.expressionType).ext_fields
+        self.timeout = core.suspend_timeout_ms / 1000 + ANSWER_MARGIN_S
+        self._end: asyncio.Future | None = None  # the chain's result: the delay before the next one
+        self._conn = None
+        self._addr: str | None = None
+        self._hook = None
+        self._opaque = 0                          # the request in flight (0: none)
+        self._issued = 0.0
+        self._watch: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    # ---- the task's side --------------------------------------------------------------------
+    async def run(self) -> float:
+        """Run one chain; returns the delay before the next (0: start again at once)."""
+        core, pq = self.core, self.pq
+        if pq.count >= core.threshold or not core._may_pull(pq):
+            return FLOW_CONTROL_DELAY_S
+        addr, _slave = core.instance.read_addr(pq.mq.broker_name, core._pull_from.get(pq.mq, 0))
+        try:
+            if addr is None:
+                raise ShmqError(f"no address for {pq.mq.broker_name}")
+            client, conn = await core.instance.connect(addr)
+        except ShmqError as e:
+            log.debug("pull %s failed: %s", pq.mq, e)
+            return PULL_DELAY_ON_ERROR_S
+        loop = self._loop = asyncio.get_running_loop()
+        self._conn, self._addr, self._hook = conn, addr, client.rpc_hook
+        self._end = loop.create_future()
+        self._watch = loop.call_later(self.timeout / 4, self._watchdog)
+        try:
+            if self._issue():
+                return await self._end
+            return self._end.result()
+        finally:
+            self._stop()
+
+    def _stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+            self._watch = None
+        self._opaque = 0
+        self._conn = None
+        end, self._end = self._end, None
+        if end is not None and not end.done():
+            end.cancel()
+
+    def _finish(self, delay: float) -> None:
+        """Leave the steady path: the task sleeps ``delay`` and starts a new chain."""
+        self._opaque = 0
+        if self._end is not None and not self._end.done():
+            self._end.set_result(delay)
+
+    def _watchdog(self) -> None:
+        """A pull unanswered for ``timeout`` is failed (RemotingTimeout through set_exception)."""
+        conn = self._conn
+        if conn is None:
+            return
+        if self._opaque and self._loop.time() - self._issued > self.timeout:
+            conn.expire([self._opaque], RequestCode.PULL_MESSAGE, self.timeout)
+        if self._conn is not None:
+            self._watch = self._loop.call_later(self.timeout / 4, self._watchdog)
+
+    # ---- the steady cycle -------------------------------------------------------------------
+    def _issue(self) -> bool:
+        """Send the next PULL on the chain's connection; False (chain finished) when it cannot."""
+        core, pq = self.core, self.pq
+        if not core._running or pq.dropped:
+            self._finish(0.0)
+            return False
+        if pq.count >= core.threshold or not core._may_pull(pq):
+            self._finish(FLOW_CONTROL_DELAY_S)
+            return False
+        mq = pq.mq
+        addr, slave = core.instance.read_addr(mq.broker_name, core._pull_from.get(mq, 0))
+        conn = self._conn
+        if addr != self._addr or conn is None or conn.closed:
+            self._finish(0.0)  # another broker suggested, or the connection went: a new chain
+            return False
+        # a slave is never asked to commit (PullAPIWrapper)
+        commit = core.offsets.table.get(mq, -1)
+        flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
+            PULL_SYS_COMMIT if commit > 0 and core.model == "CLUSTERING" and not slave else 0)
+        ext = dict(self.fixed)
+        ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = str(pq.next_offset), str(flags), str(max(commit, 0))
+        cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
+        if self._hook is not None:
+            self._hook(cmd)
+        try:
+            self._opaque = conn.start_request(cmd, self)
+        except ShmqError as e:
+            log.debug("pull %s failed: %s", mq, e)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+            return False
+        self._issued = self._loop.time()
+        return True
+
+    # Connection.start_request's waiter: done / set_result / set_exception, on the loop
+    def done(self) -> bool:
+        return self._opaque == 0
+
+    def set_exception(self, e: BaseException) -> None:
+        if self._opaque:
+            log.debug("pull %s failed: %s", self.pq.mq, e)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+
+    def set_result(self, resp: RemotingCommand) -> None:
+        if resp.opaque != self._opaque or not self._opaque:
+            return  # the answer to a pull of a chain stopped while it was in flight
+        self._opaque = 0
+        try:
+            self._answered(resp)
+        except Exception:  # noqa: BLE001 - a bad answer ends this chain, never the connection
+            log.exception("pull %s: handling the answer failed", self.pq.mq)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+
+    def _answered(self, resp: RemotingCommand) -> None:
+        core, pq = self.core, self.pq
+        if pq.dropped:
+            self._finish(0.0)
+            return
+        mq = pq.mq
+        ext = resp.ext_fields
+        core._pull_from[mq] = _int(ext.get("suggestWhichBrokerId"))
+        nxt = _int(ext.get("nextBeginOffset"), pq.next_offset)
+        code = resp.code
+        if code == ResponseCode.SUCCESS:
+            msgs = core._accept(mq.topic, messages_from_records(resp.body, mq.broker_name))
+            pq.next_offset = nxt
+            if msgs:
+                pq.put(msgs)
+                self._issue()  # the next pull goes out before a consume thread is woken
+                core._deliver(pq, msgs)
+                return
+            pq.max_seen = max(pq.max_seen, nxt - 1)
+            if not pq.msgs:
+                core.commit(pq, nxt)
+        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            pq.next_offset = nxt
+            if code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.msgs:
+                pq.max_seen = max(pq.max_seen, nxt - 1)
+                core.commit(pq, nxt)
+        elif code == ResponseCode.PULL_OFFSET_MOVED:
+            log.warning("%s: offset %d of %s moved to %d", core.group, pq.next_offset, mq, nxt)
+            pq.next_offset = nxt
+            pq.max_seen = nxt - 1
+            core.offsets.update(mq, nxt, increase_only=False)
+        else:
+            log.debug("pull %s answered %d %s", mq, code, resp.remark)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+            return
+        self._issue()
+
+
+def _int(text, default: int = 0) -> int:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return default

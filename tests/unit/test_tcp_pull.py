@@ -1,0 +1,150 @@
+"""A consumer's TCP pull chain (client/tcp_pull.py): the next PULL leaves before the listener
+is handed the messages, in offset order; a queue taken away delivers nothing more; a pull the
+broker never answers is failed after its timeout and pulled again."""
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+
+from shmq.client import tcp_pull
+from shmq.client.consumer_core import ProcessQueue
+from shmq.client.message import MessageQueue
+from shmq.protocol import RemotingCommand, ResponseCode
+from shmq.protocol.bodies import SubscriptionData
+
+MQ = MessageQueue("T", "b", 0)
+
+
+class FakeConn:
+    closed = False
+
+    def __init__(self, log):
+        self.log, self.pending, self._n = log, {}, 0
+
+    def start_request(self, cmd, waiter):
+        self._n += 1
+        cmd.opaque = self._n
+        self.pending[self._n] = (waiter, int(cmd.ext_fields["queueOffset"]))
+        self.log.append(("pull", int(cmd.ext_fields["queueOffset"])))
+        return self._n
+
+    def expire(self, opaques, code, timeout):
+        for o in opaques:
+            w = self.pending.pop(o, (None,))[0]
+            if w is not None and not w.done():
+                w.set_exception(TimeoutError("no answer"))
+
+    def answer(self, code=ResponseCode.SUCCESS, n=1):
+        """The broker answers the last pull with ``n`` messages from its offset on."""
+        opaque = max(self.pending)
+        waiter, off = self.pending.pop(opaque)
+        resp = RemotingCommand(code=code, opaque=opaque, flag=1, body=b"x" * n,
+                               ext_fields={"nextBeginOffset": str(off + (n if code == 0 else 0)),
+                                           "suggestWhichBrokerId": "0"})
+        if not waiter.done():
+            waiter.set_result(resp)
+
+
+class FakeCore:
+    group, model, pull_batch_size, threshold, _running = "G", "CLUSTERING", 32, 1000, True
+
+    def __init__(self, log, suspend_ms=15000):
+        self.log = log
+        self.suspend_timeout_ms = suspend_ms
+        self.subscriptions = {"T": SubscriptionData(topic="T", subString="*", subVersion=1, expressionType="TAG")}
+        self._pull_from = {}
+        self.offsets = SimpleNamespace(table={}, update=lambda *a, **k: None)
+        self.conn = FakeConn(log)
+        client = SimpleNamespace(rpc_hook=None)
+
+        async def connect(addr):
+            return client, self.conn
+        self.instance = SimpleNamespace(read_addr=lambda name, bid: ("127.0.0.1:1", False), connect=connect)
+
+    def _may_pull(self, pq):
+        return True
+
+    def _accept(self, topic, msgs):
+        return msgs
+
+    def commit(self, pq, off):
+        pass
+
+    def _deliver(self, pq, msgs):
+        self.log.append(("deliver", [m.queue_offset for m in msgs]))
+
+
+def _records(monkeypatch):
+    def decode(body, broker, start=[0]):  # one fake message per body byte, offsets counting up
+        out = [SimpleNamespace(queue_offset=start[0] + i) for i in range(len(body))]
+        start[0] += len(body)
+        return out
+    monkeypatch.setattr(tcp_pull, "messages_from_records", decode)
+
+
+def _chain(core, pq):
+    async def loop_until_dropped():
+        puller = tcp_pull.TcpPull(core, pq)
+        while not pq.dropped:
+            delay = await puller.run()
+            if delay:
+                await asyncio.sleep(delay)
+    return asyncio.ensure_future(loop_until_dropped())
+
+
+async def _turns(n=3):
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_the_next_pull_leaves_before_the_messages_are_delivered(monkeypatch):
+    _records(monkeypatch)
+
+    async def body():
+        log = []
+        core = FakeCore(log)
+        task = _chain(core, ProcessQueue(MQ, 0))
+        await _turns()
+        core.conn.answer(n=2)
+        core.conn.answer(ResponseCode.PULL_NOT_FOUND)  # a held pull that timed out empty
+        core.conn.answer(n=1)
+        task.cancel()
+        assert log == [("pull", 0), ("pull", 2), ("deliver", [0, 1]), ("pull", 2), ("pull", 3), ("deliver", [2])]
+    asyncio.run(body())
+
+
+def test_a_queue_taken_away_delivers_nothing_more(monkeypatch):
+    _records(monkeypatch)
+
+    async def body():
+        log = []
+        core = FakeCore(log)
+        task = _chain(core, ProcessQueue(MQ, 5))
+        await _turns()
+        task.cancel()  # the rebalance gave the queue to another consumer
+        await _turns()
+        core.conn.answer(n=3)  # the answer to the pull in flight arrives late
+        assert log == [("pull", 5)]
+    asyncio.run(body())
+
+
+def test_a_pull_never_answered_is_pulled_again_after_its_timeout(monkeypatch):
+    _records(monkeypatch)
+    monkeypatch.setattr(tcp_pull, "ANSWER_MARGIN_S", 0.05)
+    monkeypatch.setattr(tcp_pull, "PULL_DELAY_ON_ERROR_S", 0.01)
+
+    async def body():
+        log = []
+        core = FakeCore(log, suspend_ms=50)
+        pq = ProcessQueue(MQ, 7)
+        task = _chain(core, pq)
+        for _ in range(300):
+            if len(log) >= 2:
+                break
+            await asyncio.sleep(0.01)
+        assert log[:2] == [("pull", 7), ("pull", 7)]
+        core.conn.answer(n=1)
+        pq.dropped = True
+        task.cancel()
+        assert log[2:] == [("pull", 8), ("deliver", [0])]
+    asyncio.run(body())
