@@ -172,6 +172,8 @@ class Producer(ProducerBase):
         queues = info.queues
         n = len(queues)
         start = next(self._rr)
+        if avoid is None and not self.latency_fault:
+            return queues[start % n]  # what the loop below answers then, without it
         now = time.monotonic()
         for i in range(n):
             mq = queues[(start + i) % n]
@@ -276,9 +278,8 @@ class Producer(ProducerBase):
     def _remote(self, mq, flag: int, body: bytes, properties: str, sysflag: int, *, batch: bool,
                 oneway: bool) -> RemoteSend:
         """The request of an async or oneway send, its frame made on its connection (remote_send)."""
-        t = self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway)
-        return RemoteSend(t, self.group, mq, self.create_topic_key, self.default_queue_nums, sysflag,
-                          int(time.time() * 1000), flag, properties, body, batch, oneway)
+        return RemoteSend(self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway),
+                          sysflag, int(time.time() * 1000), flag, properties, body)
 
     def _wire(self, msg: Message) -> tuple[bytes, str, int, str]:
         """(body, properties text, sysflag, UNIQ_KEY) of a message to send over TCP. A plain one

@@ -25,53 +25,71 @@ from .message import MessageQueue, SendResult, SendStatus
 RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
 STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
                   11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
-_NONE = object()
+
+
+class SendTarget:
+    """What every send of one producer to one queue shares (batch or not, oneway or not): the
+    request's fixed fields and the frame's template (None: the generic encoding)."""
+
+    __slots__ = ("template", "group", "mq", "default_topic", "default_queue_nums", "batch", "oneway", "code")
+
+    def __init__(self, group: str, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
+                 oneway: bool):
+        self.group, self.mq, self.default_topic, self.default_queue_nums = group, mq, default_topic, default_queue_nums
+        self.batch, self.oneway = batch, oneway
+        self.code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        self.template = SendFrame.of(group, mq.topic, default_topic, default_queue_nums, mq.queue_id, batch=batch,
+                                     oneway=oneway)
 
 
 class Frames:
-    """A producer's SendFrame templates, one per (queue, batch, oneway) and settings it sent with."""
+    """A producer's SendTargets, one per (queue, batch, oneway), for the settings it sends with."""
 
-    __slots__ = ("group", "_by_key")
+    __slots__ = ("group", "_settings", "_by_key")
 
     def __init__(self, group: str):
         self.group = group
-        self._by_key: dict[tuple, SendFrame | None] = {}
+        self._settings: tuple = ()
+        self._by_key: dict[tuple, SendTarget] = {}
 
     def get(self, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
-            oneway: bool) -> SendFrame | None:
-        key = (mq.topic, mq.queue_id, batch, oneway, default_topic, default_queue_nums)
-        f = self._by_key.get(key, _NONE)
-        if f is _NONE:
-            if len(self._by_key) >= 4096:  # many topics: a bounded cache, rebuilt as used
-                self._by_key.clear()
-            f = self._by_key[key] = SendFrame.of(self.group, mq.topic, default_topic, default_queue_nums,
-                                                 mq.queue_id, batch=batch, oneway=oneway)
-        return f
+            oneway: bool) -> SendTarget:
+        key = (mq, batch, oneway)
+        t = self._by_key.get(key)
+        if t is None or self._settings != (default_topic, default_queue_nums):
+            if len(self._by_key) >= 4096 or self._settings != (default_topic, default_queue_nums):
+                self._by_key.clear()  # many topics (a bounded cache, rebuilt as used), or new settings
+                self._settings = (default_topic, default_queue_nums)
+            t = self._by_key[key] = SendTarget(self.group, mq, default_topic, default_queue_nums, batch, oneway)
+        return t
 
 
 class RemoteSend:
     """One prepared send's request: ``frame(opaque)`` its bytes, ``command()`` the same as a
     RemotingCommand (for an rpc_hook)."""
 
-    __slots__ = ("template", "group", "mq", "default_topic", "default_queue_nums", "sysflag", "born_ms", "flag",
-                 "properties", "body", "batch", "oneway", "code")
+    __slots__ = ("target", "sysflag", "born_ms", "flag", "properties", "body")
 
-    def __init__(self, template: SendFrame | None, group: str, mq: MessageQueue, default_topic: str,
-                 default_queue_nums: int, sysflag: int, born_ms: int, flag: int, properties: str, body: bytes,
-                 batch: bool, oneway: bool):
-        self.template, self.group, self.mq = template, group, mq
-        self.default_topic, self.default_queue_nums = default_topic, default_queue_nums
-        self.sysflag, self.born_ms, self.flag, self.properties, self.body = sysflag, born_ms, flag, properties, body
-        self.batch, self.oneway = batch, oneway
-        self.code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    def __init__(self, target: SendTarget, sysflag: int, born_ms: int, flag: int, properties: str, body: bytes):
+        self.target, self.sysflag, self.born_ms, self.flag, self.properties, self.body = (
+            target, sysflag, born_ms, flag, properties, body)
+
+    @property
+    def code(self) -> int:
+        return self.target.code
+
+    @property
+    def template(self) -> SendFrame | None:
+        return self.target.template
 
     def command(self) -> RemotingCommand:
-        ext = send_v2_ext(self.group, self.mq.topic, self.default_topic, self.default_queue_nums, self.mq.queue_id,
-                          self.sysflag, self.born_ms, self.flag, self.properties, self.batch)
-        return RemotingCommand(code=self.code, ext_fields=ext, body=self.body, flag=FLAG_ONEWAY if self.oneway else 0)
+        t = self.target
+        ext = send_v2_ext(t.group, t.mq.topic, t.default_topic, t.default_queue_nums, t.mq.queue_id, self.sysflag,
+                          self.born_ms, self.flag, self.properties, t.batch)
+        return RemotingCommand(code=t.code, ext_fields=ext, body=self.body, flag=FLAG_ONEWAY if t.oneway else 0)
 
     def frame(self, opaque: int) -> bytes:
-        t = self.template
+        t = self.target.template
         if t is None:
             cmd = self.command()
             cmd.opaque = opaque
