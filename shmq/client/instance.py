@@ -26,6 +26,7 @@ from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from .remote_send import RemoteSend
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("shmq.client")
@@ -111,6 +112,7 @@ class ClientInstance:
         self._drain_scheduled = False
         # requests for an address whose connection is being opened, in submission order
         self._held: dict[str, collections.deque] = {}
+        self._oneways = 0  # oneway sends submitted (submit_oneway)
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
         self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
@@ -156,13 +158,18 @@ class ClientInstance:
         the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests wait
         or the connection does not take more (the broker does not read), the caller waits;
         RemotingTimeout after ``timeout`` s of that."""
-        if len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+        self._oneways += 1
+        # the connection's state is looked at every 32nd send (it moves by bursts, not by one)
+        if len(self._submitted) >= ONEWAY_BACKLOG or (not self._oneways & 31 and self._write_paused(addr)):
             deadline = time.monotonic() + timeout
             while len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
                 if time.monotonic() > deadline:
                     raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
                 time.sleep(0.0005)
-        self.submit_request(addr, req, None, 0)
+        self._submitted.append((addr, req, None, 0))  # submit_request's two steps, inline
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.loop.call_soon_threadsafe(self._drain_submitted)
 
     def _write_paused(self, addr: str) -> bool:
         """``addr``'s connection takes no more: its transport is paused, or it is being opened
@@ -198,21 +205,42 @@ class ClientInstance:
         jobs = self._submitted
         timers: dict[tuple, list[int]] = {}
         last, client, conn = None, None, None
+        oneways: list = []  # consecutive common oneway sends to conn, written together
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
             addr, cmd, waiter, timeout = jobs.popleft()
-            held = self._held.get(addr)
-            if held is not None:  # its connection is being opened: after the ones before it
-                held.append((cmd, waiter, timeout))
-                continue
             if addr != last or conn is None or conn.closed:
+                if oneways:
+                    self._send_oneways(conn, oneways)
+                held = self._held.get(addr)
+                if held is not None:  # its connection is being opened: after the ones before it
+                    held.append((cmd, waiter, timeout))
+                    last = None
+                    continue
                 client = self._client(addr)
                 conn, last = client.connection, addr
-            if conn is None:  # not connected yet (or again): one connect, the jobs held till then
-                self._held[addr] = collections.deque([(cmd, waiter, timeout)])
-                self.loop.create_task(self._connect_and_start(client))
+                if conn is None:  # not connected yet (or again): one connect, the jobs held till then
+                    self._held[addr] = collections.deque([(cmd, waiter, timeout)])
+                    self.loop.create_task(self._connect_and_start(client))
+                    last = None
+                    continue
+            if waiter is None and cmd.__class__ is RemoteSend and client.rpc_hook is None and \
+                    len(cmd.body) < _FRAME_BODY_MAX:  # the common oneway send: _start's last case
+                oneways.append(cmd.frame)
                 continue
+            if oneways:
+                self._send_oneways(conn, oneways)
             self._start_one(client, conn, cmd, waiter, timeout, timers)
+        if oneways:
+            self._send_oneways(conn, oneways)
         self._start_timers(timers)
+
+    @staticmethod
+    def _send_oneways(conn, builds: list) -> None:
+        try:
+            conn.send_frames(builds)
+        except Exception as e:  # noqa: BLE001 - oneway: the caller asked not to hear
+            log.debug("oneway sends failed: %s", e)
+        builds.clear()
 
     def _start_one(self, client, conn, cmd, waiter, timeout: float, timers: dict) -> None:
         try:
