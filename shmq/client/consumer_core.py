@@ -136,6 +136,9 @@ class ConsumerCore:
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
+        # what the local pull thread does with a queue's new messages once they are in its
+        # ProcessQueue (a push consumer with consume_threads=0 sets its listener's call here)
+        self._local_deliver = self._deliver
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []
@@ -415,7 +418,7 @@ class ConsumerCore:
             if msgs:
                 pq.next_offset = nxt
                 pq.put(msgs)
-                self._deliver(pq, msgs)
+                self._local_deliver(pq, msgs)
                 return True
         codes = self._filters.get(mq.topic, (None, None))[1]
         sub = self.subscriptions.get(mq.topic)
@@ -433,7 +436,7 @@ class ConsumerCore:
             pq.next_offset = res.next_begin_offset
             if msgs:
                 pq.put(msgs)
-                self._deliver(pq, msgs)
+                self._local_deliver(pq, msgs)
             return True
         if st is GetStatus.NO_MATCHED_MESSAGE:
             pq.next_offset = res.next_begin_offset

@@ -98,6 +98,10 @@ class PushConsumer(ConsumerCore):
         if self.listener is None:
             raise ShmqError("set a listener with on_message() before start()")
         self._inline = self.consume_threads == 0
+        if self._inline and not self.orderly:
+            # the local pull thread calls the listener itself, with no per-batch look at which
+            # thread it is (_deliver's question; that thread is never the client's loop)
+            self._local_deliver = self._consume_pulled
         self._pool = ConsumePool(max(1, self.consume_threads), f"shmq-consume-{self.group}")
         super().start()
         if self.orderly and self.model == "CLUSTERING":

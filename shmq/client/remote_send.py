@@ -132,8 +132,10 @@ class AsyncSend:
         except Exception as e:  # noqa: BLE001 - a refusal, or an answer that does not parse
             self.set_exception(e)
             return
-        if not self.fut.done():
+        try:  # no done() first: it takes the Future's lock, a second time per answer
             self.fut.set_result(result)
+        except concurrent.futures.InvalidStateError:  # answered already (a second answer is dropped)
+            pass
 
     def set_exception(self, e: BaseException) -> None:
         self._done = True

@@ -1511,7 +1511,12 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
  * when *poke is no longer `poked` (the caller's queue set changed; looked at with every scan).
  * *seen is a commit position loaded before the caller's last read: queue `hold` (whose entry
  * was published but whose record was not committed yet when it was read) and queues with no
- * slot yet (next[i] NULL) count as ready only once commit_pos passes it. On return *seen is the
+ * slot yet (next[i] NULL) count as ready only once commit_pos passes it; a queue with no slot
+ * is answered only when no queue has news (the commit that moved was most likely another queue's:
+ * a push consumer's retry queue has no slot until its first retry, and answering it first cost
+ * a look at it in Python before a quarter of the messages; the caller builds its set again every
+ * LOOK_AGAIN_S while one has no slot, so a stream of news elsewhere cannot hide a new slot
+ * for longer). On return *seen is the
  * commit position loaded before the scan that found the queue (so before the caller reads it).
  * Appends to other queues move commit_pos too: they are looked at and slept through here,
  * without a return to Python. No lost wake-up: commit_pos is loaded before each scan, and an
@@ -1526,15 +1531,18 @@ int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int
         if (st != SHMQ_STATE_READY && st != SHMQ_STATE_READONLY) return -2;
         if (poke && LOAD_ACQ(poke) != poked) return -3;
         int64_t cpos = LOAD_ACQ(&c->pos.commit_pos);
-        int moved = cpos > before;
+        int moved = cpos > before, absent = -1;
         *seen = cpos;
         for (int k = 0, i = start; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
-            if (!next[i] || i == hold) {
+            if (!next[i]) {
+                if (moved && absent < 0) absent = i;
+            } else if (i == hold) {
                 if (moved) return i;
             } else if (LOAD_ACQ(next[i]) > offs[i]) {
                 return i;
             }
         }
+        if (absent >= 0) return absent;
         int64_t left = deadline - mono_ns();
         if (left <= 0) return -1;
         shmq_wait_data(c, cpos, spin_ns < left ? spin_ns : left, left);

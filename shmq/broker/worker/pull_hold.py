@@ -117,9 +117,15 @@ class PullHolds:
         """On the loop: call back every hold whose queue grew (and drop closed ones)."""
         self._check_pending = False
         max_offset = self.store.max_offset
+        answered = set()
         for h in list(self._holds):
             if max_offset(h.topic, h.qid) > h.offset or getattr(h.owner, "closed", False):
                 self._release(h, True)
+                answered.add(h.owner)
+        for conn in answered:  # the answers leave now, one write per connection
+            flush = getattr(conn, "flush", None)
+            if flush is not None:
+                flush()
 
     def release_all(self) -> None:
         """Shutdown: answer every held pull now (it re-runs and answers what it finds)."""
