@@ -456,9 +456,25 @@ class Connection(asyncio.Protocol):
 
     def send_frame(self, build: Callable[[int], bytes]) -> None:
         """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
+        self.send_frames((build,))
+
+    def send_frames(self, builds) -> None:
+        """:meth:`send_frame` of each of ``builds`` in order, written together."""
         if self.closed:
             raise RemotingClosed(f"connection to {self.peer} is closed")
-        self.write_frame(build(self._new_opaque()))
+        t = self._transport
+        if t is None or t.is_closing():
+            return
+        opaque = self._next_opaque
+        out = self._out
+        for build in builds:
+            opaque = opaque % 0x7FFFFFFF + 1  # _new_opaque's numbering
+            out.append(build(opaque))
+        self._next_opaque = opaque
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        self.last_activity = self._loop.time()
 
     def expire(self, opaques: list[int], code: int, timeout: float) -> None:
         """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for
