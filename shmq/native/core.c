@@ -161,6 +161,8 @@ uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
 static uint32_t java_hash_cont(uint32_t h, const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
+        while (i < n && s[i] < 0x80) h = 31u * h + s[i++];  /* ASCII: one code unit a byte */
+        if (i >= n) break;
         uint32_t c = s[i], cp;
         size_t k;
         if (c < 0x80) { h = 31u * h + c; i++; continue; }
@@ -1356,20 +1358,29 @@ static int index_put(uint8_t *idx, uint32_t slots, uint32_t num, uint32_t hash, 
     return 1;
 }
 
-/* The value of property `name` (last occurrence, as a Java map keeps it), or NULL. */
-static const uint8_t *prop_value(const uint8_t *p, uint32_t n, const char *name, uint32_t nlen, uint32_t *vlen) {
-    const uint8_t *found = NULL;
+/* The values of UNIQ_KEY and KEYS (each its last occurrence, as a Java map keeps it; NULL when
+ * absent), in one pass over the properties text. */
+static void index_keys(const uint8_t *p, uint32_t n, const uint8_t **uniq, uint32_t *ulen, const uint8_t **keys,
+                       uint32_t *klen) {
+    *uniq = *keys = NULL;
     uint32_t i = 0;
     while (i < n) {
         uint32_t k = i;
-        while (i < n && p[i] != SHMQ_NAME_VALUE_SEP) i++;
-        if (i >= n) break;
-        uint32_t klen = i - k, v = ++i;
-        while (i < n && p[i] != SHMQ_PROPERTY_SEP) i++;
-        if (klen == nlen && memcmp(p + k, name, nlen) == 0) { found = p + v; *vlen = i - v; }
+        const uint8_t *sep = memchr(p + i, SHMQ_NAME_VALUE_SEP, n - i);
+        if (!sep) break;
+        i = (uint32_t)(sep - p);
+        uint32_t nlen = i - k, v = ++i;
+        const uint8_t *end = memchr(p + i, SHMQ_PROPERTY_SEP, n - i);
+        i = end ? (uint32_t)(end - p) : n;
+        if (nlen == SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) && memcmp(p + k, SHMQ_PROP_UNIQ_KEY, nlen) == 0) {
+            *uniq = p + v;
+            *ulen = i - v;
+        } else if (nlen == SHMQ_PROP_LEN(SHMQ_PROP_KEYS) && memcmp(p + k, SHMQ_PROP_KEYS, nlen) == 0) {
+            *keys = p + v;
+            *klen = i - v;
+        }
         i++;
     }
-    return found;
 }
 
 /* Index the committed records from log[*off] that start below end (and end by limit, the
@@ -1382,6 +1393,8 @@ static const uint8_t *prop_value(const uint8_t *p, uint32_t n, const char *name,
  * SHMQ_EINVAL (no record at *off). */
 int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t *log, int64_t base_phys,
                        uint64_t *off, uint64_t end, uint64_t limit, uint32_t *skip) {
+    const uint8_t *topic = NULL;  /* the topic h0 is the hash of (topic#), in the log */
+    uint32_t topic_len = 0, h0 = 0;
     while (*off < end) {
         const uint8_t *r = log + *off;
         if (limit - *off < 8) return SHMQ_EINVAL;
@@ -1400,10 +1413,14 @@ int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t
         const uint8_t *props = t + 3 + tlen;
         int64_t end_phy = (int64_t)rd64(idx + 24);
         if (phys >= end_phy && (sysflag & 0xC) != 0xC) {
-            uint32_t h0 = java_hash_cont(java_hash_cont(0, t + 1, tlen), (const uint8_t *)"#", 1);
+            if (!topic || tlen != topic_len || memcmp(t + 1, topic, tlen) != 0) {  /* most runs are one topic */
+                topic = t + 1;
+                topic_len = tlen;
+                h0 = java_hash_cont(java_hash_cont(0, topic, tlen), (const uint8_t *)"#", 1);
+            }
             uint32_t ulen = 0, klen = 0, k = 0;
-            const uint8_t *uniq = prop_value(props, plen, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY), &ulen);
-            const uint8_t *keys = prop_value(props, plen, SHMQ_PROP_KEYS, SHMQ_PROP_LEN(SHMQ_PROP_KEYS), &klen);
+            const uint8_t *uniq, *keys;
+            index_keys(props, plen, &uniq, &ulen, &keys, &klen);
             if (uniq) {
                 if (k++ >= *skip && !index_put(idx, slots, num, java_hash_cont(h0, uniq, ulen), phys, ts)) {
                     *skip = k - 1;
