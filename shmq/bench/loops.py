@@ -111,15 +111,18 @@ class Consumer:
         self._seen: list[bytearray] = []
         self._lock = threading.Lock() if threadsafe else None
 
-    def handle(self, bodies) -> None:
+    def handle(self, bodies, now: int | None = None) -> None:
+        """``now``: when the receiver got them, if it read the clock itself (a push client's
+        listener, on entry: what it does to hand the bodies over is not the system's latency)."""
         if self._lock is not None:
             with self._lock:
-                self._handle(bodies)
+                self._handle(bodies, now)
         else:
-            self._handle(bodies)
+            self._handle(bodies, now)
 
-    def _handle(self, bodies) -> None:
-        now = self.clock()
+    def _handle(self, bodies, now: int | None = None) -> None:
+        if now is None:
+            now = self.clock()
         warm_end = self.warm_end
         record = self.sc.records_latency
         add = self.recorder.add
