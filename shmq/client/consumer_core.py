@@ -56,15 +56,20 @@ class ProcessQueue:
             return
         with self.lock:
             d = self.msgs
-            low = high = msgs[0].queue_offset
             was_empty = not d
-            for m in msgs:  # one pass: the lowest and highest offsets, and the map
-                o = m.queue_offset
-                d[o] = m
-                if o < low:
-                    low = o
-                elif o > high:
-                    high = o
+            if len(msgs) == 1:  # a caught-up consumer's common pull: no loop
+                m = msgs[0]
+                low = high = m.queue_offset
+                d[low] = m
+            else:
+                low = high = msgs[0].queue_offset
+                for m in msgs:  # one pass: the lowest and highest offsets, and the map
+                    o = m.queue_offset
+                    d[o] = m
+                    if o < low:
+                        low = o
+                    elif o > high:
+                        high = o
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high

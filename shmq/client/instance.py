@@ -35,9 +35,11 @@ ROUTE_POLL_S = 30.0
 HEARTBEAT_S = 30.0
 #: How long an address that refused a connection is passed over by readers.
 UNREACHABLE_S = 5.0
-#: A oneway send waits while this many requests are submitted and not yet written, or while its
-#: connection's write buffer is over asyncio's high-water mark (RocketMQ: semaphoreOneway, 65535)
+#: A oneway send waits while this many requests (RocketMQ: semaphoreOneway, 65535) or bytes of
+#: bodies are submitted and not yet written, or while its connection's write buffer is over
+#: asyncio's high-water mark
 ONEWAY_BACKLOG = 65535
+ONEWAY_BACKLOG_BYTES = 16 * 1024 * 1024
 #: Bodies at least this large go as a RemotingCommand (the transport writes them uncopied)
 _FRAME_BODY_MAX = 64 * 1024
 _ids = itertools.count(1)
@@ -113,6 +115,9 @@ class ClientInstance:
         # requests for an address whose connection is being opened, in submission order
         self._held: dict[str, collections.deque] = {}
         self._oneways = 0  # oneway sends submitted (submit_oneway)
+        # bytes of oneway bodies submitted, and written or failed (the loop's; see submit_oneway)
+        self._oneway_in = self._oneway_out = 0
+        self._oneway_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
         self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
@@ -155,15 +160,21 @@ class ClientInstance:
 
     def submit_oneway(self, addr: str, req, timeout: float) -> None:
         """A oneway request from a user thread, written by the loop with the others submitted in
-        the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests wait
+        the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests or
+        ONEWAY_BACKLOG_BYTES of bodies wait (submitted, or held for a connection being opened),
         or the connection does not take more (the broker does not read), the caller waits;
         RemotingTimeout after ``timeout`` s of that."""
-        self._oneways += 1
+        n = len(req.body)
+        with self._oneway_lock:  # callers of several threads add; only the loop thread takes off
+            self._oneway_in += n
+            self._oneways = k = self._oneways + 1
         # the connection's state is looked at every 32nd send (it moves by bursts, not by one)
-        if len(self._submitted) >= ONEWAY_BACKLOG or (not self._oneways & 31 and self._write_paused(addr)):
+        if self._oneway_full() or (not k & 31 and self._write_paused(addr)):
             deadline = time.monotonic() + timeout
-            while len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+            while self._oneway_full() or self._write_paused(addr):
                 if time.monotonic() > deadline:
+                    with self._oneway_lock:
+                        self._oneway_in -= n
                     raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
                 time.sleep(0.0005)
         self._submitted.append((addr, req, None, 0))  # submit_request's two steps, inline
@@ -171,12 +182,14 @@ class ClientInstance:
             self._drain_scheduled = True
             self.loop.call_soon_threadsafe(self._drain_submitted)
 
+    def _oneway_full(self) -> bool:
+        return len(self._submitted) >= ONEWAY_BACKLOG or self._oneway_in - self._oneway_out > ONEWAY_BACKLOG_BYTES
+
     def _write_paused(self, addr: str) -> bool:
         """``addr``'s connection takes no more: its transport is paused, or it is being opened
         with ONEWAY_BACKLOG requests held for it."""
-        held = self._held.get(addr)
-        if held is not None:
-            return len(held) >= ONEWAY_BACKLOG
+        if addr in self._held:
+            return False  # bounded by _oneway_full: what is held is not taken off yet
         c = self._clients.get(addr)
         conn = c.connection if c is not None else None
         return conn is not None and conn.writing_paused
@@ -206,6 +219,7 @@ class ClientInstance:
         timers: dict[tuple, list[int]] = {}
         last, client, conn = None, None, None
         oneways: list = []  # consecutive common oneway sends to conn, written together
+        taken = 0  # bytes of oneway bodies taken off (written or failed)
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
             addr, cmd, waiter, timeout = jobs.popleft()
             if addr != last or conn is None or conn.closed:
@@ -223,15 +237,17 @@ class ClientInstance:
                     self.loop.create_task(self._connect_and_start(client))
                     last = None
                     continue
-            if waiter is None and cmd.__class__ is RemoteSend and client.rpc_hook is None and \
-                    len(cmd.body) < _FRAME_BODY_MAX:  # the common oneway send: _start's last case
-                oneways.append(cmd.frame)
-                continue
+            if waiter is None:
+                taken += len(cmd.body)
+                if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
+                    oneways.append(cmd.frame)  # the common oneway send: _start's last case
+                    continue
             if oneways:
                 self._send_oneways(conn, oneways)
             self._start_one(client, conn, cmd, waiter, timeout, timers)
         if oneways:
             self._send_oneways(conn, oneways)
+        self._oneway_out += taken
         self._start_timers(timers)
 
     @staticmethod
@@ -259,17 +275,21 @@ class ClientInstance:
     async def _connect_and_start(self, client: RemotingClient) -> None:
         """Open ``client``'s connection, then start the requests held for it, in order (or fail
         each with the connect error)."""
+        err: Exception | None = None
         try:
             conn = await client.connect()
         except Exception as e:  # noqa: BLE001
             if isinstance(e, RemotingConnectError):
                 self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
-            for _, waiter, _ in self._held.pop(client.addr, ()):
-                _failed(waiter, e)
-            return
+            conn, err = None, e
         timers: dict[tuple, list[int]] = {}
         for cmd, waiter, timeout in self._held.pop(client.addr, ()):
-            self._start_one(client, conn, cmd, waiter, timeout, timers)
+            if waiter is None:
+                self._oneway_out += len(cmd.body)
+            if conn is None:
+                _failed(waiter, err)
+            else:
+                self._start_one(client, conn, cmd, waiter, timeout, timers)
         self._start_timers(timers)
 
     def every(self, interval: float, job, what: str) -> AsyncService:

@@ -101,7 +101,7 @@ class PushConsumer(ConsumerCore):
         if self._inline and not self.orderly:
             # the local pull thread calls the listener itself, with no per-batch look at which
             # thread it is (_deliver's question; that thread is never the client's loop)
-            self._local_deliver = self._consume_pulled
+            self._local_deliver = self._consume_inline
         self._pool = ConsumePool(max(1, self.consume_threads), f"shmq-consume-{self.group}")
         super().start()
         if self.orderly and self.model == "CLUSTERING":
@@ -156,6 +156,14 @@ class PushConsumer(ConsumerCore):
             done += self._consume_concurrently(pq, msgs[i:i + n], settle=False)
         if done:
             self.commit(pq, pq.remove(done))
+
+    def _consume_inline(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        """consume_threads=0, from the local pull thread: a batch of at most consume_batch_size
+        (a caught-up consumer's every batch) is one listener call, settled by it."""
+        if len(msgs) > self.consume_batch_size:
+            self._consume_pulled(pq, msgs)
+        else:
+            self._consume_concurrently(pq, msgs)
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt], settle: bool = True) -> list[MessageExt]:
         """Call the listener; returns the messages done with (consumed, or sent back for a

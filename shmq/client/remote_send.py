@@ -45,22 +45,23 @@ class SendTarget:
 class Frames:
     """A producer's SendTargets, one per (queue, batch, oneway), for the settings it sends with."""
 
-    __slots__ = ("group", "_settings", "_by_key")
+    __slots__ = ("group", "_topic", "_nums", "_maps")
 
     def __init__(self, group: str):
         self.group = group
-        self._settings: tuple = ()
-        self._by_key: dict[tuple, SendTarget] = {}
+        self._topic, self._nums = None, None
+        self._maps: tuple[dict, ...] = ({}, {}, {}, {})  # by (batch, oneway), each by queue
 
     def get(self, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
             oneway: bool) -> SendTarget:
-        key = (mq, batch, oneway)
-        t = self._by_key.get(key)
-        if t is None or self._settings != (default_topic, default_queue_nums):
-            if len(self._by_key) >= 4096 or self._settings != (default_topic, default_queue_nums):
-                self._by_key.clear()  # many topics (a bounded cache, rebuilt as used), or new settings
-                self._settings = (default_topic, default_queue_nums)
-            t = self._by_key[key] = SendTarget(self.group, mq, default_topic, default_queue_nums, batch, oneway)
+        by_mq = self._maps[(2 if batch else 0) + (1 if oneway else 0)]
+        t = by_mq.get(mq)
+        if t is None or default_topic != self._topic or default_queue_nums != self._nums:
+            if len(by_mq) >= 4096 or default_topic != self._topic or default_queue_nums != self._nums:
+                for m in self._maps:  # many topics (a bounded cache, rebuilt as used), or new settings
+                    m.clear()
+                self._topic, self._nums = default_topic, default_queue_nums
+            t = by_mq[mq] = SendTarget(self.group, mq, default_topic, default_queue_nums, batch, oneway)
         return t
 
 

@@ -382,12 +382,17 @@ class Connection(asyncio.Protocol):
         """The peer does not read what we write (the transport's buffer is over its high-water mark)."""
         return self._write_paused
 
+    def defer_flush(self) -> None:
+        """Until :meth:`flush`, what is sent is coalesced as during a read, with no flush
+        callback: for a callback outside any read that answers several requests of several
+        connections at once (held pulls, broker/worker/pull_hold.py), so the answers leave in
+        one write per connection in this turn of the loop, not in a callback of the next."""
+        self._in_read = True
+
     def flush(self) -> None:
-        """Write now what was coalesced: for a callback outside any read that answered
-        requests of several connections (held pulls, broker/worker/pull_hold.py), so the answers
-        leave in this turn of the loop rather than in a flush callback of the next."""
-        if not self._in_read:
-            self._flush()
+        """Write what :meth:`defer_flush` held back, now."""
+        self._in_read = False
+        self._flush()
 
     def _flush(self) -> None:
         """Hand the coalesced frames to the transport: one write, one system call."""

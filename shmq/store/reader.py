@@ -71,7 +71,6 @@ class Reader:
         return slot.min_offset, lib.shmq_load_i64(self._next_ptr(s))
 
     def _next_ptr(self, s: int):
-        from shmq.native import ffi
         return ffi.addressof(self.cb.ctl.queues[s], "next_offset")
 
     def min_offset(self, topic: str, queue_id: int) -> int:
