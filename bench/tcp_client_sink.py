@@ -15,6 +15,8 @@ Rows, alternated ``--rounds`` times in one process against the same sink (100 B 
 * **send_async()**: 2,000 in flight; the sink answers each as a broker does (a prepared JSON
   response with the request's opaque), so the client's whole async path is measured: request,
   answer matching, SendResult, Future.
+* **peer: generic sync send** and **send()**: one round trip each on the caller's blocking socket,
+  the request encoded generically (main before session 3) or from the queue's template.
 
 Each row: this process's CPU (user + system, every thread) per message, and msgs/s into the sink.
 The route is set by hand (a NameServer that never answers; nothing else is asked of it).
@@ -86,7 +88,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=50000)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--rows", default="generic,oneway,async", help="which rows, of generic,oneway,async")
+    ap.add_argument("--rows", default="generic,oneway,async,generic-sync,sync",
+                    help="which rows, of generic,oneway,async,generic-sync,sync")
     a = ap.parse_args()
     sink = subprocess.Popen([sys.executable, "-c", SINK], stdout=subprocess.PIPE, text=True)
     ns = socket.create_server(("127.0.0.1", 0))
@@ -106,6 +109,16 @@ def main() -> None:
         def oneway() -> None:
             p.send_oneway(Message("S", BODY))
 
+        def generic_sync() -> None:
+            m = Message("S", BODY)
+            body, props, sysflag = p._prepare(m)
+            mq = p._select(p._publish_info("S"), None)
+            p._send_result(p._invoke_sync(addr, p._send_request(mq, m, body, props, sysflag, batch=False), 3),
+                           mq, props["UNIQ_KEY"])
+
+        def sync() -> None:
+            p.send(Message("S", BODY))
+
         inflight: collections.deque = collections.deque()
 
         def async_send() -> None:
@@ -114,7 +127,9 @@ def main() -> None:
             inflight.append(p.send_async(Message("S", BODY)))
         rows = [(name, f) for key, name, f in (
             ("generic", "peer: generic oneway, a sendall per message", generic), ("oneway", "send_oneway()", oneway),
-            ("async", "send_async(), 2,000 in flight, each answered by the sink", async_send))
+            ("async", "send_async(), 2,000 in flight, each answered by the sink", async_send),
+            ("generic-sync", "peer: generic sync send (RemotingCommand, encode_command), answered", generic_sync),
+            ("sync", "send(), answered by the sink", sync))
             if key in a.rows.split(",")]
         for _, f in rows:
             for _ in range(2000):

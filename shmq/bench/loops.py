@@ -60,23 +60,24 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
                 break
             if progress is not None:
                 progress(seq)
-        if paced:
+        n = min(b, count - seq) if count else b
+        if paced:  # the bodies are made before the due time (_send_when_due says why)
             stamp = pacer.due(seq)
             if end is not None and stamp >= end:
                 break
-            started = wait_until(stamp, clock, sleep)
+            started = _send_when_due([pack(stamp, idx, seq + k) + pad for k in range(n)], stamp, send, send_batch,
+                                     clock, sleep)
             if stamp >= warm_end:
                 late(started - stamp)
-        else:
+        else:  # as fast as possible: stamped just before the call (no list: the loop is the rate)
             stamp = clock()
             if end is not None and stamp >= end:
                 break
-        n = min(b, count - seq) if count else b
-        if n == 1 or send_batch is None:
-            for k in range(n):
-                send(pack(stamp, idx, seq + k) + pad)
-        else:
-            send_batch([pack(stamp, idx, seq + k) + pad for k in range(n)])
+            if n == 1 or send_batch is None:
+                for k in range(n):
+                    send(pack(stamp, idx, seq + k) + pad)
+            else:
+                send_batch([pack(stamp, idx, seq + k) + pad for k in range(n)])
         seq += n
         if stamp >= warm_end:
             sent_window += n
@@ -85,6 +86,22 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
         progress(seq)
     return {"sent": seq, "sent_window": sent_window, "end_ns": clock(), "ack_histogram": acks.encode(),
             "late_histogram": lates.encode()}
+
+
+def _send_when_due(bodies: list, due: int, send, send_batch, clock, sleep) -> int:
+    """Wait until ``due``, then send ``bodies``; returns the clock when the wait ended. The
+    bodies are made before the wait, as a producer has its message ready when it decides to
+    send: formatting them is the harness's work, and after the due time only the send call
+    (and this call's return from the wait) runs, for every row alike."""
+    started = wait_until(due, clock, sleep)
+    if len(bodies) == 1:
+        send(bodies[0])
+    elif send_batch is None:
+        for body in bodies:
+            send(body)
+    else:
+        send_batch(bodies)
+    return started
 
 
 class Consumer:
@@ -111,15 +128,18 @@ class Consumer:
         self._seen: list[bytearray] = []
         self._lock = threading.Lock() if threadsafe else None
 
-    def handle(self, bodies) -> None:
+    def handle(self, bodies, now: int | None = None) -> None:
+        """``now``: when the receiver got them, if it read the clock itself (a push client's
+        listener, on entry: what it does to hand the bodies over is not the system's latency)."""
         if self._lock is not None:
             with self._lock:
-                self._handle(bodies)
+                self._handle(bodies, now)
         else:
-            self._handle(bodies)
+            self._handle(bodies, now)
 
-    def _handle(self, bodies) -> None:
-        now = self.clock()
+    def _handle(self, bodies, now: int | None = None) -> None:
+        if now is None:
+            now = self.clock()
         warm_end = self.warm_end
         record = self.sc.records_latency
         add = self.recorder.add

@@ -56,15 +56,20 @@ class ProcessQueue:
             return
         with self.lock:
             d = self.msgs
-            low = high = msgs[0].queue_offset
             was_empty = not d
-            for m in msgs:  # one pass: the lowest and highest offsets, and the map
-                o = m.queue_offset
-                d[o] = m
-                if o < low:
-                    low = o
-                elif o > high:
-                    high = o
+            if len(msgs) == 1:  # a caught-up consumer's common pull: no loop
+                m = msgs[0]
+                low = high = m.queue_offset
+                d[low] = m
+            else:
+                low = high = msgs[0].queue_offset
+                for m in msgs:  # one pass: the lowest and highest offsets, and the map
+                    o = m.queue_offset
+                    d[o] = m
+                    if o < low:
+                        low = o
+                    elif o > high:
+                        high = o
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high
@@ -136,6 +141,9 @@ class ConsumerCore:
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
+        # what the local pull thread does with a queue's new messages once they are in its
+        # ProcessQueue (a push consumer with consume_threads=0 sets its listener's call here)
+        self._local_deliver = self._deliver
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []
@@ -415,7 +423,7 @@ class ConsumerCore:
             if msgs:
                 pq.next_offset = nxt
                 pq.put(msgs)
-                self._deliver(pq, msgs)
+                self._local_deliver(pq, msgs)
                 return True
         codes = self._filters.get(mq.topic, (None, None))[1]
         sub = self.subscriptions.get(mq.topic)
@@ -433,7 +441,7 @@ class ConsumerCore:
             pq.next_offset = res.next_begin_offset
             if msgs:
                 pq.put(msgs)
-                self._deliver(pq, msgs)
+                self._local_deliver(pq, msgs)
             return True
         if st is GetStatus.NO_MATCHED_MESSAGE:
             pq.next_offset = res.next_begin_offset

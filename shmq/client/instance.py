@@ -26,6 +26,7 @@ from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from .remote_send import RemoteSend
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("shmq.client")
@@ -34,9 +35,11 @@ ROUTE_POLL_S = 30.0
 HEARTBEAT_S = 30.0
 #: How long an address that refused a connection is passed over by readers.
 UNREACHABLE_S = 5.0
-#: A oneway send waits while this many requests are submitted and not yet written, or while its
-#: connection's write buffer is over asyncio's high-water mark (RocketMQ: semaphoreOneway, 65535)
+#: A oneway send waits while this many requests (RocketMQ: semaphoreOneway, 65535) or bytes of
+#: bodies are submitted and not yet written, or while its connection's write buffer is over
+#: asyncio's high-water mark
 ONEWAY_BACKLOG = 65535
+ONEWAY_BACKLOG_BYTES = 16 * 1024 * 1024
 #: Bodies at least this large go as a RemotingCommand (the transport writes them uncopied)
 _FRAME_BODY_MAX = 64 * 1024
 _ids = itertools.count(1)
@@ -106,9 +109,16 @@ class ClientInstance:
         self._closed = False
         self._namesrv_index = random.randrange(len(addrs))
         self.loop = asyncio.new_event_loop()
-        # submit(): coroutines handed over from user threads, started together on the loop
+        # requests handed over from user threads (submit_request / submit_oneway), started
+        # together on the loop (_drain_submitted)
         self._submitted: collections.deque = collections.deque()
         self._drain_scheduled = False
+        # requests for an address whose connection is being opened, in submission order
+        self._held: dict[str, collections.deque] = {}
+        self._oneways = 0  # oneway sends submitted (submit_oneway)
+        # bytes of oneway bodies submitted, and written or failed (the loop's; see submit_oneway)
+        self._oneway_in = self._oneway_out = 0
+        self._oneway_lock = threading.Lock()
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
         self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
@@ -151,18 +161,36 @@ class ClientInstance:
 
     def submit_oneway(self, addr: str, req, timeout: float) -> None:
         """A oneway request from a user thread, written by the loop with the others submitted in
-        the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests wait
+        the same turn (no system call per message). Bounded: while ONEWAY_BACKLOG requests or
+        ONEWAY_BACKLOG_BYTES of bodies wait (submitted, or held for a connection being opened),
         or the connection does not take more (the broker does not read), the caller waits;
         RemotingTimeout after ``timeout`` s of that."""
-        if len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+        n = len(req.body)
+        with self._oneway_lock:  # callers of several threads add; only the loop thread takes off
+            self._oneway_in += n
+            self._oneways = k = self._oneways + 1
+        # the connection's state is looked at every 32nd send (it moves by bursts, not by one)
+        if self._oneway_full() or (not k & 31 and self._write_paused(addr)):
             deadline = time.monotonic() + timeout
-            while len(self._submitted) >= ONEWAY_BACKLOG or self._write_paused(addr):
+            while self._oneway_full() or self._write_paused(addr):
                 if time.monotonic() > deadline:
+                    with self._oneway_lock:
+                        self._oneway_in -= n
                     raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
                 time.sleep(0.0005)
-        self.submit_request(addr, req, None, 0)
+        self._submitted.append((addr, req, None, 0))  # submit_request's two steps, inline
+        if not self._drain_scheduled:
+            self._drain_scheduled = True
+            self.loop.call_soon_threadsafe(self._drain_submitted)
+
+    def _oneway_full(self) -> bool:
+        return len(self._submitted) >= ONEWAY_BACKLOG or self._oneway_in - self._oneway_out > ONEWAY_BACKLOG_BYTES
 
     def _write_paused(self, addr: str) -> bool:
+        """``addr``'s open connection takes no more (its transport is paused: the peer does not
+        read). One being opened is not: what is held for it counts in ``_oneway_full``."""
+        if addr in self._held:
+            return False  # bounded by _oneway_full: what is held is not taken off yet
         c = self._clients.get(addr)
         conn = c.connection if c is not None else None
         return conn is not None and conn.writing_paused
@@ -191,35 +219,79 @@ class ClientInstance:
         jobs = self._submitted
         timers: dict[tuple, list[int]] = {}
         last, client, conn = None, None, None
+        oneways: list = []  # consecutive common oneway sends to conn, written together
+        taken = 0  # bytes of oneway bodies taken off (written or failed)
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
             addr, cmd, waiter, timeout = jobs.popleft()
             if addr != last or conn is None or conn.closed:
+                if oneways:
+                    self._send_oneways(conn, oneways)
+                held = self._held.get(addr)
+                if held is not None:  # its connection is being opened: after the ones before it
+                    held.append((cmd, waiter, timeout))
+                    last = None
+                    continue
                 client = self._client(addr)
                 conn, last = client.connection, addr
-            if conn is None:  # not connected yet (or again): connect, then send
-                self.loop.create_task(self._connect_and_start(client, cmd, waiter, timeout))
-                continue
-            try:
-                opaque = self._start(client, conn, cmd, waiter)
-            except Exception as e:  # noqa: BLE001 - the waiter hears of every failure
-                _failed(waiter, e)
-                continue
-            if opaque is not None:
-                timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
-        for (conn, code, timeout), opaques in timers.items():
-            self.loop.call_later(timeout, conn.expire, opaques, code, timeout)
+                if conn is None:  # not connected yet (or again): one connect, the jobs held till then
+                    self._held[addr] = collections.deque([(cmd, waiter, timeout)])
+                    self.loop.create_task(self._connect_and_start(client))
+                    last = None
+                    continue
+            if waiter is None:
+                taken += len(cmd.body)
+                if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
+                    oneways.append(cmd.frame)  # the common oneway send: _start's last case
+                    continue
+            if oneways:
+                self._send_oneways(conn, oneways)
+            self._start_one(client, conn, cmd, waiter, timeout, timers)
+        if oneways:
+            self._send_oneways(conn, oneways)
+        self._oneway_out += taken
+        self._start_timers(timers)
 
-    async def _connect_and_start(self, client: RemotingClient, cmd, waiter, timeout: float) -> None:
+    @staticmethod
+    def _send_oneways(conn, builds: list) -> None:
         try:
-            conn = await client.connect()
+            conn.send_frames(builds)
+        except Exception as e:  # noqa: BLE001 - oneway: the caller asked not to hear
+            log.debug("oneway sends failed: %s", e)
+        builds.clear()
+
+    def _start_one(self, client, conn, cmd, waiter, timeout: float, timers: dict) -> None:
+        try:
             opaque = self._start(client, conn, cmd, waiter)
-        except Exception as e:  # noqa: BLE001
-            if isinstance(e, RemotingConnectError):
-                self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
+        except Exception as e:  # noqa: BLE001 - the waiter hears of every failure
             _failed(waiter, e)
             return
         if opaque is not None:
-            self.loop.call_later(timeout, conn.expire, [opaque], cmd.code, timeout)
+            timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
+
+    def _start_timers(self, timers: dict) -> None:
+        """One timer per connection, code and timeout for the requests started together."""
+        for (conn, code, timeout), opaques in timers.items():
+            self.loop.call_later(timeout, conn.expire, opaques, code, timeout)
+
+    async def _connect_and_start(self, client: RemotingClient) -> None:
+        """Open ``client``'s connection, then start the requests held for it, in order (or fail
+        each with the connect error)."""
+        err: Exception | None = None
+        try:
+            conn = await client.connect()
+        except Exception as e:  # noqa: BLE001
+            if isinstance(e, RemotingConnectError):
+                self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
+            conn, err = None, e
+        timers: dict[tuple, list[int]] = {}
+        for cmd, waiter, timeout in self._held.pop(client.addr, ()):
+            if waiter is None:
+                self._oneway_out += len(cmd.body)
+            if conn is None:
+                _failed(waiter, err)
+            else:
+                self._start_one(client, conn, cmd, waiter, timeout, timers)
+        self._start_timers(timers)
 
     def every(self, interval: float, job, what: str) -> AsyncService:
         """Start ``job`` every ``interval`` s on the loop (routes, heartbeats, and the

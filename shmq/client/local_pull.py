@@ -18,7 +18,7 @@ import logging
 import time
 
 from shmq.errors import StaleSegment
-from shmq.native import ffi, lib
+from shmq.native import ffi, wait_read
 
 log = logging.getLogger("shmq.client.local")
 
@@ -29,26 +29,36 @@ _TIMEOUT, _STALE, _CHANGED = -1, -2, -3
 
 class _Queues:
     """The queues of one store the wait looks at: (ProcessQueue, QueueReader or None) per
-    queue, and the C arrays of pointers to their published next_offset (NULL: the queue has no
-    slot yet) and of the offsets read up to (NOT_READY: left out)."""
+    queue, the C arrays of pointers to their published next_offset (NULL: the queue has no
+    slot yet) and of the offsets read up to (NOT_READY: left out), and per queue the reader
+    state ``wait_read`` reads it with (None: this queue is read by the pull, not in C)."""
 
-    __slots__ = ("entries", "next", "offs", "left_out", "full")
+    __slots__ = ("entries", "next", "offs", "states", "addrs", "left_out", "full", "absent")
 
-    def __init__(self, store, pqs: list):
+    def __init__(self, store, pqs: list, plain: dict):
         n = max(len(pqs), 1)
         self.next = ffi.new("int64_t *[]", n)
         self.offs = ffi.new("int64_t[]", n)
-        self.left_out = self.full = False
-        self.entries = []
+        self.left_out = self.full = self.absent = False
+        self.entries, self.states = [], [None] * n
         for i, pq in enumerate(pqs):
             w = watch(store, pq)
-            self.entries.append((pq, w[2] if w is not None else None))
+            reader = w[2] if w is not None else None
+            self.entries.append((pq, reader))
             self.next[i] = w[1] if w is not None else ffi.NULL
+            self.absent |= w is None
             self.offs[i] = pq.next_offset
+            if reader is not None and plain.get(pq.mq.topic):
+                self.states[i] = reader.st
+        self.addrs = (_addr(self.next), _addr(self.offs))
 
     def leave_out(self, i: int) -> None:
         self.offs[i] = NOT_READY
         self.left_out = True
+
+
+def _addr(p) -> int:
+    return int(ffi.cast("uintptr_t", p))
 
 
 def watch(store, pq):
@@ -91,19 +101,23 @@ class LocalPuller:
     def rounds(self, link) -> None:
         """Wait for a queue with news, read it, deliver; returns when the store is stale."""
         core, store = self.core, link.store
-        wait, ctl = lib.shmq_wait_queues, store.cb.ctl
         seen = ffi.new("int64_t[1]")
-        pull, may_pull = core._pull_local_once, core._may_pull
-        poke, spin, idle = core._local_poke, int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
+        ctl, seen_at, poke = _addr(store.cb.ctl), _addr(seen), core._local_poke
+        poke_at, batch = _addr(poke), core.pull_batch_size
+        spin, idle = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
         qs, start, hold, poked, look_at = None, 0, -1, 0, 0.0
         while core._running:
-            if qs is None or (qs.left_out and time.monotonic() >= look_at):
+            # a queue left out, or one without a slot (the wait answers it only when nothing
+            # else has news), is looked at again by building the set, at most LOOK_AGAIN_S late
+            if qs is None or ((qs.left_out or qs.absent) and time.monotonic() >= look_at):
                 poked = poke[0]  # read before the set is built: a change after it returns _CHANGED
-                qs = _Queues(store, [p for p in list(core.pqs.values()) if p.mq.broker_name == self.broker])
+                qs = _Queues(store, [p for p in list(core.pqs.values()) if p.mq.broker_name == self.broker],
+                             core._local_plain)
                 look_at, hold, seen[0] = time.monotonic() + LOOK_AGAIN_S, -1, store.commit_pos
-                entries, offs = qs.entries, qs.offs
-            timeout = 0 if qs.full else (min(idle, int(LOOK_AGAIN_S * 1e9)) if qs.left_out else idle)
-            i = wait(ctl, qs.next, offs, len(entries), start, seen, hold, poke, poked, spin, timeout)
+                (next_at, offs_at), n = qs.addrs, len(qs.entries)
+            timeout = 0 if qs.full else (min(idle, int(LOOK_AGAIN_S * 1e9)) if qs.left_out or qs.absent else idle)
+            i, read = wait_read(ctl, next_at, offs_at, n, start, seen_at, hold, poke_at, poked, spin, timeout,
+                                qs.states, batch)
             if i < 0:
                 if i == _STALE or not link.alive:
                     return
@@ -115,21 +129,41 @@ class LocalPuller:
                     core._room.wait(0.05)
                 qs = None
                 continue
-            pq, reader = entries[i]
             start = i + 1
-            if pq.dropped or (reader is None and watch(store, pq) is not None):
+            hold = self.take(store, qs, i, read, hold)
+            if hold is None:
                 qs = None  # dropped, or its slot appeared: build the set again
-                continue
-            if len(pq.msgs) >= core.threshold:
-                qs.leave_out(i)
-                qs.full = True
-                continue
-            if not may_pull(pq):
-                qs.leave_out(i)
-                continue
-            before = pq.next_offset
-            pull(store, pq, reader)
-            offs[i] = nxt = pq.next_offset
-            # nothing read (the entry is published, its record not committed yet): this queue
-            # counts as ready again only once the commit position moves past *seen
-            hold = -1 if nxt != before else i
+
+    def take(self, store, qs: _Queues, i: int, read, hold: int) -> int | None:
+        """Queue i has news (``read``: what wait_read already read of it, or None): deliver it
+        if it may be now. Returns the queue the wait holds next (below), or None: build the
+        set again (the queue was dropped, or its slot appeared)."""
+        core = self.core
+        pq, reader = qs.entries[i]
+        if reader is None:  # no slot when the set was built: has it one now?
+            return None if pq.dropped or watch(store, pq) is not None else hold
+        if pq.dropped:
+            return None
+        if len(pq.msgs) >= core.threshold:
+            qs.leave_out(i)
+            qs.full = True
+            return hold
+        if not core._may_pull(pq):
+            qs.leave_out(i)
+            return hold
+        before = pq.next_offset
+        msgs = None
+        if read is not None and before == qs.offs[i]:
+            msgs, nxt, elsewhere = read
+            if elsewhere != -1:
+                msgs, nxt = reader.read_on(msgs, nxt, elsewhere, core.pull_batch_size)
+        if msgs:  # the common wake-up: read in C by wait_read, no second look at the queue
+            pq.next_offset = nxt
+            pq.put(msgs)
+            core._local_deliver(pq, msgs)
+        else:  # wait_read did not read it, or found nothing: the pull decides (get_messages)
+            core._pull_local_once(store, pq, reader)
+        qs.offs[i] = nxt = pq.next_offset
+        # nothing read (the entry is published, its record not committed yet): this queue
+        # counts as ready again only once the commit position moves past *seen
+        return -1 if nxt != before else i

@@ -172,6 +172,8 @@ class Producer(ProducerBase):
         queues = info.queues
         n = len(queues)
         start = next(self._rr)
+        if avoid is None and not self.latency_fault:
+            return queues[start % n]  # what the loop below answers then, without it
         now = time.monotonic()
         for i in range(n):
             mq = queues[(start + i) % n]
@@ -194,7 +196,7 @@ class Producer(ProducerBase):
             r = self._fast.send(msg)
             if r is not None:
                 return r
-        body, props, sysflag = self._prepare(msg)
+        wire = self._wire(msg)
         info = self._publish_info(msg.topic)
         deadline = time.monotonic() + (timeout or self.send_timeout)
         last: Exception | None = None
@@ -204,7 +206,7 @@ class Producer(ProducerBase):
                 break
             mq = self._select(info, avoid)
             try:
-                return self._send_one(mq, msg, body, props, sysflag, info, deadline)
+                return self._send_one(mq, msg, wire, info, deadline)
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
                     raise
@@ -216,32 +218,32 @@ class Producer(ProducerBase):
 
     def send_orderly(self, msg: Message, selector, arg=None, timeout: float | None = None) -> SendResult:
         """Send to the queue ``selector(queues, msg, arg)`` picks (same arg, same queue)."""
-        body, props, sysflag = self._prepare(msg)
+        wire = self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = selector(list(info.queues), msg, arg)
         if not isinstance(mq, MessageQueue):
             raise ShmqError("the selector must return one of the queues it was given")
-        return self._send_one(mq, msg, body, props, sysflag, info,
-                              time.monotonic() + (timeout or self.send_timeout))
+        return self._send_one(mq, msg, wire, info, time.monotonic() + (timeout or self.send_timeout))
 
     def send_to_queue(self, msg: Message, mq: MessageQueue, timeout: float | None = None) -> SendResult:
-        body, props, sysflag = self._prepare(msg)
+        wire = self._wire(msg)
         info = self._publish_info(msg.topic)
-        return self._send_one(mq, msg, body, props, sysflag, info,
-                              time.monotonic() + (timeout or self.send_timeout))
+        return self._send_one(mq, msg, wire, info, time.monotonic() + (timeout or self.send_timeout))
 
-    def _send_one(self, mq: MessageQueue, msg: Message, body: bytes, props: dict, sysflag: int,
-                  info: TopicPublishInfo, deadline: float) -> SendResult:
+    def _send_one(self, mq: MessageQueue, msg: Message, wire: tuple, info: TopicPublishInfo,
+                  deadline: float) -> SendResult:
+        """One try of a sync send of ``msg`` (``wire``: its ``_wire``) to ``mq``."""
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
-            return self._send_local(link, mq, msg, body, props, sysflag, info)
+            return self._send_local(link, mq, msg, *self._prepare(msg), info)
         inst = self._inst()
         addr = inst.master_addr(mq.broker_name)
         if addr is None:
             raise RemotingError(f"no address for broker {mq.broker_name}")
-        cmd = self._send_request(mq, msg, body, props, sysflag, batch=False)
-        resp = self._invoke_sync(addr, cmd, max(0.001, deadline - time.monotonic()))
-        return self._send_result(resp, mq, props.get(UNIQ_KEY))
+        body, text, sysflag, uniq = wire
+        req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
+        resp = self._invoke_sync(addr, req, max(0.001, deadline - time.monotonic()))
+        return self._send_result(resp, mq, uniq)
 
     def _invoke_sync(self, addr: str, cmd, timeout: float):
         """A sync send waits on a blocking socket of its own thread: handing the request to the
@@ -267,7 +269,9 @@ class Producer(ProducerBase):
         return c
 
     def _send_request(self, mq, msg, body, props, sysflag, *, batch: bool) -> RemotingCommand:
-        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (protocol.headers.send_v2_ext builds the fields)."""
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE as a RemotingCommand (protocol.headers.send_v2_ext
+        builds the fields): the generic encoding, which the sends' template frames (``_remote``)
+        are checked against (tests/unit/test_send_frame.py) and the benchmarks' peer rows use."""
         ext = send_v2_ext(self.group, mq.topic, self.create_topic_key, self.default_queue_nums, mq.queue_id,
                           sysflag, int(time.time() * 1000), msg.flag, encode_properties(props), batch)
         return RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
@@ -276,9 +280,8 @@ class Producer(ProducerBase):
     def _remote(self, mq, flag: int, body: bytes, properties: str, sysflag: int, *, batch: bool,
                 oneway: bool) -> RemoteSend:
         """The request of an async or oneway send, its frame made on its connection (remote_send)."""
-        t = self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway)
-        return RemoteSend(t, self.group, mq, self.create_topic_key, self.default_queue_nums, sysflag,
-                          int(time.time() * 1000), flag, properties, body, batch, oneway)
+        return RemoteSend(self._frames.get(mq, self.create_topic_key, self.default_queue_nums, batch, oneway),
+                          sysflag, int(time.time() * 1000), flag, properties, body)
 
     def _wire(self, msg: Message) -> tuple[bytes, str, int, str]:
         """(body, properties text, sysflag, UNIQ_KEY) of a message to send over TCP. A plain one
@@ -463,8 +466,8 @@ class Producer(ProducerBase):
                 addr = inst.master_addr(mq.broker_name)
                 if addr is None:
                     raise RemotingError(f"no address for broker {mq.broker_name}")
-                cmd = self._send_request(mq, Message(topic, b"-"), batch, {}, 0, batch=True)
-                resp = self._invoke_sync(addr, cmd, max(0.001, deadline - time.monotonic()))
+                req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
+                resp = self._invoke_sync(addr, req, max(0.001, deadline - time.monotonic()))
                 return self._send_result(resp, mq, ids)
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:

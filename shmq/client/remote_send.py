@@ -3,7 +3,8 @@ SEND_BATCH_MESSAGE request (:class:`RemoteSend`), and the waiter of an async one
 (:class:`AsyncSend`), which turns the answer into the caller's SendResult or tries again.
 
 The request is kept as its values, not as a RemotingCommand: its frame is made once its
-connection gives it an opaque (``Connection.start_frame`` / ``send_frame``), by filling the slots
+connection gives it an opaque (the loop's ``Connection.start_frame`` / ``send_frames`` for async
+and oneway sends, ``SyncRemotingClient.invoke`` for a sync one), by filling the slots
 of the producer's template for that queue (``protocol.headers.SendFrame``: the one JSON encoder's
 own output, so the bytes are the generic encoding's), a third of the cost of building and
 encoding a command. A client that signs its requests (ACL's rpc_hook edits the command's fields)
@@ -25,53 +26,72 @@ from .message import MessageQueue, SendResult, SendStatus
 RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
 STATUS_OF_CODE = {0: SendStatus.SEND_OK, 10: SendStatus.FLUSH_DISK_TIMEOUT,
                   11: SendStatus.SLAVE_NOT_AVAILABLE, 12: SendStatus.FLUSH_SLAVE_TIMEOUT}
-_NONE = object()
+
+
+class SendTarget:
+    """What every send of one producer to one queue shares (batch or not, oneway or not): the
+    request's fixed fields and the frame's template (None: the generic encoding)."""
+
+    __slots__ = ("template", "group", "mq", "default_topic", "default_queue_nums", "batch", "oneway", "code")
+
+    def __init__(self, group: str, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
+                 oneway: bool):
+        self.group, self.mq, self.default_topic, self.default_queue_nums = group, mq, default_topic, default_queue_nums
+        self.batch, self.oneway = batch, oneway
+        self.code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+        self.template = SendFrame.of(group, mq.topic, default_topic, default_queue_nums, mq.queue_id, batch=batch,
+                                     oneway=oneway)
 
 
 class Frames:
-    """A producer's SendFrame templates, one per (queue, batch, oneway) and settings it sent with."""
+    """A producer's SendTargets, one per (queue, batch, oneway), for the settings it sends with."""
 
-    __slots__ = ("group", "_by_key")
+    __slots__ = ("group", "_topic", "_nums", "_maps")
 
     def __init__(self, group: str):
         self.group = group
-        self._by_key: dict[tuple, SendFrame | None] = {}
+        self._topic, self._nums = None, None
+        self._maps: tuple[dict, ...] = ({}, {}, {}, {})  # by (batch, oneway), each by queue
 
     def get(self, mq: MessageQueue, default_topic: str, default_queue_nums: int, batch: bool,
-            oneway: bool) -> SendFrame | None:
-        key = (mq.topic, mq.queue_id, batch, oneway, default_topic, default_queue_nums)
-        f = self._by_key.get(key, _NONE)
-        if f is _NONE:
-            if len(self._by_key) >= 4096:  # many topics: a bounded cache, rebuilt as used
-                self._by_key.clear()
-            f = self._by_key[key] = SendFrame.of(self.group, mq.topic, default_topic, default_queue_nums,
-                                                 mq.queue_id, batch=batch, oneway=oneway)
-        return f
+            oneway: bool) -> SendTarget:
+        by_mq = self._maps[(2 if batch else 0) + (1 if oneway else 0)]
+        t = by_mq.get(mq)
+        if t is None or default_topic != self._topic or default_queue_nums != self._nums:
+            if len(by_mq) >= 4096 or default_topic != self._topic or default_queue_nums != self._nums:
+                for m in self._maps:  # many topics (a bounded cache, rebuilt as used), or new settings
+                    m.clear()
+                self._topic, self._nums = default_topic, default_queue_nums
+            t = by_mq[mq] = SendTarget(self.group, mq, default_topic, default_queue_nums, batch, oneway)
+        return t
 
 
 class RemoteSend:
     """One prepared send's request: ``frame(opaque)`` its bytes, ``command()`` the same as a
     RemotingCommand (for an rpc_hook)."""
 
-    __slots__ = ("template", "group", "mq", "default_topic", "default_queue_nums", "sysflag", "born_ms", "flag",
-                 "properties", "body", "batch", "oneway", "code")
+    __slots__ = ("target", "sysflag", "born_ms", "flag", "properties", "body")
 
-    def __init__(self, template: SendFrame | None, group: str, mq: MessageQueue, default_topic: str,
-                 default_queue_nums: int, sysflag: int, born_ms: int, flag: int, properties: str, body: bytes,
-                 batch: bool, oneway: bool):
-        self.template, self.group, self.mq = template, group, mq
-        self.default_topic, self.default_queue_nums = default_topic, default_queue_nums
-        self.sysflag, self.born_ms, self.flag, self.properties, self.body = sysflag, born_ms, flag, properties, body
-        self.batch, self.oneway = batch, oneway
-        self.code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
+    def __init__(self, target: SendTarget, sysflag: int, born_ms: int, flag: int, properties: str, body: bytes):
+        self.target, self.sysflag, self.born_ms, self.flag, self.properties, self.body = (
+            target, sysflag, born_ms, flag, properties, body)
+
+    @property
+    def code(self) -> int:
+        return self.target.code
+
+    @property
+    def template(self) -> SendFrame | None:
+        return self.target.template
 
     def command(self) -> RemotingCommand:
-        ext = send_v2_ext(self.group, self.mq.topic, self.default_topic, self.default_queue_nums, self.mq.queue_id,
-                          self.sysflag, self.born_ms, self.flag, self.properties, self.batch)
-        return RemotingCommand(code=self.code, ext_fields=ext, body=self.body, flag=FLAG_ONEWAY if self.oneway else 0)
+        t = self.target
+        ext = send_v2_ext(t.group, t.mq.topic, t.default_topic, t.default_queue_nums, t.mq.queue_id, self.sysflag,
+                          self.born_ms, self.flag, self.properties, t.batch)
+        return RemotingCommand(code=t.code, ext_fields=ext, body=self.body, flag=FLAG_ONEWAY if t.oneway else 0)
 
     def frame(self, opaque: int) -> bytes:
-        t = self.template
+        t = self.target.template
         if t is None:
             cmd = self.command()
             cmd.opaque = opaque
@@ -114,8 +134,10 @@ class AsyncSend:
         except Exception as e:  # noqa: BLE001 - a refusal, or an answer that does not parse
             self.set_exception(e)
             return
-        if not self.fut.done():
+        try:  # no done() first: it takes the Future's lock, a second time per answer
             self.fut.set_result(result)
+        except concurrent.futures.InvalidStateError:  # answered already (a second answer is dropped)
+            pass
 
     def set_exception(self, e: BaseException) -> None:
         self._done = True

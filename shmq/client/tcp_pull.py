@@ -23,9 +23,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import operator
+import struct
 
 from shmq.errors import ShmqError
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
+from shmq.protocol.command import encode_header
 
 from .message import messages_from_records
 
@@ -35,6 +38,44 @@ PULL_SYS_COMMIT, PULL_SYS_SUSPEND, PULL_SYS_SUBSCRIPTION = 1, 2, 4
 PULL_DELAY_ON_ERROR_S = 3.0
 ANSWER_MARGIN_S = 15.0  # a pull unanswered this long past its suspend timeout is failed
 FLOW_CONTROL_DELAY_S = 0.05
+
+
+class PullFrame:
+    """The whole PULL_MESSAGE frame of one queue's pulls, made per pull by putting the three
+    fields that change (queueOffset, sysFlag, commitOffset) and the opaque into slots of a
+    template: the template is the one encoder's own output (``command.encode_header``) for the
+    queue's fields with stand-ins, so the layout is still defined once and the frame is
+    byte-identical to encoding a RemotingCommand (tests/unit/test_tcp_pull.py). ``of`` answers
+    None when a stand-in does not occur exactly once (a group or topic holding one): the caller
+    encodes generically."""
+
+    __slots__ = ("template", "order")
+
+    def __init__(self, template: bytes, order):
+        self.template, self.order = template, order
+
+    @classmethod
+    def of(cls, fixed: dict[str, str]) -> "PullFrame | None":
+        ext = dict(fixed)
+        ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = _MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT
+        head = encode_header(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext, opaque=_MARK_OPAQUE))
+        head = head.replace(b"%", b"%%")
+        marks = [b'"%s"' % m.encode() for m in (_MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT)] + [b":%d," % _MARK_OPAQUE]
+        if any(head.count(m) != 1 for m in marks):
+            return None
+        order = sorted(range(4), key=lambda i: head.find(marks[i]))
+        for i, m in enumerate(marks):
+            head = head.replace(m, b":%d," if i == 3 else b'"%d"')
+        return cls(head, operator.itemgetter(*order))
+
+    def frame(self, offset: int, sysflag: int, commit: int, opaque: int) -> bytes:
+        head = self.template % self.order((offset, sysflag, commit, opaque))
+        return b"".join((_PREFIX.pack(4 + len(head), len(head)), head))
+
+
+_MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT = "9100000000000000001", "9100000000000000002", "9100000000000000003"
+_MARK_OPAQUE = 2147480002
+_PREFIX = struct.Struct(">ii")
 
 
 class TcpPull:
@@ -50,6 +91,8 @@ class TcpPull:
                              queueId=mq.queue_id, maxMsgNums=core.pull_batch_size,
                              suspendTimeoutMillis=core.suspend_timeout_ms, subscription=sub.subString,
                              subVersion=sub.subVersion, expressionType=sub.expressionType).ext_fields
+        self.template = PullFrame.of(self.fixed)
+        self._next = (0, 0, 0)  # this pull's queueOffset, sysFlag, commitOffset (for _frame)
         self.timeout = core.suspend_timeout_ms / 1000 + ANSWER_MARGIN_S
         self._end: asyncio.Future | None = None  # the chain's result: the delay before the next one
         self._conn = None
@@ -131,19 +174,27 @@ class TcpPull:
         commit = core.offsets.table.get(mq, -1)
         flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
             PULL_SYS_COMMIT if commit > 0 and core.model == "CLUSTERING" and not slave else 0)
-        ext = dict(self.fixed)
-        ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = str(pq.next_offset), str(flags), str(max(commit, 0))
-        cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
-        if self._hook is not None:
-            self._hook(cmd)
         try:
-            self._opaque = conn.start_request(cmd, self)
+            if self._hook is None and self.template is not None:
+                self._next = (pq.next_offset, flags, max(commit, 0))
+                self._opaque = conn.start_frame(self._frame, self)
+            else:  # the ACL hook signs the fields: the generic encoding
+                ext = dict(self.fixed)
+                ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = \
+                    str(pq.next_offset), str(flags), str(max(commit, 0))
+                cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
+                if self._hook is not None:
+                    self._hook(cmd)
+                self._opaque = conn.start_request(cmd, self)
         except ShmqError as e:
             log.debug("pull %s failed: %s", mq, e)
             self._finish(PULL_DELAY_ON_ERROR_S)
             return False
         self._issued = self._loop.time()
         return True
+
+    def _frame(self, opaque: int) -> bytes:
+        return self.template.frame(*self._next, opaque)
 
     # Connection.start_request's waiter: done / set_result / set_exception, on the loop
     def done(self) -> bool:

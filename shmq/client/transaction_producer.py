@@ -17,7 +17,7 @@ import logging
 from shmq.errors import ShmqError
 from shmq.message.msgid import decode_offset_msg_id
 from shmq.message.names import PGROUP, REAL_QID, REAL_TOPIC, TRAN_MSG
-from shmq.protocol import RequestCode, request
+from shmq.protocol import RemotingCommand, RequestCode, request
 from shmq.store.transaction import COMMIT, ROLLBACK, UNKNOWN, end_transaction
 
 from .message import LocalTransactionState, Message, SendResult, SendStatus, message_from_view
@@ -50,6 +50,8 @@ class TransactionProducer(Producer):
         # the broker asks its check-back questions on the connection a half message came
         # from, and only the multiplexed one reads requests from the broker.
         inst = self._inst()
+        if cmd.__class__ is not RemotingCommand:  # a send's request (client.remote_send)
+            cmd = cmd.command()
         return inst.call(inst.invoke(addr, cmd, timeout), timeout + 1)
 
     def send_in_transaction(self, msg: Message, arg=None) -> SendResult:

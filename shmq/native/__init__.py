@@ -1,7 +1,9 @@
 """The C core, compiled by cffi at install time. ``ffi`` and ``lib`` come from ``shmq.native._core``;
 ``hot_send`` / ``hot_send_batch`` are ``shmq_send`` / ``shmq_send_batch`` called with the GIL
 held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and ``hot_read`` the
-consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c);
+consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c;
+``read_queue`` the same walk from a QueueReader's state, ``wait_read`` shmq_wait_queues and
+then that read, one call per wake-up of the local pull thread);
 ``bind_ext`` names the class the walk builds, ``bind_message`` the one the send functions read,
 whose C base is ``MessageBase`` (hot_message.c); ``SendResult`` is C (hot_result.c), and
 ``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
@@ -14,6 +16,7 @@ from shmq.native._core import ffi, lib
 _hot.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send"))),
           int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_send_batch"))),
           int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_encode_batch"))))
+_hot.bind_wait(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_wait_queues"))))
 hot_send = _hot.send
 hot_send_batch = _hot.send_batch
 hot_encode_batch = _hot.encode_batch
@@ -23,12 +26,14 @@ MessageBase = _hot.MessageBase
 LocalSend = _hot.LocalSend
 bind_topic = _hot.bind_topic
 hot_read = _hot.read
+read_queue = _hot.read_queue
+wait_read = _hot.wait_read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
 SendResult = _hot.SendResult
 ProducerBase = _hot.ProducerBase
 PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put")))
 
-__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "bind_ext",
-           "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic", "SendResult",
-           "ProducerBase", "RemotingSends", "PUT_ADDRESS"]
+__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "read_queue",
+           "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic",
+           "SendResult", "ProducerBase", "RemotingSends", "PUT_ADDRESS"]

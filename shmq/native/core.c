@@ -151,6 +151,14 @@ uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
               crc_table[1][(b >> 16) & 0xFF] ^ crc_table[0][b >> 24];
         p += 8; len -= 8;
     }
+    if (len >= 4) {  /* slice-by-4: a 100-byte body is 96 folded + 4 */
+        uint32_t a;
+        memcpy(&a, p, 4);
+        a ^= crc;
+        crc = crc_table[3][a & 0xFF] ^ crc_table[2][(a >> 8) & 0xFF] ^ crc_table[1][(a >> 16) & 0xFF] ^
+              crc_table[0][a >> 24];
+        p += 4; len -= 4;
+    }
     while (len--) crc = (crc >> 8) ^ crc_table[0][(crc ^ *p++) & 0xFF];
     return ~crc;
 }
@@ -161,6 +169,8 @@ uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
 static uint32_t java_hash_cont(uint32_t h, const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
+        while (i < n && s[i] < 0x80) h = 31u * h + s[i++];  /* ASCII: one code unit a byte */
+        if (i >= n) break;
         uint32_t c = s[i], cp;
         size_t k;
         if (c < 0x80) { h = 31u * h + c; i++; continue; }
@@ -948,6 +958,15 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b
     return put_one(w, slot, m, body, blen, props, plen, out, 0, NULL);
 }
 
+/* UNIQ_KEY \001, written before the 32 hex digits of the id; returns the position after it */
+static inline uint8_t *put_uniq_head(uint8_t *p) {
+    memcpy(p, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY));
+    p[SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY)] = SHMQ_NAME_VALUE_SEP;
+    return p + SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1;
+}
+#define UNIQ_HEAD_LEN (SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1)
+#define UNIQ_PAIR_LEN (UNIQ_HEAD_LEN + 32)
+
 /* A batch body (RocketMQ MessageDecoder.encodeMessages) is a run of entries:
  *   totalSize i32 | magic i32 (ignored) | bodyCRC i32 (ignored) | flag i32 |
  *   bodyLen i32 | body | propsLen i16 | props
@@ -988,20 +1007,60 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
     return SHMQ_OK;
 }
 
-static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
-                     const uint8_t *extra, uint32_t extra_len, shmq_result *out, int try_lock,
-                     const int64_t *tag_all) {
+/* Where a batch's entries come from: a MessageBatch body (b: entries as batch_scan reads them,
+ * each entry's properties then extra, with a \2 between when they lack one), or (b NULL) n plain
+ * bodies of one local send_batch: flag 0, properties head, then pair (UNIQ_KEY \1 <id> [\2
+ * extra], built once; entry k's id, ids + 32 k, copied into it). Both make the same record. */
+typedef struct {
+    const uint8_t *b;
+    const uint8_t *extra;
+    uint32_t extra_len;
+    const uint8_t *const *bodies;
+    const uint32_t *blens;
+    const uint8_t *head;
+    uint32_t hlen;
+    uint8_t *pair;
+    uint32_t pair_len;
+    const char *ids;
+} batch_src;
+
+typedef struct { const uint8_t *body, *props, *props2; uint32_t blen, plen, plen2; int32_t flag; int sep; } batch_entry;
+
+/* entry k; *at is the MessageBatch cursor (advanced past the entry) */
+static inline void batch_next(const batch_src *s, uint32_t k, uint32_t *at, batch_entry *e) {
+    if (s->b) {
+        const uint8_t *p = s->b + *at;
+        e->flag = (int32_t)rd32(p + 12);
+        e->blen = rd32(p + 16);
+        e->body = p + 20;
+        e->plen = rd16(p + 20 + e->blen);
+        e->props = p + 22 + e->blen;
+        e->props2 = s->extra;
+        e->plen2 = s->extra_len;
+        e->sep = s->extra_len && e->plen && e->props[e->plen - 1] != SHMQ_PROPERTY_SEP;
+        *at += BATCH_ENTRY_FIXED + e->blen + e->plen;
+        return;
+    }
+    memcpy(s->pair + UNIQ_HEAD_LEN, s->ids + 32 * (uint64_t)k, 32);
+    e->flag = 0;
+    e->blen = s->blens[k];
+    e->body = s->bodies[k];
+    e->props = s->head;
+    e->plen = s->hlen;
+    e->props2 = s->pair;
+    e->plen2 = s->pair_len;
+    e->sep = 0;
+}
+
+/* The append of a scanned batch (count entries of src, total bytes, their CRCs and tags in the
+ * writer's scratch), under the lock: one place, one intent, one CQ reservation, one publish. */
+static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const batch_src *src, uint32_t count,
+                     uint64_t total, shmq_result *out, int try_lock) {
     shmq_ctl *c = w->ctl;
-    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
-    if (is_prepared_or_rollback(m->sysflag) || extra_len > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
     shmq_queue_slot *qs = &c->queues[slot];
-    uint32_t count;
-    uint64_t total;
-    int rc = batch_scan(w, qs, m, b, n, extra_len, &count, &total, tag_all);
-    if (rc) return rc;
     if (total + SHMQ_BLANK_MIN > c->header.file_size) return SHMQ_ETOOBIG;
 
-    rc = lock_take(w, try_lock);
+    int rc = lock_take(w, try_lock);
     if (rc) return rc;
     fault(w, SHMQ_FP_AFTER_LOCK);
     int64_t pos, rec;
@@ -1019,25 +1078,20 @@ static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
     fault(w, SHMQ_FP_AFTER_INTENT);
     if (cur) write_filler(c, cur, pos);
     int64_t phys = rec;
-    uint32_t i = 0;
+    uint32_t at = 0;
     for (uint32_t k = 0; k < count; k++) {
-        const uint8_t *e = b + i;
-        int32_t flag = (int32_t)rd32(e + 12);
-        uint32_t blen = rd32(e + 16);
-        uint32_t plen = rd16(e + 20 + blen);
-        const uint8_t *props = e + 22 + blen;
-        int sep = extra_len && plen && props[plen - 1] != SHMQ_PROPERTY_SEP;
-        uint32_t size = SHMQ_RECORD_FIXED + blen + qs->topic_len + plen + (uint32_t)sep + extra_len;
+        batch_entry e;
+        batch_next(src, k, &at, &e);
+        uint32_t size = SHMQ_RECORD_FIXED + e.blen + qs->topic_len + e.plen + (uint32_t)e.sep + e.plen2;
         int64_t q = qoff + k;
-        write_record(w, dst, phys, size, qs, m, w->scratch_crc[k], flag, q, ts, e + 20, blen, props, plen,
-                     extra, extra_len, sep);
+        write_record(w, dst, phys, size, qs, m, w->scratch_crc[k], e.flag, q, ts, e.body, e.blen, e.props, e.plen,
+                     e.props2, e.plen2, e.sep);
         uint8_t *cqe = cq_map(w, slot, q / per) + (q % per) * SHMQ_CQ_ENTRY_SIZE;
         int64_t tag = m->tag_mode == SHMQ_TAG_STORE_PLUS ? ts + m->tag_code : w->scratch_tag[k];
         write_cq(cqe, phys, size, tag);
         if (k == 0) { out->size = (int32_t)size; }
         dst += size;
         phys += size;
-        i += BATCH_ENTRY_FIXED + blen + plen;
     }
     fault(w, SHMQ_FP_AFTER_CQ);
     STORE_REL(&qs->next_offset, qoff + count);
@@ -1057,9 +1111,25 @@ unlock:
     return rc;
 }
 
+/* A MessageBatch body b of n bytes, extra appended to each entry's properties (tag_all: as
+ * batch_scan) */
+static int put_encoded_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                             const uint8_t *extra, uint32_t extra_len, shmq_result *out, int try_lock,
+                             const int64_t *tag_all) {
+    shmq_ctl *c = w->ctl;
+    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
+    if (is_prepared_or_rollback(m->sysflag) || extra_len > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
+    uint32_t count;
+    uint64_t total;
+    int rc = batch_scan(w, &c->queues[slot], m, b, n, extra_len, &count, &total, tag_all);
+    if (rc) return rc;
+    batch_src src = {.b = b, .extra = extra, .extra_len = extra_len};
+    return put_batch(w, slot, m, &src, count, total, out, try_lock);
+}
+
 int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
                    const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
-    return put_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
+    return put_encoded_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
 }
 
 /* ============================================================ local send == */
@@ -1093,15 +1163,6 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     }
     return SHMQ_OK;
 }
-
-/* UNIQ_KEY \001, written before the 32 hex digits of the id; returns the position after it */
-static inline uint8_t *put_uniq_head(uint8_t *p) {
-    memcpy(p, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY));
-    p[SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY)] = SHMQ_NAME_VALUE_SEP;
-    return p + SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1;
-}
-#define UNIQ_HEAD_LEN (SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) + 1)
-#define UNIQ_PAIR_LEN (UNIQ_HEAD_LEN + 32)
 
 /* properties = head | UNIQ_KEY \x01 id | tail. head is empty or ends in \x02 (the caller's
  * user properties, TAGS and KEYS); tail is \x02 CLUSTER \x01 name. One C call for the whole
@@ -1189,7 +1250,7 @@ static int local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const 
     if (need < 0) return (int)need;
     /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
     int64_t tag = hlens ? 0 : shmq_tag_code_of_props(heads, hlen0);
-    return put_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
+    return put_encoded_batch(w, slot, m, scratch, (uint32_t)need, extra, elen, out, try_lock, hlens ? NULL : &tag);
 }
 
 int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
@@ -1202,13 +1263,58 @@ int shmq_put_local_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m,
                        out, ids_out, 0);
 }
 
-/* The uniform local batch of a route (one head, flags 0): the batch-level properties are the
- * route's tail without its leading \x02 (put_batch puts the separator back). */
+/* The scan of a direct batch (batch_src without b): the checks encode_batch and batch_scan make
+ * of the same messages, in their order (so the same status: the encoded batch at most cap bytes,
+ * the ids drawn, then the append's limits), each entry's CRC and tag into the writer's scratch,
+ * the total into *total. The properties of every entry are merged bytes long. */
+static int direct_scan(shmq_writer *w, uint32_t slot, const shmq_meta *m, const batch_src *s, uint32_t n,
+                       shmq_uniq *u, char *ids_out, uint64_t cap, uint32_t merged, uint64_t *total) {
+    if (n == 0) return SHMQ_EBADBATCH;
+    uint64_t need = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if ((uint64_t)s->hlen + UNIQ_PAIR_LEN > SHMQ_PROPS_MAX || s->blens[k] > INT32_MAX) return SHMQ_EINVAL;
+        need += BATCH_ENTRY_FIXED + (uint64_t)s->blens[k] + s->hlen + UNIQ_PAIR_LEN;
+    }
+    if (need > cap || need > UINT32_MAX) return SHMQ_ETOOBIG;
+    int rc = shmq_uniq_ids(u, n, ids_out);
+    if (rc) return rc;
+    shmq_ctl *c = w->ctl;
+    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
+    if (is_prepared_or_rollback(m->sysflag) || s->extra_len > SHMQ_PROPS_MAX || merged > SHMQ_PROPS_MAX)
+        return SHMQ_EINVAL;
+    /* one shared head: its TAGS hash is every entry's (the UNIQ_KEY pair after it holds none) */
+    int64_t tag = m->tag_mode != SHMQ_TAG_FROM_PROPS ? m->tag_code : shmq_tag_code_of_props(s->head, s->hlen);
+    uint64_t sum = 0;
+    for (uint32_t k = 0; k < n; k++) {
+        if (s->blens[k] > c->header.max_message_size) return SHMQ_ETOOBIG;
+        if (k >= w->scratch_cap) return SHMQ_EBADBATCH;
+        w->scratch_crc[k] = shmq_crc32(0, s->bodies[k], s->blens[k]) & 0x7FFFFFFFu;
+        w->scratch_tag[k] = tag;
+        sum += SHMQ_RECORD_FIXED + (uint64_t)s->blens[k] + c->queues[slot].topic_len + merged;
+    }
+    *total = sum;
+    return SHMQ_OK;
+}
+
+/* The uniform local batch of a route (one head, flags 0), appended straight from the bodies: the
+ * records (and statuses) encode_batch and put_encoded_batch would make of it, without encoding it
+ * first. The batch-level properties are the route's tail without its leading \x02, after a \x02
+ * (the entries' properties end with their id). scratch is not needed; cap still bounds the batch
+ * as encoded (local_send.MAX_BATCH_BYTES). */
 int shmq_send_batch(const shmq_route *r, const uint8_t *const *body_ptrs, const uint32_t *blens, uint32_t n,
                     const uint8_t *head, uint32_t hlen, uint8_t *scratch, uint64_t cap, char *ids_out, int try_lock) {
     if (r->tail_len < 1) return SHMQ_EINVAL;
-    return local_batch(r->w, r->slot, r->meta, NULL, body_ptrs, blens, head, NULL, hlen, NULL, n, r->u, r->tail + 1,
-                       r->tail_len - 1, scratch, cap, r->out, ids_out, try_lock);
+    uint32_t elen = r->tail_len - 1;
+    uint8_t pair[SHMQ_PROPS_MAX];
+    uint32_t pair_len = UNIQ_PAIR_LEN + (elen ? 1 + elen : 0);
+    if (pair_len > sizeof pair) return SHMQ_EINVAL;
+    put_uniq_head(pair);
+    if (elen) { pair[UNIQ_PAIR_LEN] = SHMQ_PROPERTY_SEP; memcpy(pair + UNIQ_PAIR_LEN + 1, r->tail + 1, elen); }
+    batch_src s = {.extra = r->tail + 1, .extra_len = elen, .bodies = body_ptrs, .blens = blens, .head = head,
+                   .hlen = hlen, .pair = pair, .pair_len = pair_len, .ids = ids_out};
+    uint64_t total;
+    int rc = direct_scan(r->w, r->slot, r->meta, &s, n, r->u, ids_out, cap, hlen + pair_len, &total);
+    return rc ? rc : put_batch(r->w, r->slot, r->meta, &s, n, total, r->out, try_lock);
 }
 
 /* The same uniform batch only encoded (no append): SEND_BATCH_MESSAGE's body over TCP. */
@@ -1260,20 +1366,29 @@ static int index_put(uint8_t *idx, uint32_t slots, uint32_t num, uint32_t hash, 
     return 1;
 }
 
-/* The value of property `name` (last occurrence, as a Java map keeps it), or NULL. */
-static const uint8_t *prop_value(const uint8_t *p, uint32_t n, const char *name, uint32_t nlen, uint32_t *vlen) {
-    const uint8_t *found = NULL;
+/* The values of UNIQ_KEY and KEYS (each its last occurrence, as a Java map keeps it; NULL when
+ * absent), in one pass over the properties text. */
+static void index_keys(const uint8_t *p, uint32_t n, const uint8_t **uniq, uint32_t *ulen, const uint8_t **keys,
+                       uint32_t *klen) {
+    *uniq = *keys = NULL;
     uint32_t i = 0;
     while (i < n) {
         uint32_t k = i;
-        while (i < n && p[i] != SHMQ_NAME_VALUE_SEP) i++;
-        if (i >= n) break;
-        uint32_t klen = i - k, v = ++i;
-        while (i < n && p[i] != SHMQ_PROPERTY_SEP) i++;
-        if (klen == nlen && memcmp(p + k, name, nlen) == 0) { found = p + v; *vlen = i - v; }
+        const uint8_t *sep = memchr(p + i, SHMQ_NAME_VALUE_SEP, n - i);
+        if (!sep) break;
+        i = (uint32_t)(sep - p);
+        uint32_t nlen = i - k, v = ++i;
+        const uint8_t *end = memchr(p + i, SHMQ_PROPERTY_SEP, n - i);
+        i = end ? (uint32_t)(end - p) : n;
+        if (nlen == SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY) && memcmp(p + k, SHMQ_PROP_UNIQ_KEY, nlen) == 0) {
+            *uniq = p + v;
+            *ulen = i - v;
+        } else if (nlen == SHMQ_PROP_LEN(SHMQ_PROP_KEYS) && memcmp(p + k, SHMQ_PROP_KEYS, nlen) == 0) {
+            *keys = p + v;
+            *klen = i - v;
+        }
         i++;
     }
-    return found;
 }
 
 /* Index the committed records from log[*off] that start below end (and end by limit, the
@@ -1286,6 +1401,8 @@ static const uint8_t *prop_value(const uint8_t *p, uint32_t n, const char *name,
  * SHMQ_EINVAL (no record at *off). */
 int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t *log, int64_t base_phys,
                        uint64_t *off, uint64_t end, uint64_t limit, uint32_t *skip) {
+    const uint8_t *topic = NULL;  /* the topic h0 is the hash of (topic#), in the log */
+    uint32_t topic_len = 0, h0 = 0;
     while (*off < end) {
         const uint8_t *r = log + *off;
         if (limit - *off < 8) return SHMQ_EINVAL;
@@ -1304,10 +1421,14 @@ int shmq_index_records(uint8_t *idx, uint32_t slots, uint32_t num, const uint8_t
         const uint8_t *props = t + 3 + tlen;
         int64_t end_phy = (int64_t)rd64(idx + 24);
         if (phys >= end_phy && (sysflag & 0xC) != 0xC) {
-            uint32_t h0 = java_hash_cont(java_hash_cont(0, t + 1, tlen), (const uint8_t *)"#", 1);
+            if (!topic || tlen != topic_len || memcmp(t + 1, topic, tlen) != 0) {  /* most runs are one topic */
+                topic = t + 1;
+                topic_len = tlen;
+                h0 = java_hash_cont(java_hash_cont(0, topic, tlen), (const uint8_t *)"#", 1);
+            }
             uint32_t ulen = 0, klen = 0, k = 0;
-            const uint8_t *uniq = prop_value(props, plen, SHMQ_PROP_UNIQ_KEY, SHMQ_PROP_LEN(SHMQ_PROP_UNIQ_KEY), &ulen);
-            const uint8_t *keys = prop_value(props, plen, SHMQ_PROP_KEYS, SHMQ_PROP_LEN(SHMQ_PROP_KEYS), &klen);
+            const uint8_t *uniq, *keys;
+            index_keys(props, plen, &uniq, &ulen, &keys, &klen);
             if (uniq) {
                 if (k++ >= *skip && !index_put(idx, slots, num, java_hash_cont(h0, uniq, ulen), phys, ts)) {
                     *skip = k - 1;
@@ -1398,7 +1519,12 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
  * when *poke is no longer `poked` (the caller's queue set changed; looked at with every scan).
  * *seen is a commit position loaded before the caller's last read: queue `hold` (whose entry
  * was published but whose record was not committed yet when it was read) and queues with no
- * slot yet (next[i] NULL) count as ready only once commit_pos passes it. On return *seen is the
+ * slot yet (next[i] NULL) count as ready only once commit_pos passes it; a queue with no slot
+ * is answered only when no queue has news (the commit that moved was most likely another queue's:
+ * a push consumer's retry queue has no slot until its first retry, and answering it first cost
+ * a look at it in Python before a quarter of the messages; the caller builds its set again every
+ * LOOK_AGAIN_S while one has no slot, so a stream of news elsewhere cannot hide a new slot
+ * for longer). On return *seen is the
  * commit position loaded before the scan that found the queue (so before the caller reads it).
  * Appends to other queues move commit_pos too: they are looked at and slept through here,
  * without a return to Python. No lost wake-up: commit_pos is loaded before each scan, and an
@@ -1413,15 +1539,18 @@ int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int
         if (st != SHMQ_STATE_READY && st != SHMQ_STATE_READONLY) return -2;
         if (poke && LOAD_ACQ(poke) != poked) return -3;
         int64_t cpos = LOAD_ACQ(&c->pos.commit_pos);
-        int moved = cpos > before;
+        int moved = cpos > before, absent = -1;
         *seen = cpos;
         for (int k = 0, i = start; k < n; k++, i = i + 1 < n ? i + 1 : 0) {
-            if (!next[i] || i == hold) {
+            if (!next[i]) {
+                if (moved && absent < 0) absent = i;
+            } else if (i == hold) {
                 if (moved) return i;
             } else if (LOAD_ACQ(next[i]) > offs[i]) {
                 return i;
             }
         }
+        if (absent >= 0) return absent;
         int64_t left = deadline - mono_ns();
         if (left <= 0) return -1;
         shmq_wait_data(c, cpos, spin_ns < left ? spin_ns : left, left);

@@ -92,6 +92,34 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
+/* The walk itself (see read above): decodes into ``out``; *elsewhere as read answers it. */
+static Py_ssize_t walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, const Py_buffer *lg, long long log_base,
+                       const shmq_positions *P, const int64_t *next, long long qoff, PyObject *topic, PyObject *tu,
+                       PyObject *broker, PyObject *out, long long *elsewhere) {
+    int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
+    int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
+    int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
+    if (mx - qoff < count) count = mx - qoff;
+    const char *tub = PyBytes_AS_STRING(tu);
+    Py_ssize_t tlen = PyBytes_GET_SIZE(tu), used = 0;
+    *elsewhere = -1;
+    for (; used < count; used++) {
+        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
+        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq->len) break;
+        const uint8_t *ent = (const uint8_t *)cq->buf + e;
+        int64_t phys = (int64_t)rd64(ent);
+        int32_t size = (int32_t)rd32(ent + 8);
+        if (size <= 0 || phys + size > commit || phys < min_pos) break;
+        if (phys < log_base || phys - log_base + size > lg->len) { *elsewhere = phys; break; }
+        const uint8_t *r = (const uint8_t *)lg->buf + (phys - log_base);
+        if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
+        PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); return -1; }
+        Py_DECREF(m);
+    }
+    return used;
+}
+
 static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 11 || !PyUnicode_CheckExact(args[8]) || !PyBytes_CheckExact(args[9]) ||
         !PyUnicode_CheckExact(args[10])) {
@@ -106,39 +134,125 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
     const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(args[7]);
     if (PyErr_Occurred()) return NULL;
     if (!P || !next) { PyErr_SetString(PyExc_ValueError, "null position"); return NULL; }
-    PyObject *topic = args[8], *tu = args[9], *broker = args[10];
-    int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
-    int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
-    int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
-    if (mx - qoff < count) count = mx - qoff;
     Py_buffer cq, lg;
     if (PyObject_GetBuffer(args[0], &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(args[4], &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
-    PyObject *out = PyList_New(0);
-    Py_ssize_t used = 0;
     long long elsewhere = -1;
-    if (!out) goto done;
-    const char *tub = PyBytes_AS_STRING(tu);
-    Py_ssize_t tlen = PyBytes_GET_SIZE(tu);
-    for (; used < count; used++) {
-        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
-        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq.len) break;
-        const uint8_t *ent = (const uint8_t *)cq.buf + e;
-        int64_t phys = (int64_t)rd64(ent);
-        int32_t size = (int32_t)rd32(ent + 8);
-        if (size <= 0 || phys + size > commit || phys < min_pos) break;
-        if (phys < log_base || phys - log_base + size > lg.len) { elsewhere = phys; break; }
-        const uint8_t *r = (const uint8_t *)lg.buf + (phys - log_base);
-        if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
-        PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
-        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
-        Py_DECREF(m);
-    }
-done:
+    PyObject *out = PyList_New(0);
+    Py_ssize_t used = out ? walk(&cq, at, count, &lg, log_base, P, next, qoff, args[8], args[9], args[10], out,
+                                 &elsewhere) : -1;
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
-    if (!out) return NULL;
+    if (used < 0) { Py_XDECREF(out); return NULL; }
     return Py_BuildValue("(NnL)", out, used, elsewhere);
+}
+
+/* ---- one queue's read from its reader's state, and the wait that ends in it ---------------
+ * A QueueReader (store/reader.py) keeps what a read needs in one list, ``st`` (the Q_* order):
+ * the ConsumeQueue file index and mapping read last, the first commit-log offset and mapping of
+ * the CommitLog file read last, entries per ConsumeQueue file, the addresses of the queue's
+ * min_offset and next_offset and of the store's shmq_positions, topic, its UTF-8 and the broker.
+ * read_queue(st, offset, max_count) -> (messages, next offset, elsewhere), or None when offset
+ * is below min_offset or outside the ConsumeQueue file in st (the reader maps it and asks again).
+ * elsewhere: -1 the read is complete (caught up, or where get_messages decides); >= 0 the
+ * commit-log offset of a record in another CommitLog file; -2 the end of the ConsumeQueue file
+ * (both: the reader maps the next file and goes on). */
+enum { Q_CI, Q_CQ, Q_LOGBASE, Q_LOG, Q_PER, Q_MIN, Q_NEXT, Q_POS, Q_TOPIC, Q_UTF8, Q_BROKER, Q_N };
+
+static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != Q_N || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_TOPIC)) ||
+        !PyBytes_CheckExact(PyList_GET_ITEM(st, Q_UTF8)) || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_BROKER))) {
+        PyErr_SetString(PyExc_TypeError, "read_queue: not a QueueReader state");
+        return NULL;
+    }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    long long ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI)), per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
+    long long log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
+    const int64_t *minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
+    const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
+    const shmq_positions *P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
+    if (PyErr_Occurred()) return NULL;
+    if (!minp || !next || !P || per <= 0) { PyErr_SetString(PyExc_ValueError, "read_queue: null position"); return NULL; }
+    if (offset < __atomic_load_n(minp, __ATOMIC_ACQUIRE) || offset < 0 || offset / per != ci) Py_RETURN_NONE;
+    long long n = offset % per;
+    Py_buffer cq, lg;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    long long elsewhere = -1;
+    Py_ssize_t count = max_count < per - n ? max_count : (Py_ssize_t)(per - n);
+    PyObject *out = PyList_New(0);
+    Py_ssize_t used = out ? walk(&cq, (Py_ssize_t)n * SHMQ_CQ_ENTRY_SIZE, count, &lg, log_base, P, next, offset,
+                                 PyList_GET_ITEM(st, Q_TOPIC), PyList_GET_ITEM(st, Q_UTF8),
+                                 PyList_GET_ITEM(st, Q_BROKER), out, &elsewhere) : -1;
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&cq);
+    if (used < 0) { Py_XDECREF(out); return NULL; }
+    if (elsewhere < 0 && used && n + used == per) elsewhere = -2;
+    return Py_BuildValue("(NLL)", out, offset + (long long)used, elsewhere);
+}
+
+static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "read_queue(state, offset, max_count)"); return NULL; }
+    long long offset = PyLong_AsLongLong(args[1]);
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    return read_queue(args[0], offset, max_count);
+}
+
+/* the type is core.h's own declaration, so the call cannot drift from the definition */
+typedef __typeof__(shmq_wait_queues) wait_fn;
+static wait_fn *f_wait;
+
+/* bind_wait(address of shmq_wait_queues): once, at import of shmq.native */
+static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+    f_wait = (wait_fn *)p;
+    Py_RETURN_NONE;
+}
+
+/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count)
+ *   -> (i, read)
+ * shmq_wait_queues (core.c) with the GIL released (ctl, next, offs, seen, poke: addresses, as
+ * int; the arrays stay owned by the caller, who keeps them alive), then, when it answers a queue
+ * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
+ * max_count) with the GIL taken back: the local pull thread's wake-up and read in one call.
+ * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
+ * whether the queue may be delivered to, and may drop what was read. */
+static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 13 || !PyList_CheckExact(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
+                                         "timeout_ns, states: list, max_count)");
+        return NULL;
+    }
+    if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
+    shmq_ctl *ctl = (shmq_ctl *)PyLong_AsVoidPtr(args[0]);
+    int64_t *const *next = (int64_t *const *)PyLong_AsVoidPtr(args[1]);
+    const int64_t *offs = (const int64_t *)PyLong_AsVoidPtr(args[2]);
+    long n = PyLong_AsLong(args[3]), start = PyLong_AsLong(args[4]), hold = PyLong_AsLong(args[6]);
+    int64_t *seen = (int64_t *)PyLong_AsVoidPtr(args[5]);
+    const int32_t *poke = (const int32_t *)PyLong_AsVoidPtr(args[7]);
+    long poked = PyLong_AsLong(args[8]);
+    long long spin = PyLong_AsLongLong(args[9]), timeout = PyLong_AsLongLong(args[10]);
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[12]);
+    PyObject *states = args[11];
+    if (PyErr_Occurred()) return NULL;
+    if (!ctl || !next || !offs || !seen || n < 1 || n > PyList_GET_SIZE(states) || n > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
+        return NULL;
+    }
+    int i;
+    Py_BEGIN_ALLOW_THREADS
+    i = f_wait(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
+    Py_END_ALLOW_THREADS
+    PyObject *read = NULL;
+    if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
+        read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
+        if (!read) return NULL;
+    } else {
+        read = REF(Py_None);
+    }
+    return Py_BuildValue("(iN)", i, read);
 }
 
 static PyMethodDef methods[] = {
@@ -146,6 +260,12 @@ static PyMethodDef methods[] = {
     {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
      "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
      "-> (messages, entries used, elsewhere)"},
+    {"read_queue", (PyCFunction)(void (*)(void))hot_read_queue, METH_FASTCALL,
+     "read_queue(QueueReader state, offset, max_count) -> (messages, next offset, elsewhere) or None"},
+    {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
+    {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
+     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count) "
+     "-> (queue index or a negative answer, read_queue's answer or None)"},
     {NULL, NULL, 0, NULL},
 };
 

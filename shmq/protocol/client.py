@@ -191,17 +191,29 @@ class SyncRemotingClient:
             self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
         return self._ready.pop(0)
 
-    def invoke(self, cmd: RemotingCommand, timeout: float | None = None) -> RemotingCommand:
-        """Send a request and wait for its response; requests from the server are skipped."""
+    def invoke(self, cmd, timeout: float | None = None) -> RemotingCommand:
+        """Send a request and wait for its response; requests from the server are skipped.
+        ``cmd`` is a RemotingCommand, or a request that makes its own frame (``frame(opaque)``
+        and ``command()``: a producer's send, client.remote_send), written as its frame unless
+        this client signs its requests."""
+        if cmd.__class__ is not RemotingCommand:
+            if self.rpc_hook is None:
+                opaque = self._next_opaque()
+                self.sock.sendall(cmd.frame(opaque))
+                return self._response(opaque, timeout)
+            cmd = cmd.command()
         cmd.opaque = self._next_opaque()
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         if self.rpc_hook is not None:
             self.rpc_hook(cmd)
         self.send(cmd)
+        return self._response(cmd.opaque, timeout)
+
+    def _response(self, opaque: int, timeout: float | None) -> RemotingCommand:
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             resp = self.receive(max(0.0, deadline - time.monotonic()))
-            if resp.flag & FLAG_RESPONSE and resp.opaque == cmd.opaque:
+            if resp.flag & FLAG_RESPONSE and resp.opaque == opaque:
                 return resp
 
     def invoke_oneway(self, cmd: RemotingCommand) -> None:

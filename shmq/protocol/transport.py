@@ -94,6 +94,10 @@ class Limits:
         self.idle_timeout = idle_timeout
 
 
+#: Most bytes one read of a connection takes (see ``connection_made``).
+READ_SIZE = 64 * 1024
+
+
 class Connection(asyncio.Protocol):
     """One TCP connection speaking remoting.
 
@@ -148,6 +152,15 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         self.peer = _fmt_addr(transport.get_extra_info("peername"))
         self.local = _fmt_addr(transport.get_extra_info("sockname"))
+        # asyncio reads with sock.recv(256 KiB): glibc serves an allocation that large with
+        # mmap, and the shrink to what arrived with mremap, so every read of a small frame
+        # cost mmap + mremap + munmap (and a page fault) beside its recv. Below malloc's mmap
+        # threshold (128 KiB) the buffer comes from the heap: one system call per read. A big
+        # frame takes a few more reads.
+        try:
+            transport.max_size = READ_SIZE  # type: ignore[attr-defined]
+        except AttributeError:  # a transport without it (uvloop): its own buffer
+            pass
 
     def data_received(self, data: bytes) -> None:
         now = self._loop.time()
@@ -369,6 +382,18 @@ class Connection(asyncio.Protocol):
         """The peer does not read what we write (the transport's buffer is over its high-water mark)."""
         return self._write_paused
 
+    def defer_flush(self) -> None:
+        """Until :meth:`flush`, what is sent is coalesced as during a read, with no flush
+        callback: for a callback outside any read that answers several requests of several
+        connections at once (held pulls, broker/worker/pull_hold.py), so the answers leave in
+        one write per connection in this turn of the loop, not in a callback of the next."""
+        self._in_read = True
+
+    def flush(self) -> None:
+        """Write what :meth:`defer_flush` held back, now."""
+        self._in_read = False
+        self._flush()
+
     def _flush(self) -> None:
         """Hand the coalesced frames to the transport: one write, one system call."""
         self._flush_scheduled = False
@@ -431,9 +456,25 @@ class Connection(asyncio.Protocol):
 
     def send_frame(self, build: Callable[[int], bytes]) -> None:
         """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
+        self.send_frames((build,))
+
+    def send_frames(self, builds) -> None:
+        """:meth:`send_frame` of each of ``builds`` in order, written together."""
         if self.closed:
             raise RemotingClosed(f"connection to {self.peer} is closed")
-        self.write_frame(build(self._new_opaque()))
+        t = self._transport
+        if t is None or t.is_closing():
+            return
+        opaque = self._next_opaque
+        out = self._out
+        for build in builds:
+            opaque = opaque % 0x7FFFFFFF + 1  # _new_opaque's numbering
+            out.append(build(opaque))
+        self._next_opaque = opaque
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        self.last_activity = self._loop.time()
 
     def expire(self, opaques: list[int], code: int, timeout: float) -> None:
         """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for

@@ -13,9 +13,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from shmq.message.layout import R_STORETS
-from shmq.native import ffi, hot_read, lib
+from shmq.native import ffi, lib, read_queue
 
-from .consume_queue import ENTRY_SIZE
 
 _I64 = struct.Struct(">q")
 
@@ -72,7 +71,6 @@ class Reader:
         return slot.min_offset, lib.shmq_load_i64(self._next_ptr(s))
 
     def _next_ptr(self, s: int):
-        from shmq.native import ffi
         return ffi.addressof(self.cb.ctl.queues[s], "next_offset")
 
     def min_offset(self, topic: str, queue_id: int) -> int:
@@ -220,15 +218,17 @@ class Reader:
 
 class QueueReader:
     """One queue of an attached store as the local consumer reads it (``Reader.queue_reader``):
-    ``read(offset, max_count)`` walks and decodes in C (``hot_read``, into the class bound with
-    ``bind_ext``) and returns the messages and the next offset. It reads only what get_messages
-    would answer FOUND for without a filter, under the same visibility invariant (the acquire
-    loads are in hot_read), and stops early, maybe at none, wherever get_messages has to decide
-    (an offset out of range, an expired file, a compressed or bad record, a file not there):
-    the caller then asks get_messages. Valid while its store is attached (a slot never moves)."""
+    ``read(offset, max_count)`` walks and decodes in C (``read_queue`` in hot.c, from this
+    reader's ``st``, into the class bound with ``bind_ext``) and returns the messages and the
+    next offset; the local pull thread gets the same read from its wake-up call (``wait_read``)
+    and finishes it with ``read_on``. It reads only what get_messages would answer FOUND for
+    without a filter, under the same visibility invariant (the acquire loads are in hot.c), and
+    stops early, maybe at none, wherever get_messages has to decide (an offset out of range, an
+    expired file, a compressed or bad record, a file not there): the caller then asks
+    get_messages. Valid while its store is attached (a slot never moves)."""
 
     __slots__ = ("store", "topic", "utf8", "broker", "slot", "min_offset", "next_addr", "pos_addr", "cq", "per",
-                 "fsize", "_log", "_cq")
+                 "fsize", "st")
 
     def __init__(self, store, topic: str, queue_id: int, s: int, broker: str):
         ctl = store.cb.ctl
@@ -240,50 +240,48 @@ class QueueReader:
         self.pos_addr = int(ffi.cast("uintptr_t", ffi.addressof(ctl, "pos")))
         self.cq = store.queues.get(topic, queue_id)
         self.per, self.fsize = self.cq.per_file, store.commitlog.file_size
-        self._log = (-1, b"")  # (first commit-log offset, mapping) of the file read last
-        self._cq = (-1, None)  # (index, mapping) of the ConsumeQueue file read last (mappings stay while attached)
+        # what read_queue (hot.c, Q_* order) reads: the ConsumeQueue file (index, mapping) and
+        # the CommitLog file (first commit-log offset, mapping) read last (mappings stay while
+        # attached), then the fixed part; this reader alone changes the first four
+        self.st = [-1, b"", -1, b"", self.per, int(ffi.cast("uintptr_t", self.min_offset)), self.next_addr,
+                   self.pos_addr, topic, self.utf8, broker]
 
     def read(self, offset: int, max_count: int) -> tuple[list, int]:
-        if offset < self.min_offset[0]:
-            return [], offset
-        per = self.per
-        fi, n = divmod(offset, per)
-        ci, mm = self._cq
-        if ci != fi:
-            mm = self.cq.map(fi)
-            if mm is None:
+        r = read_queue(self.st, offset, max_count)
+        if r is None:  # below min_offset, or in a ConsumeQueue file not mapped here yet
+            if offset < self.min_offset[0]:
                 return [], offset
-            self._cq = (fi, mm)
-        base, log = self._log
-        msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, offset, min(max_count, per - n), log, base,
-                                         self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
-        if elsewhere < 0 and (not used or n + used < per):
-            return msgs, offset + used  # caught up (or get_messages decides) in one C call: the common case
-        return self._read_on(msgs, offset + used, elsewhere, max_count)
+            return self.read_on([], offset, -2, max_count)
+        msgs, nxt, elsewhere = r
+        if elsewhere == -1:
+            return msgs, nxt  # caught up (or get_messages decides) in one C call: the common case
+        return self.read_on(msgs, nxt, elsewhere, max_count)
 
-    def _read_on(self, out: list, pos: int, elsewhere: int, max_count: int) -> tuple[list, int]:
-        """The rest of a read that crossed into another CommitLog or ConsumeQueue file."""
-        per = self.per
-        while True:
+    def read_on(self, out: list, pos: int, elsewhere: int, max_count: int) -> tuple[list, int]:
+        """The rest of a read that stopped at the end of a file (read_queue's ``elsewhere``: a
+        record in another CommitLog file, or -2, the end of the ConsumeQueue file)."""
+        st = self.st
+        while len(out) < max_count:
             if elsewhere >= 0:  # the next record is in another CommitLog file
                 li = elsewhere // self.fsize
-                if li * self.fsize == self._log[0]:
+                if li * self.fsize == st[2]:
                     break  # ... but in this one, past its end: get_messages says what is wrong
                 try:
-                    self._log = (li * self.fsize, self.store.commitlog.map(li))
+                    st[3] = self.store.commitlog.map(li)
                 except (OSError, ValueError):
                     break
-            if len(out) >= max_count:
-                break
-            fi, n = divmod(pos, per)
-            mm = self.cq.map(fi)
-            if mm is None:
-                break
-            base, log = self._log
-            msgs, used, elsewhere = hot_read(mm, n * ENTRY_SIZE, pos, min(max_count - len(out), per - n), log, base,
-                                             self.pos_addr, self.next_addr, self.topic, self.utf8, self.broker)
+                st[2] = li * self.fsize
+            fi = pos // self.per
+            if fi != st[0]:
+                mm = self.cq.map(fi)
+                if mm is None:
+                    break
+                st[0], st[1] = fi, mm
+            r = read_queue(st, pos, max_count - len(out))
+            if r is None:
+                break  # below min_offset now: get_messages decides
+            msgs, pos, elsewhere = r
             out += msgs
-            pos += used
-            if elsewhere < 0 and (not used or n + used < per):
-                break  # caught up, or get_messages decides; else the next ConsumeQueue file
+            if elsewhere == -1:
+                break  # caught up, or get_messages decides
         return out, pos

@@ -130,15 +130,16 @@ def test_clustering_under_churn_loses_nothing(env):
     print(f"churn: {n} messages, {dups} duplicate deliveries ({100 * dups / n:.2f}%)")
 
 
-@pytest.mark.parametrize("local", ["never", "always"])
-def test_retry_after_two_failures(env, local):
+@pytest.mark.parametrize("local,threads", [("never", 20), ("always", 20), ("always", 0)])
+def test_retry_after_two_failures(env, local, threads):
     """A listener that fails twice then succeeds receives the message three times; the
-    redelivered copies carry reconsume times 1 and 2."""
+    redelivered copies carry reconsume times 1 and 2 (also when the local pull thread calls
+    the listener itself, consume_threads=0)."""
     ns, b = env
     make_topic(b, "Jobs", 2)
     wait_route(ns.addr, "Jobs")
     col = Collector(fail_first=2)
-    c = consumer(ns.addr, "rg", "Jobs", col, local=local)
+    c = consumer(ns.addr, "rg", "Jobs", col, local=local, consume_threads=threads)
     try:
         with Producer("rpg", ns.addr) as p:
             p.send(Message("Jobs", b"job-1", tags="x"))
@@ -150,6 +151,43 @@ def test_retry_after_two_failures(env, local):
     copies = [m for m in col.msgs if m.body == b"job-1"]
     assert [m.reconsume_times for m in copies] == [0, 1, 2]
     assert all(m.topic == "Jobs" and m.tags == "x" for m in copies)
+
+
+def test_local_consumer_calling_the_listener_itself_gets_each_queue_in_order(env):
+    """consume_threads=0 on the local path: the thread that reads the store calls the listener
+    (never the client's loop thread); every message arrives once, each queue in send order,
+    with its tags, keys and properties."""
+    ns, b = env
+    make_topic(b, "Inline", 4)
+    wait_route(ns.addr, "Inline")
+    got, threads, lock = collections.defaultdict(list), set(), threading.Lock()
+
+    def listener(msgs):
+        with lock:
+            threads.add(threading.current_thread())
+            for m in msgs:
+                got[m.queue_id].append((m.queue_offset, m.body, m.tags, m.keys, m.properties.get("p")))
+        return ConsumeResult.SUCCESS
+    c = consumer(ns.addr, "ig", "Inline", listener, local="always", consume_threads=0, consume_batch_size=4)
+    n = 400
+    try:
+        with Producer("ipg", ns.addr, local="always") as p:
+            for i in range(n):
+                p.send(Message("Inline", b"m%d" % i, tags="t%d" % (i % 3), keys=["k%d" % i],
+                               properties={"p": "\u00e9%d" % i}))
+        deadline = time.monotonic() + 30
+        while sum(len(v) for v in got.values()) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        loop_thread = c.instance._thread
+    finally:
+        c.shutdown()
+    rows = [r for q in got.values() for r in q]
+    assert sorted(int(r[1][1:]) for r in rows) == list(range(n))  # each once
+    for q in got.values():
+        assert [r[0] for r in q] == sorted(r[0] for r in q)  # in queue order
+        assert all(int(r[1][1:]) % 3 == int(r[2][1:]) and r[3] == ["k" + r[1][1:].decode()]
+                   and r[4] == "\u00e9" + r[1][1:].decode() for r in q)
+    assert len(threads) == 1 and loop_thread not in threads
 
 
 def test_pull_consumer_poll_seek_commit(env):

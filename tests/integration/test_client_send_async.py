@@ -156,3 +156,29 @@ def test_a_connection_dropped_mid_flight_fails_every_unanswered_send_once(namesr
         else:
             assert isinstance(exc, RemotingError)
     assert answered == 10 and len({r.opaque for r in fake.seen}) == 60
+
+
+def test_oneway_to_a_broker_that_does_not_read_waits_then_times_out(namesrv):
+    # oneway sends are written by the client's loop; one whose connection takes nothing more
+    # (the peer reads nothing: its buffers and the transport's are full) makes the caller wait,
+    # and after send_timeout it hears RemotingTimeout: memory stays bounded, nothing hangs
+    srv = socket.create_server(("127.0.0.1", 0))
+    addr = f"127.0.0.1:{srv.getsockname()[1]}"
+    with Producer("pg-stuck", namesrv.addr, local="never", send_timeout=1.0) as p:
+        p.instance.broker_addrs["stuck"] = {0: addr}
+        p.instance.publish["TS"] = TopicPublishInfo("TS", [MessageQueue("TS", "stuck", 0)])
+        body = b"x" * 4096
+        sent, t0 = 0, time.monotonic()
+        with pytest.raises(RemotingError, match="took nothing"):
+            while sent < 100_000:  # ~400 MB if nothing held the caller back
+                p.send_oneway(Message("TS", body))
+                sent += 1
+        assert time.monotonic() - t0 < 30 and sent < 20_000, sent
+        conn, _ = srv.accept()  # once the peer reads, sends go again
+        got, want = 0, sent * 4096
+        conn.settimeout(10)
+        while got < want:
+            got += len(conn.recv(1 << 20))
+        p.send_oneway(Message("TS", b"after"))
+        conn.close()
+    srv.close()

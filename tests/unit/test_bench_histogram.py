@@ -70,6 +70,22 @@ def test_no_stall_no_late_messages():
     assert consumer.recorder.hist.get_max_value() < MS
 
 
+def test_a_receiver_that_read_the_clock_itself_is_timed_from_then():
+    """A push listener reads the clock on entry and hands it over with the bodies: the harness's
+    own work after that (taking the bodies out, its lock) is not counted as latency."""
+    clock = FakeClock()
+    sc = Scenario(kind="e2e", rate=1000.0, count=2)
+    consumer = Consumer(sc, clock.t, clock=clock, threadsafe=True)
+    stamp = clock.t + 5_000
+    body = HEADER.pack(stamp, 0, 0) + b"x" * (sc.size - HEADER.size)
+    consumer.handle([body], stamp + 7_000)
+    clock.t = stamp + 9_000_000  # the harness got to it late: not the receiver's latency
+    consumer.handle([HEADER.pack(stamp, 0, 1) + body[HEADER.size:]])
+    consumer.recorder.fold()
+    got = sorted(v for v, c in _values(consumer.recorder.hist) for _ in range(c))
+    assert len(got) == 2 and all(abs(g - w) <= w / 1000 for g, w in zip(got, (7_000, 9_000_100)))  # 3 digits
+
+
 def _values(h):
     return [(it.value_iterated_to, it.count_added_in_this_iter_step) for it in h.get_recorded_iterator()]
 

@@ -77,7 +77,12 @@ def test_a_held_queue_and_a_queue_without_a_slot_wait_for_the_commit_position(st
         assert _wait(store, ptrs, offs, seen=seen, hold=0, timeout_s=0.05)[0] == -1
         store.put("T", 5, b"elsewhere")
         assert _wait(store, ptrs, offs, seen=seen, hold=0)[0] == 0
-        assert _wait(store, ptrs, offs, start=1, seen=seen, hold=0)[0] == 1  # no slot: any commit
+        # no slot: any commit, but only when no queue has news (queue 0 is held, and the commit moved)
+        assert _wait(store, ptrs, offs, start=1, seen=seen, hold=0)[0] == 0
+        assert _wait(store, ptrs, offs, start=1, seen=seen, hold=-1)[0] == 0  # news in queue 0 first
+        offs[0] = 1
+        assert _wait(store, ptrs, offs, start=1, seen=seen, hold=-1)[0] == 1
+        assert _wait(store, ptrs, offs, start=1, hold=-1, timeout_s=0.05)[0] == -1  # no commit since
     finally:
         store.close()
 

@@ -28,6 +28,15 @@ class FakeConn:
         self.log.append(("pull", int(cmd.ext_fields["queueOffset"])))
         return self._n
 
+    def start_frame(self, build, waiter):
+        from shmq.protocol import decode_command
+        self._n += 1
+        cmd = decode_command(build(self._n)[4:])
+        assert cmd.opaque == self._n
+        self.pending[self._n] = (waiter, int(cmd.ext_fields["queueOffset"]))
+        self.log.append(("pull", int(cmd.ext_fields["queueOffset"])))
+        return self._n
+
     def expire(self, opaques, code, timeout):
         for o in opaques:
             w = self.pending.pop(o, (None,))[0]
@@ -148,3 +157,19 @@ def test_a_pull_never_answered_is_pulled_again_after_its_timeout(monkeypatch):
         task.cancel()
         assert log[2:] == [("pull", 8), ("deliver", [0])]
     asyncio.run(body())
+
+
+def test_the_pull_frame_template_is_the_generic_encoding():
+    from shmq.protocol import RequestCode, encode_command, request
+    for group, topic, sub in (("G", "T", "*"), ("100%", "T%d", "a || b"), ("G\"\\", "T", "SQL a > 1")):
+        fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=group, topic=topic, queueId=3, maxMsgNums=32,
+                        suspendTimeoutMillis=15000, subscription=sub, subVersion=17, expressionType="TAG").ext_fields
+        pf = tcp_pull.PullFrame.of(fixed)
+        for off, flags, commit, opaque in ((0, 6, 0, 1), (123456789012, 7, 123456789000, 2147483647)):
+            ext = dict(fixed)
+            ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = str(off), str(flags), str(commit)
+            generic = encode_command(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext, opaque=opaque))
+            assert pf.frame(off, flags, commit, opaque) == generic
+    # a field holding a stand-in: no template (the generic encoding is used)
+    fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=tcp_pull._MARK_OFFSET, topic="T").ext_fields
+    assert tcp_pull.PullFrame.of(fixed) is None

@@ -10,7 +10,8 @@ import pytest
 from shmq.message.batch import BatchEntry, encode_batch
 from shmq.message.classify import AS_SENT, classify
 from shmq.message.javahash import java_string_hash
-from shmq.message.layout import FLAG_COMPRESSED, TX_PREPARED_TYPE
+from shmq.message.layout import (FLAG_COMPRESSED, R_BORNTS, R_PHYSOFFSET, R_QUEUEOFFSET, R_STORETS,
+                                 TX_PREPARED_TYPE)
 from shmq.message.properties import encode_properties
 from shmq.message.record import iter_records
 from shmq.store import MessageStore
@@ -187,6 +188,24 @@ def test_local_uniform_batch_road(roads):
     assert [m.queue_offset for m in stored] == list(range(got.queue_offset, got.queue_offset + 5))
     cq = roads.store.queues.get("T", 1)
     assert {cq.entry(m.queue_offset)[2] for m in stored} == {java_string_hash("A")}
+    # the same bodies through the encoded batch (shmq_put_local_batch): the same bytes but for the
+    # offsets, times and ids, which differ by design
+    from shmq.native import ffi
+    bodies = [m.body for m in msgs]
+    ids_out = ffi.new("char[]", 32 * 5)
+    fw.put_plain_batch(b"".join(bodies), [len(b) for b in bodies], head, ffi.NULL, ffi.NULL, 5, 4096, generator(),
+                       ids_out)
+    mv = memoryview(roads.store.commitlog.map(0))[:roads.store.commit_pos]
+    again = list(iter_records(mv))[-5:]
+
+    def same_bytes(m):
+        raw = bytearray(mv[m.phys_offset:m.phys_offset + m.size])
+        for off in (R_QUEUEOFFSET, R_PHYSOFFSET, R_BORNTS, R_STORETS):
+            raw[off:off + 8] = bytes(8)
+        at = raw.index(b"UNIQ_KEY\x01") + 9
+        raw[at:at + 32] = bytes(32)
+        return bytes(raw)
+    assert [same_bytes(m) for m in again] == [same_bytes(m) for m in stored]
 
 
 def test_local_message_road_builds_the_tags_head_and_refuses_the_rest(roads):

@@ -90,10 +90,17 @@ class _PushReceiver:
         self._handle = None
         success = ConsumeResult.SUCCESS
 
+        clock = time.monotonic_ns
+
         def listener(msgs):
+            # the latency ends when the listener is called (the clock is read first, as a
+            # receive loop reads it when its receive call returns); taking the bodies out of
+            # the MessageExt objects and the harness's lock come after it
+            now = clock()
             if self._handle is None:
                 self._go.wait()
-            self._handle([m.body for m in msgs])
+                now = clock()
+            self._handle([m.body for m in msgs], now)
             return success
 
         # local: the listener runs in the thread that reads the mapped store (consume_threads=0),

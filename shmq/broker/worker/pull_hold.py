@@ -31,14 +31,16 @@ from typing import Callable
 from shmq.native import ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
+_load = lib.shmq_load_i64
 
 
 class _Hold:
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "timer")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "timer", "watch")
 
-    def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner):
+    def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner, watch):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
         self.timer: asyncio.TimerHandle | None = None
+        self.watch = watch  # the queue's published max offset (a pointer), or None: unknown queue
 
 
 class PullHolds:
@@ -52,6 +54,7 @@ class PullHolds:
             lib.shmq_set_data_wake_bit(own_bit)
             os.register_at_fork(after_in_child=_child_wakes_everyone)
         self._holds: set[_Hold] = set()
+        self._watches: dict[tuple[str, int], object] = {}
         self._check_pending = False
         self._armed = False
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -64,6 +67,20 @@ class PullHolds:
     def __len__(self) -> int:
         return len(self._holds)
 
+    def _watch(self, topic: str, qid: int):
+        w = self._watches.get((topic, qid))
+        if w is None:
+            w = self.store.max_offset_watch(topic, qid)
+            if w is not None:  # a queue's slot never moves while the store is attached
+                self._watches[(topic, qid)] = w
+        return w
+
+    def max_offset(self, topic: str, qid: int) -> int:
+        """The queue's published max offset (``store.max_offset``) in one C load through a
+        pointer cached per queue (``store.max_offset_watch``)."""
+        w = self._watch(topic, qid)
+        return _load(w) if w is not None else self.store.max_offset(topic, qid)
+
     def hold(self, topic: str, qid: int, offset: int, timeout_s: float, ready: Callable[[bool], None],
              owner=None) -> None:
         """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
@@ -73,10 +90,11 @@ class PullHolds:
         if not self._armed:  # the position before the look below: nothing after it is missed
             self._armed = True
             lib.shmq_pullwake_arm(self._bridge, store.commit_pos, 1)
-        if store.max_offset(topic, qid) > offset:  # the check right after registering
-            ready(True)
+        watch = self._watch(topic, qid)
+        if (_load(watch) if watch is not None else store.max_offset(topic, qid)) > offset:
+            ready(True)  # the check right after registering
             return
-        h = _Hold(topic, qid, offset, ready, owner)
+        h = _Hold(topic, qid, offset, ready, owner, watch)
         h.timer = self.loop.call_later(timeout_s, self._release, h, False)
         self._holds.add(h)
 
@@ -117,9 +135,20 @@ class PullHolds:
         """On the loop: call back every hold whose queue grew (and drop closed ones)."""
         self._check_pending = False
         max_offset = self.store.max_offset
+        answered = None  # connections whose answers are written at the end, one write each
         for h in list(self._holds):
-            if max_offset(h.topic, h.qid) > h.offset or getattr(h.owner, "closed", False):
+            w = h.watch
+            if (_load(w) if w is not None else max_offset(h.topic, h.qid)) > h.offset \
+                    or getattr(h.owner, "closed", False):
+                conn = h.owner
+                if hasattr(conn, "defer_flush") and (answered is None or conn not in answered):
+                    conn.defer_flush()
+                    answered = answered or set()
+                    answered.add(conn)
                 self._release(h, True)
+        if answered:
+            for conn in answered:
+                conn.flush()
 
     def release_all(self) -> None:
         """Shutdown: answer every held pull now (it re-runs and answers what it finds)."""

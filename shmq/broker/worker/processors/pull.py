@@ -135,7 +135,7 @@ class Processor:
         # A consumer caught up asks for the queue's max offset: the read would answer
         # PULL_NOT_FOUND (OFFSET_OVERFLOW_ONE, or an empty or unknown queue at offset 0),
         # so a pull that may be held is parked without it.
-        resp = None if suspend and self.w.store.max_offset(h.topic, h.queueId) == h.queueOffset else \
+        resp = None if suspend and self.w.holds.max_offset(h.topic, h.queueId) == h.queueOffset else \
             self._get(cmd, h, codes, rec_filter)
         if h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0:
             self.w.store.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
