@@ -87,8 +87,16 @@ class FastSends:
         """The Python path stored a plain SEND_MESSAGE_V2 to ``topic``:``qid`` under ``tc``
         through ``writer`` (its FastWriter) after every check passed: C may serve the next ones."""
         key = (topic, qid)
-        if self._learnt.get(key) is not tc and self.c.learn(topic, qid, tc, writer.plain_call().slot):
-            self._learnt[key] = tc
+        if self._learnt.get(key) is tc:
+            return
+        slot = writer.plain_call().slot
+        if not self.c.learn(topic, qid, tc, slot):
+            # full (deleted topics' queues stay learnt): start again; the live queues are learnt
+            # again by their next send through the Python path
+            self.c.clear()
+            self._learnt.clear()
+            self.c.learn(topic, qid, tc, slot)
+        self._learnt[key] = tc
 
     def __call__(self, conn, data: bytes, pos: int):
         ip, port = born_ints(conn)
