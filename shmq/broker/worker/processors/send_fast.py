@@ -16,7 +16,8 @@ store is done here for the frames C served: the worker's put counter and the hel
 
 Not made at all (``Processor.fast_path`` None) where a send's answer waits for a group commit
 (SYNC_FLUSH, SYNC_MASTER), with ACL on, or with the PROM metrics (they count every request by
-code): those servers serve every frame the normal way.
+code): those servers serve every frame the normal way. ``SHMQ_SEND_FAST=0`` in the broker's
+environment turns it off too (worker/main.py: the A/B switch of the send benchmarks).
 """
 from __future__ import annotations
 
