@@ -109,7 +109,8 @@ class ClientInstance:
         self._closed = False
         self._namesrv_index = random.randrange(len(addrs))
         self.loop = asyncio.new_event_loop()
-        # submit(): coroutines handed over from user threads, started together on the loop
+        # requests handed over from user threads (submit_request / submit_oneway), started
+        # together on the loop (_drain_submitted)
         self._submitted: collections.deque = collections.deque()
         self._drain_scheduled = False
         # requests for an address whose connection is being opened, in submission order
@@ -186,8 +187,8 @@ class ClientInstance:
         return len(self._submitted) >= ONEWAY_BACKLOG or self._oneway_in - self._oneway_out > ONEWAY_BACKLOG_BYTES
 
     def _write_paused(self, addr: str) -> bool:
-        """``addr``'s connection takes no more: its transport is paused, or it is being opened
-        with ONEWAY_BACKLOG requests held for it."""
+        """``addr``'s open connection takes no more (its transport is paused: the peer does not
+        read). One being opened is not: what is held for it counts in ``_oneway_full``."""
         if addr in self._held:
             return False  # bounded by _oneway_full: what is held is not taken off yet
         c = self._clients.get(addr)

@@ -269,7 +269,9 @@ class Producer(ProducerBase):
         return c
 
     def _send_request(self, mq, msg, body, props, sysflag, *, batch: bool) -> RemotingCommand:
-        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE (protocol.headers.send_v2_ext builds the fields)."""
+        """SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE as a RemotingCommand (protocol.headers.send_v2_ext
+        builds the fields): the generic encoding, which the sends' template frames (``_remote``)
+        are checked against (tests/unit/test_send_frame.py) and the benchmarks' peer rows use."""
         ext = send_v2_ext(self.group, mq.topic, self.create_topic_key, self.default_queue_nums, mq.queue_id,
                           sysflag, int(time.time() * 1000), msg.flag, encode_properties(props), batch)
         return RemotingCommand(code=RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2,
@@ -464,8 +466,8 @@ class Producer(ProducerBase):
                 addr = inst.master_addr(mq.broker_name)
                 if addr is None:
                     raise RemotingError(f"no address for broker {mq.broker_name}")
-                cmd = self._send_request(mq, Message(topic, b"-"), batch, {}, 0, batch=True)
-                resp = self._invoke_sync(addr, cmd, max(0.001, deadline - time.monotonic()))
+                req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
+                resp = self._invoke_sync(addr, req, max(0.001, deadline - time.monotonic()))
                 return self._send_result(resp, mq, ids)
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:

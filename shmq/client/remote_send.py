@@ -3,7 +3,8 @@ SEND_BATCH_MESSAGE request (:class:`RemoteSend`), and the waiter of an async one
 (:class:`AsyncSend`), which turns the answer into the caller's SendResult or tries again.
 
 The request is kept as its values, not as a RemotingCommand: its frame is made once its
-connection gives it an opaque (``Connection.start_frame`` / ``send_frame``), by filling the slots
+connection gives it an opaque (the loop's ``Connection.start_frame`` / ``send_frames`` for async
+and oneway sends, ``SyncRemotingClient.invoke`` for a sync one), by filling the slots
 of the producer's template for that queue (``protocol.headers.SendFrame``: the one JSON encoder's
 own output, so the bytes are the generic encoding's), a third of the cost of building and
 encoding a command. A client that signs its requests (ACL's rpc_hook edits the command's fields)

@@ -98,6 +98,8 @@ static int msg_set_props(PyObject *self, PyObject *v, void *unused) {
 
 static PyObject *own(PyObject *v, PyObject *dflt) { return Py_NewRef(v ? v : dflt); }
 
+static PyObject *zero_int; /* 0: the default delay level and flag (made by the first fill or bind) */
+
 static int fill(shmq_message *m, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
     PyObject *a[A_ALL];
     if (parse(args, nargs, kwnames, a)) return -1;
@@ -109,8 +111,8 @@ static int fill(shmq_message *m, PyObject *const *args, Py_ssize_t nargs, PyObje
     } else if (!(body = PyObject_CallOneArg((PyObject *)&PyBytes_Type, body))) return -1;
     PyObject *props;
     if (copy_props(a[A_PROPS], &props)) { Py_DECREF(body); return -1; }
-    static PyObject *zero;
-    if (!zero && !(zero = PyLong_FromLong(0))) { Py_DECREF(body); Py_XDECREF(props); return -1; }
+    PyObject *zero = zero_int;
+    if (!zero && !(zero = zero_int = PyLong_FromLong(0))) { Py_DECREF(body); Py_XDECREF(props); return -1; }
     Py_XSETREF(m->topic, Py_NewRef(a[A_TOPIC]));
     Py_XSETREF(m->body, body);
     Py_XSETREF(m->tags, own(a[A_TAGS], Py_None));
@@ -188,7 +190,22 @@ static PyObject *msg_vectorcall(PyObject *type, PyObject *const *args, size_t na
         return o;
     }
     PyObject *o = t == shmq_message_cls && n_free ? reuse(t) : t->tp_alloc(t, 0);
-    if (o && fill((shmq_message *)o, args, nargs, kwnames)) Py_CLEAR(o);
+    if (!o) return NULL;
+    if (nargs == 2 && !kwnames && PyBytes_CheckExact(args[1]) && zero_int) {
+        /* Message(topic, body), the common call: what fill makes of it, without the parse (a
+         * new or reused object: every attribute NULL) */
+        shmq_message *m = (shmq_message *)o;
+        m->topic = Py_NewRef(args[0]);
+        m->body = Py_NewRef(args[1]);
+        m->tags = Py_NewRef(Py_None);
+        m->keys = Py_NewRef(Py_None);
+        m->properties = NULL;
+        m->props_empty = 1;
+        m->delay_level = Py_NewRef(zero_int);
+        m->flag = Py_NewRef(zero_int);
+        return o;
+    }
+    if (fill((shmq_message *)o, args, nargs, kwnames)) Py_CLEAR(o);
     return o;
 }
 
@@ -271,6 +288,7 @@ int shmq_bind_message(PyObject *cls, PyObject *timer) {
     }
     for (int k = 0; k < A_ALL; k++)
         if (!arg_str[k] && !(arg_str[k] = PyUnicode_InternFromString(arg_names[k]))) return -1;
+    if (!zero_int && !(zero_int = PyLong_FromLong(0))) return -1;
     Py_INCREF(timer);
     Py_XSETREF(timer_props, timer);
     Py_INCREF(cls);

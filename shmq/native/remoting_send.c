@@ -229,7 +229,10 @@ static int ext_fields(Sends *s, cur *c, header *h) {
 static int top_value(Sends *s, cur *c, header *h, const span *k) {
     int64_t v;
     span sp;
-    if (key_is(k, "code")) { if (h->have_code++) return -1; return jint(c, NULL, &h->code); }
+    if (key_is(k, "code")) {  /* any other request: handed back before the rest is read */
+        if (h->have_code++) return -1;
+        return jint(c, NULL, &h->code) || h->code != s->code ? -1 : 0;
+    }
     if (key_is(k, "flag")) { if (h->have_flag++) return -1; return jint(c, NULL, &h->flag); }
     if (key_is(k, "opaque")) { if (h->opaque.set) return -1; return jint(c, &h->opaque, &v); }
     if (key_is(k, "version")) { if (h->have_version++) return -1; return jint(c, NULL, &v); }

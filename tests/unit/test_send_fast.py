@@ -309,3 +309,26 @@ def test_mutated_headers_get_the_python_paths_answer(tmp_path):
     assert _records(tmp_path / "c") == _records(tmp_path / "py")
     assert sum(closing for _, closing in py[0]) > 50  # many damaged headers do not parse at all
     assert c[2] > 50  # and many damaged ones are still sends the C path takes (a changed digit, a letter)
+
+
+def test_a_full_table_starts_again_and_keeps_serving(tmp_path):
+    """The C path's queue table is bounded; once full it is cleared rather than left full, so a
+    worker that saw many topics come and go still takes the common send."""
+    async def main():
+        w = _Worker(tmp_path / "full")
+        handlers, fp = dispatch.build(w)
+        tc = w.topics.table["T"]
+        n = 0
+        while fp.c.learn(f"gone{n}", 0, tc, 0):  # a table full of queues of deleted topics
+            n += 1
+        t = _Transport()
+        conn = Connection(handlers, Limits())
+        conn.fast = fp
+        conn.connection_made(t)
+        conn.data_received(_send(1))  # the Python path: learns T:1 into a cleared table
+        consumed = fp(conn, _send(4), 0)[0]  # served by C: the whole frame taken
+        w.store.close()
+        return n, consumed, list(fp._learnt), len(_send(4))
+
+    n, consumed, learnt, size = asyncio.run(main())
+    assert n > 1000 and learnt == [("T", 1)] and consumed == size

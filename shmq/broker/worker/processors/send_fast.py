@@ -16,7 +16,8 @@ store is done here for the frames C served: the worker's put counter and the hel
 
 Not made at all (``Processor.fast_path`` None) where a send's answer waits for a group commit
 (SYNC_FLUSH, SYNC_MASTER), with ACL on, or with the PROM metrics (they count every request by
-code): those servers serve every frame the normal way.
+code): those servers serve every frame the normal way. ``SHMQ_SEND_FAST=0`` in the broker's
+environment turns it off too (worker/main.py: the A/B switch of the send benchmarks).
 """
 from __future__ import annotations
 
@@ -87,8 +88,16 @@ class FastSends:
         """The Python path stored a plain SEND_MESSAGE_V2 to ``topic``:``qid`` under ``tc``
         through ``writer`` (its FastWriter) after every check passed: C may serve the next ones."""
         key = (topic, qid)
-        if self._learnt.get(key) is not tc and self.c.learn(topic, qid, tc, writer.plain_call().slot):
-            self._learnt[key] = tc
+        if self._learnt.get(key) is tc:
+            return
+        slot = writer.plain_call().slot
+        if not self.c.learn(topic, qid, tc, slot):
+            # full (deleted topics' queues stay learnt): start again; the live queues are learnt
+            # again by their next send through the Python path
+            self.c.clear()
+            self._learnt.clear()
+            self.c.learn(topic, qid, tc, slot)
+        self._learnt[key] = tc
 
     def __call__(self, conn, data: bytes, pos: int):
         ip, port = born_ints(conn)
