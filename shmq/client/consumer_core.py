@@ -27,7 +27,7 @@ from .local_pull import LocalPuller
 from .message import MessageExt, MessageQueue, MessageSelector, message_from_view
 from .offset_store import LocalFileOffsetStore, RemoteOffsetStore
 from .rebalance import allocate_averagely
-from .tcp_pull import TcpPull
+from .tcp_pull import PULL_DELAY_ON_ERROR_S, TcpPull
 
 log = logging.getLogger("shmq.client.consumer")
 
@@ -396,7 +396,13 @@ class ConsumerCore:
         each ending with the delay before the next (flow control, an error, a new broker)."""
         puller = TcpPull(self, pq)
         while self._running and not pq.dropped:
-            delay = await puller.run()
+            try:
+                delay = await puller.run()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - the queue is pulled again, never left behind
+                log.exception("%s: pulling %s failed", self.group, pq.mq)
+                delay = PULL_DELAY_ON_ERROR_S
             if delay:
                 await asyncio.sleep(delay)
 

@@ -44,6 +44,19 @@ static inline uint32_t rd32(const uint8_t *p) {
 }
 
 
+/* The 8-byte born / store host of the record before, kept to be handed out again: a consumer's
+ * records mostly come from a few producers and always from one store, and a bytes object is
+ * immutable, so an equal one is shared instead of allocated per message. Only touched with the
+ * GIL held. */
+static PyObject *last_born, *last_store;
+
+static PyObject *host_bytes(PyObject **last, const uint8_t *p) {
+    if (*last && memcmp(PyBytes_AS_STRING(*last), p, 8) == 0) return REF(*last);
+    PyObject *b = PyBytes_FromStringAndSize((const char *)p, 8);
+    if (b) Py_XSETREF(*last, REF(b));
+    return b;
+}
+
 /* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
 static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
                         PyObject *broker) {
@@ -71,8 +84,8 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     SET(ext, o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
     SET(ext, o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
     SET(ext, o, X_BROKER, REF(broker));
-    SET(ext, o, X_BORN, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BORNHOST, 8));
-    SET(ext, o, X_STORE, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_STOREHOST, 8));
+    SET(ext, o, X_BORN, host_bytes(&last_born, r + SHMQ_R_BORNHOST));
+    SET(ext, o, X_STORE, host_bytes(&last_store, r + SHMQ_R_STOREHOST));
     SET(ext, o, X_RAW, REF(Py_None));
     return o;
 fail:

@@ -119,3 +119,18 @@ def test_a_failing_callback_does_not_stop_the_others(store_root):
         holds.check()
         assert calls == [True] and len(holds) == 0
     run(store_root, body)
+
+
+def test_holds_time_out_each_at_its_own_deadline(store_root):
+    async def body(loop, store, holds):
+        calls = []
+        holds.hold("T", 0, 0, 0.30, lambda grew: calls.append(("late", grew)), Conn())
+        holds.hold("T", 1, 0, 0.05, lambda grew: calls.append(("early", grew)), Conn())  # moves the sweep
+        holds.hold("T", 2, 0, 5.0, lambda grew: calls.append(("answered", grew)), Conn())
+        await asyncio.sleep(0.15)
+        assert calls == [("early", False)]
+        store.put("T", 2, b"x")
+        holds.check()
+        assert await _until(lambda: len(calls) == 3)
+        assert calls == [("early", False), ("answered", True), ("late", False)] and len(holds) == 0
+    run(store_root, body)

@@ -173,3 +173,36 @@ def test_the_pull_frame_template_is_the_generic_encoding():
     # a field holding a stand-in: no template (the generic encoding is used)
     fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=tcp_pull._MARK_OFFSET, topic="T").ext_fields
     assert tcp_pull.PullFrame.of(fixed) is None
+
+
+def test_a_failing_chain_is_started_again(monkeypatch):
+    """An unexpected error in a chain (here: the route lookup) is logged and the queue is
+    pulled again after the error delay, not left behind."""
+    import asyncio as aio
+
+    from shmq.client.consumer_core import ConsumerCore
+    _records(monkeypatch)
+    monkeypatch.setattr("shmq.client.consumer_core.PULL_DELAY_ON_ERROR_S", 0.01)
+
+    async def body():
+        log = []
+        core = FakeCore(log)
+        calls = [0]
+        good = core.instance.read_addr
+
+        def flaky(name, bid):
+            calls[0] += 1
+            if calls[0] == 1:
+                raise RuntimeError("route table in flux")
+            return good(name, bid)
+        core.instance.read_addr = flaky
+        pq = ProcessQueue(MQ, 4)
+        task = aio.ensure_future(ConsumerCore._pull_tcp(core, pq))
+        for _ in range(200):
+            if log:
+                break
+            await aio.sleep(0.01)
+        pq.dropped = True
+        task.cancel()
+        assert log[:1] == [("pull", 4)]
+    asyncio.run(body())

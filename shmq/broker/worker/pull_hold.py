@@ -3,7 +3,9 @@
 Whoever appends (any worker, a local producer, the supervisor's delay service) advances the
 store's commit position and wakes the store futex. A check on the event loop calls back each
 hold whose queue's max offset passed the offset it waits for (the pull processor re-runs the
-read and writes the answer from there); a hold whose time is up is called back by its timer.
+read and writes the answer from there); a hold whose time is up is called back by the expiry
+sweep: one loop timer at the earliest deadline among the holds (held pulls mostly share one
+timeout, so a new hold rarely moves it: no timer is made or cancelled per pull).
 A hold's callback runs once, on the loop. Two things schedule the check:
 
 * this worker's own appends: every append of the worker calls :meth:`appended` on the loop
@@ -35,11 +37,11 @@ _load = lib.shmq_load_i64
 
 
 class _Hold:
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "timer", "watch")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch")
 
     def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner, watch):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
-        self.timer: asyncio.TimerHandle | None = None
+        self.deadline = 0.0  # the loop's clock
         self.watch = watch  # the queue's published max offset (a pointer), or None: unknown queue
 
 
@@ -55,6 +57,8 @@ class PullHolds:
             os.register_at_fork(after_in_child=_child_wakes_everyone)
         self._holds: set[_Hold] = set()
         self._watches: dict[tuple[str, int], object] = {}
+        self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
+        self._sweep_at = 0.0
         self._check_pending = False
         self._armed = False
         self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -95,14 +99,15 @@ class PullHolds:
             ready(True)  # the check right after registering
             return
         h = _Hold(topic, qid, offset, ready, owner, watch)
-        h.timer = self.loop.call_later(timeout_s, self._release, h, False)
+        h.deadline = self.loop.time() + timeout_s
         self._holds.add(h)
+        if self._sweep is None or h.deadline < self._sweep_at:
+            self._sweep_after(h.deadline)
 
     def _release(self, h: _Hold, grew: bool) -> None:
         if h not in self._holds:
             return
         self._holds.discard(h)
-        h.timer.cancel()
         if getattr(h.owner, "closed", False):
             return
         try:
@@ -150,6 +155,25 @@ class PullHolds:
             for conn in answered:
                 conn.flush()
 
+    def _sweep_after(self, at: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep_at = at
+        self._sweep = self.loop.call_at(at, self._expire)
+
+    def _expire(self) -> None:
+        """The sweep: answer the holds whose time is up, then wait for the next deadline."""
+        self._sweep = None
+        now = self.loop.time()
+        nxt = None
+        for h in list(self._holds):
+            if h.deadline <= now:
+                self._release(h, False)
+            elif nxt is None or h.deadline < nxt:
+                nxt = h.deadline
+        if nxt is not None and (self._sweep is None or nxt < self._sweep_at):
+            self._sweep_after(nxt)
+
     def release_all(self) -> None:
         """Shutdown: answer every held pull now (it re-runs and answers what it finds)."""
         for h in list(self._holds):
@@ -161,6 +185,9 @@ class PullHolds:
         another file the thread would then write to. This process's appends wake every
         sleeper again."""
         self.release_all()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
         if self._armed:
             self._armed = False
             lib.shmq_pullwake_arm(self._bridge, 0, 0)
