@@ -866,8 +866,9 @@ static int place(shmq_writer *w, int64_t total, int64_t *pos_out, int64_t *rec_o
     return SHMQ_OK;
 }
 
-static inline int64_t next_store_ts(shmq_ctl *c) {
-    int64_t ts = shmq_now_ms();
+/* now: the clock read a moment ago by the caller (0: read it here, under the lock) */
+static inline int64_t next_store_ts(shmq_ctl *c, int64_t now) {
+    int64_t ts = now ? now : shmq_now_ms();
     if (ts < c->pos.last_store_ts) ts = c->pos.last_store_ts;
     c->pos.last_store_ts = ts;
     return ts;
@@ -893,9 +894,12 @@ static inline void write_filler(shmq_ctl *c, uint8_t *cur, int64_t pos) {
 }
 
 /* tag_of_props: the TAGS hash when it is already known (put_local: from the head, the only part
- * of its properties that can hold TAGS); NULL: from props, as m->tag_mode says */
+ * of its properties that can hold TAGS); NULL: from props, as m->tag_mode says. now: the clock
+ * the caller read just before for the record's UNIQ_KEY, the store time's reading when the lock
+ * is only tried (no wait in between); 0: read under the lock. */
 static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
-                   const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock, const int64_t *tag_of_props) {
+                   const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock, const int64_t *tag_of_props,
+                   int64_t now) {
     shmq_ctl *c = w->ctl;
     if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
     if (plen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
@@ -925,7 +929,7 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
         if (rc) goto unlock;
         cqe += (qoff % per) * SHMQ_CQ_ENTRY_SIZE;
     }
-    int64_t ts = next_store_ts(c);
+    int64_t ts = next_store_ts(c, now);
     if (m->tag_mode == SHMQ_TAG_STORE_PLUS) tag = ts + m->tag_code;
     begin_intent(c, pos, rec, rec + (int64_t)size, qoff, slot, 1, has_cq);
     fault(w, SHMQ_FP_AFTER_INTENT);
@@ -955,7 +959,7 @@ unlock:
 
 int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
              const uint8_t *props, uint32_t plen, shmq_result *out) {
-    return put_one(w, slot, m, body, blen, props, plen, out, 0, NULL);
+    return put_one(w, slot, m, body, blen, props, plen, out, 0, NULL, 0);
 }
 
 /* UNIQ_KEY \001, written before the 32 hex digits of the id; returns the position after it */
@@ -1073,7 +1077,7 @@ static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ba
     if (!cq_need(w, slot, qs, qoff / per, &rc) || !cq_need(w, slot, qs, last / per, &rc)) goto unlock;
     rc = cq_reserve(w, slot, qs, qoff, last);
     if (rc) goto unlock;
-    int64_t ts = next_store_ts(c);
+    int64_t ts = next_store_ts(c, 0);
     begin_intent(c, pos, rec, rec + (int64_t)total, qoff, slot, count, 1);
     fault(w, SHMQ_FP_AFTER_INTENT);
     if (cur) write_filler(c, cur, pos);
@@ -1149,8 +1153,8 @@ static inline void hexn(char *out, uint32_t v, int digits) {
     for (int i = digits - 2; i >= 0; i -= 2) { memcpy(out + i, HEX2[v & 0xFF], 2); v >>= 8; }
 }
 
-int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
-    int64_t now = shmq_now_ms();
+/* n ids at out for the time now (ms since the epoch) */
+static int uniq_ids_at(shmq_uniq *u, uint32_t n, char *out, int64_t now) {
     if (now < u->month_start_ms || now >= u->next_month_ms) return SHMQ_EMONTH;
     uint32_t ms = (uint32_t)(now - u->month_start_ms);  /* Java's (int) cast: the low 32 bits */
     uint32_t c0 = __atomic_fetch_add(&u->counter, n, __ATOMIC_RELAXED);
@@ -1164,6 +1168,8 @@ int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) {
     return SHMQ_OK;
 }
 
+int shmq_uniq_ids(shmq_uniq *u, uint32_t n, char *out) { return uniq_ids_at(u, n, out, shmq_now_ms()); }
+
 /* properties = head | UNIQ_KEY \x01 id | tail. head is empty or ends in \x02 (the caller's
  * user properties, TAGS and KEYS); tail is \x02 CLUSTER \x01 name. One C call for the whole
  * send: the id, the properties text and the append. */
@@ -1172,7 +1178,8 @@ static int put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
                      shmq_result *out, char *id_out, int try_lock) {
     uint8_t props[SHMQ_PROPS_MAX];
     if ((uint64_t)hlen + UNIQ_PAIR_LEN + tlen > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
-    int rc = shmq_uniq_ids(u, 1, id_out);
+    int64_t now = shmq_now_ms();  /* one clock read a send: the id's time, and the store time's */
+    int rc = uniq_ids_at(u, 1, id_out, now);
     if (rc) return rc;
     uint8_t *p = props;
     memcpy(p, head, hlen); p += hlen;
@@ -1182,7 +1189,7 @@ static int put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ui
     /* head comes first and the UNIQ_KEY / CLUSTER pairs after it are no TAGS: the first TAGS
      * pair of the whole text, the one the hash is of, is head's (saves scanning ~70 bytes) */
     int64_t tag = shmq_tag_code_of_props(head, hlen);
-    return put_one(w, slot, m, body, blen, props, (uint32_t)(p - props), out, try_lock, &tag);
+    return put_one(w, slot, m, body, blen, props, (uint32_t)(p - props), out, try_lock, &tag, try_lock ? now : 0);
 }
 
 int shmq_put_local(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
