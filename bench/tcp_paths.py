@@ -248,20 +248,26 @@ def max_offsets(broker: str, topic: str, queues: int) -> int:
                    for q in range(queues))
 
 
-def async_sends(p: Producer, topic: str, duration: float, window: int = 2000) -> float:
+def windowed_sends(submit, per: int, duration: float, window: int) -> float:
+    """Messages per second of ``submit()`` (a Future of ``per`` messages) with up to ``window``
+    of them in flight on the one connection, every one waited for before the clock stops."""
     import collections
     inflight: collections.deque = collections.deque()
     n = 0
     t0 = time.perf_counter()
     while time.perf_counter() - t0 < duration:
         while len(inflight) < window:
-            inflight.append(p.send_async(Message(topic, BODY)))
+            inflight.append(submit())
         inflight.popleft().result(10)
-        n += 1
+        n += per
     while inflight:
         inflight.popleft().result(10)
-        n += 1
+        n += per
     return n / (time.perf_counter() - t0)
+
+
+def async_sends(p: Producer, topic: str, duration: float, window: int = 2000) -> float:
+    return windowed_sends(lambda: p.send_async(Message(topic, BODY)), 1, duration, window)
 
 
 def oneway_sends(p: Producer, broker: str, topic: str, queues: int, duration: float) -> float:
@@ -288,19 +294,7 @@ def batch_sends(p: Producer, topic: str, duration: float) -> float:
 
 def batch_async_sends(p: Producer, topic: str, duration: float, window: int = 16) -> float:
     """``send_batch_async`` of 32 with up to ``window`` batches in flight on the one connection."""
-    import collections
-    inflight: collections.deque = collections.deque()
-    n = 0
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < duration:
-        while len(inflight) < window:
-            inflight.append(p.send_batch_async([Message(topic, BODY) for _ in range(32)]))
-        inflight.popleft().result(10)
-        n += 32
-    while inflight:
-        inflight.popleft().result(10)
-        n += 32
-    return n / (time.perf_counter() - t0)
+    return windowed_sends(lambda: p.send_batch_async([Message(topic, BODY) for _ in range(32)]), 32, duration, window)
 
 
 def e2e_run() -> dict | None:

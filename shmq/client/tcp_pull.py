@@ -24,11 +24,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import operator
-import struct
 
 from shmq.errors import ShmqError
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
-from shmq.protocol.command import encode_header
+from shmq.protocol.command import FRAME_PREFIX, header_template
 
 from .message import messages_from_records
 
@@ -43,11 +42,10 @@ FLOW_CONTROL_DELAY_S = 0.05
 class PullFrame:
     """The whole PULL_MESSAGE frame of one queue's pulls, made per pull by putting the three
     fields that change (queueOffset, sysFlag, commitOffset) and the opaque into slots of a
-    template: the template is the one encoder's own output (``command.encode_header``) for the
-    queue's fields with stand-ins, so the layout is still defined once and the frame is
-    byte-identical to encoding a RemotingCommand (tests/unit/test_tcp_pull.py). ``of`` answers
-    None when a stand-in does not occur exactly once (a group or topic holding one): the caller
-    encodes generically."""
+    template (``command.header_template``, over the queue's fields), so the layout is still
+    defined once and the frame is byte-identical to encoding a RemotingCommand
+    (tests/unit/test_tcp_pull.py). ``of`` answers None when a stand-in does not occur exactly
+    once (a group or topic holding one): the caller encodes generically."""
 
     __slots__ = ("template", "order")
 
@@ -58,15 +56,10 @@ class PullFrame:
     def of(cls, fixed: dict[str, str]) -> "PullFrame | None":
         ext = dict(fixed)
         ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = _MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT
-        head = encode_header(RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext, opaque=_MARK_OPAQUE))
-        head = head.replace(b"%", b"%%")
-        marks = [b'"%s"' % m.encode() for m in (_MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT)] + [b":%d," % _MARK_OPAQUE]
-        if any(head.count(m) != 1 for m in marks):
+        made = header_template(RequestCode.PULL_MESSAGE, ext, _SLOTS)
+        if made is None:
             return None
-        order = sorted(range(4), key=lambda i: head.find(marks[i]))
-        for i, m in enumerate(marks):
-            head = head.replace(m, b":%d," if i == 3 else b'"%d"')
-        return cls(head, operator.itemgetter(*order))
+        return cls(made[0], operator.itemgetter(*made[1]))
 
     def frame(self, offset: int, sysflag: int, commit: int, opaque: int) -> bytes:
         head = self.template % self.order((offset, sysflag, commit, opaque))
@@ -74,8 +67,8 @@ class PullFrame:
 
 
 _MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT = "9100000000000000001", "9100000000000000002", "9100000000000000003"
-_MARK_OPAQUE = 2147480002
-_PREFIX = struct.Struct(">ii")
+_SLOTS = [(b'"%s"' % m.encode(), b'"%d"') for m in (_MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT)]
+_PREFIX = FRAME_PREFIX  # not the imported name itself: see command.FRAME_PREFIX
 
 
 class TcpPull:

@@ -14,7 +14,6 @@ and 320, :data:`SEND_V2_LETTERS`); :func:`decode_send_header` reads either form 
 """
 from __future__ import annotations
 
-import struct
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
 
@@ -22,7 +21,7 @@ import msgspec
 
 from shmq.errors import CommandFieldError
 from shmq.protocol.codes import FLAG_ONEWAY, RequestCode
-from shmq.protocol.command import RemotingCommand, encode_header, json_text
+from shmq.protocol.command import FRAME_PREFIX, header_template, json_text
 
 _H = TypeVar("_H", bound="CommandHeader")
 
@@ -124,18 +123,20 @@ def send_v2_ext(group: str, topic: str, default_topic: str, default_queue_nums: 
 
 
 #: Stand-ins a SendFrame's template is encoded with (numbers no send has, a text JSON escapes to
-#: \u0000...), each replaced by its per-send slot.
+#: \u0000...), each replaced by its per-send slot (command.header_template).
 _MARK_SYSFLAG, _MARK_BORN, _MARK_FLAG = -9100000000000000001, -9100000000000000002, -9100000000000000003
-_MARK_PROPS, _MARK_OPAQUE = "\x00shmq-send-properties\x00", 2147480001
-_PREFIX = struct.Struct(">ii")
+_MARK_PROPS = "\x00shmq-send-properties\x00"
+_SLOTS = [(b"%d" % _MARK_SYSFLAG, b"%d"), (b"%d" % _MARK_BORN, b"%d"), (b"%d" % _MARK_FLAG, b"%d"),
+          (json_text(_MARK_PROPS), b"%b")]
+_PREFIX = FRAME_PREFIX  # not the imported name itself: see command.FRAME_PREFIX
 
 
 class SendFrame:
     """The whole SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frame (JSON header, as the one encoder
     ``command.encode_command`` writes it) of one producer's sends to one queue, made per send by
-    putting that send's values into slots of a template: the template is that encoder's own
-    output for send_v2_ext's fields with stand-in values, so the layout is still defined once
-    (byte-identical frames; tests/unit/test_send_frame.py). :meth:`frame` costs about a third of
+    putting that send's values into slots of a template (``command.header_template``, over
+    send_v2_ext's fields), so the layout is still defined once (byte-identical frames;
+    tests/unit/test_send_frame.py). :meth:`frame` costs about a third of
     building a RemotingCommand and encoding it. ``of`` answers None when the stand-ins do not
     each occur exactly once (a group or topic holding one): the caller encodes generically."""
 
@@ -150,16 +151,10 @@ class SendFrame:
         ext = send_v2_ext(group, topic, default_topic, default_queue_nums, queue_id, _MARK_SYSFLAG, _MARK_BORN,
                           _MARK_FLAG, _MARK_PROPS, batch)
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
-        head = encode_header(RemotingCommand(code=code, ext_fields=ext, opaque=_MARK_OPAQUE,
-                                             flag=FLAG_ONEWAY if oneway else 0)).replace(b"%", b"%%")
-        slots = [(b"%d" % _MARK_SYSFLAG, b"%d"), (b"%d" % _MARK_BORN, b"%d"), (b"%d" % _MARK_FLAG, b"%d"),
-                 (json_text(_MARK_PROPS), b"%b"), (b":%d," % _MARK_OPAQUE, b":%d,")]
-        at = [head.find(mark) for mark, _ in slots]
-        if any(head.count(mark) != 1 for mark, _ in slots) or at != sorted(at):
+        made = header_template(code, ext, _SLOTS, FLAG_ONEWAY if oneway else 0)
+        if made is None or made[1] != tuple(range(len(_SLOTS) + 1)):
             return None  # a slot's stand-in also elsewhere, or out of order: % would fill it wrongly
-        for mark, slot in slots:
-            head = head.replace(mark, slot)
-        return cls(head, code)
+        return cls(made[0], code)
 
     def frame(self, sysflag: int, born_ms: int, flag: int, properties_json: bytes, body: bytes, opaque: int) -> bytes:
         """This send's frame. ``properties_json`` is the properties text as a JSON string
