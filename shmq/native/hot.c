@@ -28,11 +28,66 @@ enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF
 static slotted ext;
 static PyObject *ext_lazy;
 
+/* Freed MessageExt objects of the exact bound class, kept for the next decode (as hot_message.c
+ * keeps Messages): a consumer makes and frees one per message, and the allocator's malloc and
+ * free and subtype_dealloc's walk over the slot descriptors cost more than filling it. Kept
+ * cleared (every slot NULL), untracked by the GC and without their reference to the class;
+ * only ever touched with the GIL held. */
+#define EXT_FREE_MAX 64
+static PyObject *ext_free[EXT_FREE_MAX];
+static int n_ext_free;
+static destructor ext_subtype_dealloc; /* CPython's subtype_dealloc, the class's own before bind */
+
+static PyObject *ext_new(void) {
+    if (!n_ext_free) return ext.cls->tp_alloc(ext.cls, 0);
+    PyObject *o = ext_free[--n_ext_free];
+    PyObject_Init(o, ext.cls);   /* the type (and the class's reference), a fresh reference count */
+    PyObject_GC_Track(o);
+    return o;
+}
+
+/* The bound class's dealloc in place of subtype_dealloc, for a class that adds nothing but its
+ * X_NSLOTS slots to object (checked at bind): untrack, clear the slots, keep or free, release
+ * the class. subtype_dealloc also calls it as the base dealloc of a subclass's instance (after
+ * clearing the subclass's own part; it then leaves the class's reference to this base, a heap
+ * type's). Given a __del__ later, the class goes back to subtype_dealloc. */
+static void ext_dealloc(PyObject *self) {
+    PyTypeObject *t = Py_TYPE(self);
+    if (t == ext.cls && (t->tp_finalize || t->tp_del)) {
+        t->tp_dealloc = ext_subtype_dealloc;
+        ext_subtype_dealloc(self);
+        return;
+    }
+    PyObject_GC_UnTrack(self);
+    Py_TRASHCAN_BEGIN(self, ext_dealloc)
+    for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(*(PyObject **)((char *)self + ext.off[k]));
+    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) ext_free[n_ext_free++] = self;
+    else t->tp_free(self);
+    Py_DECREF(t);
+    Py_TRASHCAN_END
+}
+
+/* the free list and dealloc for the class just bound: only a heap type of exactly object plus
+ * its X_NSLOTS slots (no __dict__, __weakref__ or finalizer); any other keeps CPython's */
+static void ext_take_dealloc(void) {
+    PyTypeObject *t = ext.cls;
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_base != &PyBaseObject_Type || t->tp_dictoffset ||
+        t->tp_weaklistoffset || t->tp_finalize || t->tp_del || t->tp_dealloc == ext_dealloc ||
+        t->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + X_NSLOTS * sizeof(PyObject *)))
+        return;
+    ext_subtype_dealloc = t->tp_dealloc;
+    t->tp_dealloc = ext_dealloc;
+}
+
 /* bind_ext(MessageExt, slot descriptors in __slots__ order, the "not derived yet" marker) */
 static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
     PyObject *lazy;
+    /* a class bound before goes back to CPython's dealloc (its slots are not the new class's) */
+    while (n_ext_free) PyObject_GC_Del(ext_free[--n_ext_free]);
+    if (ext.cls && ext.cls->tp_dealloc == ext_dealloc) ext.cls->tp_dealloc = ext_subtype_dealloc;
     if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
     Py_XSETREF(ext_lazy, lazy);
+    ext_take_dealloc();
     Py_RETURN_NONE;
 }
 
@@ -57,6 +112,19 @@ static PyObject *host_bytes(PyObject **last, const uint8_t *p) {
     return b;
 }
 
+/* The born / store timestamp of the record before, kept the same way: both are milliseconds,
+ * so a backlog's records share them by the hundred, and a local send stores one clock reading
+ * as both. An int is immutable too. */
+typedef struct { PyObject *o; int64_t v; } last_int;
+static last_int last_bornts, last_storets;
+
+static PyObject *ts_int(last_int *last, const last_int *other, int64_t v) {
+    if (last->o && last->v == v) return REF(last->o);
+    PyObject *o = other->o && other->v == v ? REF(other->o) : PyLong_FromLongLong(v);
+    if (o) { Py_XSETREF(last->o, REF(o)); last->v = v; }
+    return o;
+}
+
 /* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
 static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
                         PyObject *broker) {
@@ -65,7 +133,7 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     uint32_t rtl = t[0];
     const uint8_t *pp = t + 1 + rtl;
     uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
-    PyObject *o = ext.cls->tp_alloc(ext.cls, 0);
+    PyObject *o = ext_new();
     if (!o) return NULL;
     if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
     else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
@@ -78,8 +146,8 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     SET(ext, o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
     SET(ext, o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
     SET(ext, o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
-    SET(ext, o, X_BORNTS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_BORNTS)));
-    SET(ext, o, X_STORETS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_STORETS)));
+    SET(ext, o, X_BORNTS, ts_int(&last_bornts, &last_storets, (int64_t)rd64(r + SHMQ_R_BORNTS)));
+    SET(ext, o, X_STORETS, ts_int(&last_storets, &last_bornts, (int64_t)rd64(r + SHMQ_R_STORETS)));
     SET(ext, o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
     SET(ext, o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
     SET(ext, o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
