@@ -1483,20 +1483,28 @@ int64_t shmq_check_record(const uint8_t *p, uint64_t avail, int64_t phys, int ch
 /* ========================================================== waits and flush == */
 int64_t shmq_load_i64(const int64_t *p) { return LOAD_ACQ(p); }
 
-static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits);
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits,
+                         const uint32_t *stop);
 
 int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns) {
-    return wait_data(c, seen, spin_ns, timeout_ns, FUTEX_BITSET_MATCH_ANY);
+    return wait_data(c, seen, spin_ns, timeout_ns, FUTEX_BITSET_MATCH_ANY, NULL);
 }
 
 /* shmq_wait_data for a worker's pull-wake thread: not woken by this process's own appends
  * (see data_wake_bits); returns at the timeout with whatever the position is then. */
-int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
+static int64_t wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns, const uint32_t *stop) {
     return wait_data(c, seen, 0, timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
-                     ? FUTEX_BITSET_MATCH_ANY : ~data_wake_bits);
+                     ? FUTEX_BITSET_MATCH_ANY : ~data_wake_bits, stop);
 }
 
-static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits) {
+int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
+    return wait_data_others(c, seen, timeout_ns, NULL);
+}
+
+/* `stop` (or NULL): a word that, once non-zero, ends the wait at its next look (a helper thread
+ * being stopped before its control block is unmapped: shmq_helpers_stop). */
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits,
+                         const uint32_t *stop) {
     int64_t t0 = mono_ns(), cpos;
     if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
     while (spin_ns > 0) {
@@ -1509,11 +1517,12 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
     int64_t deadline = t0 + timeout_ns;
     for (;;) {
         uint32_t seq = LOAD_SC(&c->pos.data_seq);
-        if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen) return cpos;
+        if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen || (stop && LOAD_SC(stop))) return cpos;
         int64_t left = deadline - mono_ns();
         if (left <= 0) return cpos;
         ADD_SC(&c->pos.data_waiters, 1);
-        if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED)
+        if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED
+                && !(stop && LOAD_SC(stop)))
             futex_wait_bits(&c->pos.data_seq, seq, deadline, bits);
         SUB_SC(&c->pos.data_waiters, 1);
         if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return LOAD_ACQ(&c->pos.commit_pos);
@@ -1689,6 +1698,28 @@ int shmq_msync(uint8_t *addr, uint64_t len) {
  * end is enough. The thread touches the control block only while armed. */
 #include <pthread.h>
 
+/* The helper threads of every control block this process mapped (both kinds), so that
+ * shmq_helpers_stop can end them before the block is unmapped: an armed thread sleeps inside
+ * the block's futex words (up to a slice) and would write to the unmapped page when it wakes. */
+static pthread_mutex_t helpers_mu = PTHREAD_MUTEX_INITIALIZER;
+static struct shmq_bridge *bridges;
+static struct shmq_pullwake *pullwakes;
+
+static void helper_done(uint32_t *done) {
+    STORE_SC(done, 1);
+    futex_wake(done, INT_MAX);
+}
+
+/* Wait (at most 2 s) for a stopped helper to say it is done. */
+static void helper_join(uint32_t *done) {
+    int64_t deadline = mono_ns() + 2000000000LL;
+    while (!LOAD_SC(done)) {
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return;
+        futex_wait(done, 0, left < 100000000LL ? left : 100000000LL);
+    }
+}
+
 struct shmq_bridge {
     shmq_ctl *c;
     int fd;
@@ -1696,6 +1727,9 @@ struct shmq_bridge {
     int64_t want;      /* the end waited for; 0: disarmed */
     int64_t deadline;  /* CLOCK_MONOTONIC ns */
     uint32_t seq;      /* bumped by every arm; a disarmed thread sleeps on it */
+    uint32_t stop;     /* set by shmq_helpers_stop: the thread ends at its next look */
+    uint32_t done;     /* set by the thread as it ends: it touches the control block no more */
+    struct shmq_bridge *next;  /* helpers_mu's list */
 };
 
 #define BRIDGE_SLICE_NS 50000000LL
@@ -1716,7 +1750,7 @@ static int bridge_wait(shmq_bridge *b, int64_t want, int64_t deadline) {
 
 static void *bridge_run(void *arg) {
     shmq_bridge *b = arg;
-    for (;;) {
+    while (!LOAD_SC(&b->stop)) {
         uint32_t seq = LOAD_SC(&b->seq);
         int64_t want = LOAD_SC(&b->want);
         if (want <= 0) {
@@ -1728,6 +1762,7 @@ static void *bridge_run(void *arg) {
         uint64_t one = 1;
         while (write(b->fd, &one, sizeof one) < 0 && errno == EINTR) {}
     }
+    helper_done(&b->done);
     return NULL;
 }
 
@@ -1758,6 +1793,10 @@ shmq_bridge *shmq_bridge_start(shmq_ctl *c, int fd, int modes) {
         free(b);
         return NULL;
     }
+    pthread_mutex_lock(&helpers_mu);
+    b->next = bridges;
+    bridges = b;
+    pthread_mutex_unlock(&helpers_mu);
     return b;
 }
 
@@ -1785,6 +1824,9 @@ struct shmq_pullwake {
     int64_t seen;    /* the last position armed with or reported */
     uint32_t armed;
     uint32_t seq;    /* bumped by every arm and disarm */
+    uint32_t stop;   /* as shmq_bridge's */
+    uint32_t done;
+    struct shmq_pullwake *next;
 };
 
 /* How long it sleeps on data_seq between looks at `armed`. At each end it reports the position
@@ -1793,14 +1835,14 @@ struct shmq_pullwake {
 
 static void *pullwake_run(void *arg) {
     shmq_pullwake *b = arg;
-    for (;;) {
+    while (!LOAD_SC(&b->stop)) {
         uint32_t seq = LOAD_SC(&b->seq);
         if (!LOAD_SC(&b->armed)) {
             futex_wait(&b->seq, seq, 1000000000LL);
             continue;
         }
         int64_t seen = LOAD_SC(&b->seen);
-        int64_t pos = shmq_wait_data_others(b->c, seen, PULLWAKE_SLICE_NS);
+        int64_t pos = wait_data_others(b->c, seen, PULLWAKE_SLICE_NS, &b->stop);
         if (pos > seen) {
             /* a re-arm in between set an older or equal position: report from whichever is higher */
             if (__atomic_compare_exchange_n(&b->seen, &seen, pos, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
@@ -1812,6 +1854,7 @@ static void *pullwake_run(void *arg) {
             nanosleep(&ts, NULL);
         }
     }
+    helper_done(&b->done);
     return NULL;
 }
 
@@ -1824,6 +1867,10 @@ shmq_pullwake *shmq_pullwake_start(shmq_ctl *c, int fd) {
         free(b);
         return NULL;
     }
+    pthread_mutex_lock(&helpers_mu);
+    b->next = pullwakes;
+    pullwakes = b;
+    pthread_mutex_unlock(&helpers_mu);
     return b;
 }
 
@@ -1832,4 +1879,35 @@ void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed) {
     STORE_SC(&b->armed, armed ? 1u : 0u);
     ADD_SC(&b->seq, 1);
     futex_wake(&b->seq, 1);
+}
+
+/* Before `c` is unmapped (store/control.py close): every helper thread of this process on it
+ * ends, and is waited for, so none wakes later inside the unmapped block. A confirm bridge
+ * ends within its slice (50 ms); a pull-wake thread at once (its wait looks at `stop`, and
+ * data_seq is bumped and woken: a spurious wake-up, which every sleeper on it re-checks). The
+ * structs stay allocated (a late arm from Python writes to them harmlessly) and leave the
+ * lists. */
+void shmq_helpers_stop(shmq_ctl *c) {
+    pthread_mutex_lock(&helpers_mu);
+    for (shmq_bridge **pp = &bridges; *pp;) {
+        shmq_bridge *b = *pp;
+        if (b->c != c) { pp = &b->next; continue; }
+        *pp = b->next;
+        STORE_SC(&b->stop, 1);
+        ADD_SC(&b->seq, 1);
+        futex_wake(&b->seq, 1);
+        helper_join(&b->done);
+    }
+    for (shmq_pullwake **pp = &pullwakes; *pp;) {
+        shmq_pullwake *b = *pp;
+        if (b->c != c) { pp = &b->next; continue; }
+        *pp = b->next;
+        STORE_SC(&b->stop, 1);
+        ADD_SC(&b->seq, 1);
+        futex_wake(&b->seq, 1);
+        ADD_SC(&c->pos.data_seq, 1);
+        syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, FUTEX_BITSET_MATCH_ANY);
+        helper_join(&b->done);
+    }
+    pthread_mutex_unlock(&helpers_mu);
 }

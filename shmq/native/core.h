@@ -114,6 +114,7 @@ void shmq_bridge_arm(shmq_bridge *b, int64_t want, int64_t deadline_ns);
 typedef struct shmq_pullwake shmq_pullwake;
 shmq_pullwake *shmq_pullwake_start(shmq_ctl *ctl, int fd);
 void shmq_pullwake_arm(shmq_pullwake *b, int64_t seen, int armed);
+void shmq_helpers_stop(shmq_ctl *ctl);
 /* CDEF-END */
 
 #endif

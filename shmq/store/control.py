@@ -196,6 +196,9 @@ class ControlBlock:
     def close(self) -> None:
         if self._mm is None:
             return
+        # the C helper threads sleeping in this block (confirm and pull-wake bridges) end first:
+        # one waking after the unmap would write to a page that is gone (SIGSEGV at shutdown)
+        lib.shmq_helpers_stop(self.ctl)
         self.ctl = None
         self.offsets = None
         ffi.release(self._buf)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 
 from shmq.broker.worker.pull_hold import PullHolds
 from shmq.store import MessageStore
@@ -134,3 +135,32 @@ def test_holds_time_out_each_at_its_own_deadline(store_root):
         assert await _until(lambda: len(calls) == 3)
         assert calls == [("early", False), ("answered", True), ("late", False)] and len(holds) == 0
     run(store_root, body)
+
+
+def test_closing_the_store_ends_the_c_helper_threads_before_the_unmap(store_root):
+    """A worker's shutdown closes its holds, then its store: the pull-wake thread was still
+    asleep inside the control block (a 1 s slice) and the confirm bridge inside its flush wait
+    (50 ms), and woke to write to the unmapped page (SIGSEGV in wait_data after a broker's
+    stop). The store's close now ends and waits for them first (this test arms the pull-wake
+    thread): the child lives on."""
+    owner = MessageStore.open(small_config(store_root))  # the supervisor's part; the child attaches as a worker
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            async def main():
+                loop = asyncio.get_running_loop()
+                store = MessageStore.attach(store_root)
+                holds = PullHolds(store, loop, own_bit=1)
+                holds.hold("T", 0, 0, 30.0, lambda grew: None, Conn())  # arms the pull-wake thread
+                await asyncio.sleep(0.2)  # asleep in the block now
+                holds.close()
+                store.close()
+                time.sleep(1.5)  # past its slice: a thread still waiting would wake and fault
+            asyncio.run(main())
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    owner.close()
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status:#x}"
