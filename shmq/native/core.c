@@ -1710,8 +1710,12 @@ static void helper_done(uint32_t *done) {
     futex_wake(done, INT_MAX);
 }
 
-/* Wait (at most 2 s) for a stopped helper to say it is done. */
-static void helper_join(uint32_t *done) {
+/* Stop one helper: set its stop word, wake it where a disarmed one sleeps (its seq), and wait
+ * (at most 2 s) for it to say it is done. */
+static void helper_stop(uint32_t *stop, uint32_t *seq, uint32_t *done) {
+    STORE_SC(stop, 1);
+    ADD_SC(seq, 1);
+    futex_wake(seq, 1);
     int64_t deadline = mono_ns() + 2000000000LL;
     while (!LOAD_SC(done)) {
         int64_t left = deadline - mono_ns();
@@ -1893,21 +1897,17 @@ void shmq_helpers_stop(shmq_ctl *c) {
         shmq_bridge *b = *pp;
         if (b->c != c) { pp = &b->next; continue; }
         *pp = b->next;
-        STORE_SC(&b->stop, 1);
-        ADD_SC(&b->seq, 1);
-        futex_wake(&b->seq, 1);
-        helper_join(&b->done);
+        helper_stop(&b->stop, &b->seq, &b->done);
     }
     for (shmq_pullwake **pp = &pullwakes; *pp;) {
         shmq_pullwake *b = *pp;
         if (b->c != c) { pp = &b->next; continue; }
         *pp = b->next;
+        /* it may sleep on data_seq: stop is set before data_seq moves, so the woken wait sees it */
         STORE_SC(&b->stop, 1);
-        ADD_SC(&b->seq, 1);
-        futex_wake(&b->seq, 1);
         ADD_SC(&c->pos.data_seq, 1);
         syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, FUTEX_BITSET_MATCH_ANY);
-        helper_join(&b->done);
+        helper_stop(&b->stop, &b->seq, &b->done);
     }
     pthread_mutex_unlock(&helpers_mu);
 }
