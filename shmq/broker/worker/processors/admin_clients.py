@@ -25,6 +25,7 @@ from shmq.message.properties import decode_properties, encode_properties
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
 from ..context import WorkerContext, born_host
+from .send_fast import send_ext
 
 #: Broker2Client.callClient's timeout.
 CALL_TIMEOUT_S = 10.0
@@ -148,8 +149,7 @@ class Processor:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"push reply message fail, channel of <{sender}> not found.")
         if r.code != 0 or decode_command(r.body).code != 0:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR, f"push reply message to {sender}fail.")
-        ext_out = {"msgId": "0", "queueId": str(qid), "queueOffset": "0",
-                   "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
+        ext_out = send_ext("0", qid, 0)
         res = self.w.store.put(h.topic, qid, cmd.body, (h.properties or "").encode(), flag=h.flag,
                                sysflag=h.sysFlag, born_timestamp=h.bornTimestamp, born_host=bh,
                                reconsume_times=h.reconsumeTimes or 0, wait_flush=False)
