@@ -77,7 +77,7 @@ def test_gc_and_broker_start_remove_segments_of_deleted_stores_only_when_the_own
     gone, alive_gone = roots("gone"), roots("alive-gone")
     dead = start_owner(children, gone)
     live = start_owner(children, alive_gone)
-    shutil.rmtree(gone)
+    remove_tree(gone)  # its owner may still checkpoint into it until the kill below
     remove_tree(alive_gone)  # its owner still runs on a deleted directory: in use
     assert shm_exists(gone) and shm_exists(alive_gone)
     # Every broker starting on this host removes such orphans too: holding the host's gc lock
