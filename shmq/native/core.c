@@ -461,6 +461,17 @@ static void zero_cq(shmq_ctl *c, shmq_queue_slot *qs, int64_t qoff, uint32_t cou
     }
 }
 
+/* An append into the timer topic (a timer message, or a recall's marker) also moves timer_seq,
+ * the one word the supervisor's timer service sleeps on (shmq_wait_timer): every other append
+ * (thousands a second in a busy store) wakes no timer thread. Bumped after the publish, so a
+ * timer service that loaded timer_seq before it read the timer queue misses no entry. */
+static inline void notify_timer(shmq_ctl *c, const shmq_queue_slot *qs) {
+    if (qs->topic_len != SHMQ_PROP_LEN(SHMQ_TIMER_TOPIC) || memcmp(qs->topic, SHMQ_TIMER_TOPIC, qs->topic_len))
+        return;
+    ADD_SC(&c->pos.timer_seq, 1);
+    if (LOAD_SC(&c->pos.timer_waiters)) futex_wake(&c->pos.timer_seq, INT_MAX);
+}
+
 static void repair(shmq_ctl *c) {
     shmq_intent *in = &c->intent;
     if (in->slot >= c->header.queue_capacity) { STORE_REL(&in->active, 0); return; }
@@ -477,6 +488,7 @@ static void repair(shmq_ctl *c) {
         c->lock.repairs_completed++;
         ADD_SC(&c->pos.data_seq, 1);
         if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+        notify_timer(c, qs);
     } else {
         zero_range(c, in->phys_start, in->phys_end);
         if (in->has_cq) {
@@ -836,10 +848,11 @@ static inline void write_cq(uint8_t *e, int64_t phys, uint32_t size, int64_t tag
     be64(e + 12, (uint64_t)tag);
 }
 
-static inline void notify_data(shmq_ctl *c) {
+static inline void notify_data(shmq_ctl *c, const shmq_queue_slot *qs) {
     ADD_SC(&c->pos.data_seq, 1);
     if (LOAD_SC(&c->pos.data_waiters))
         syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, data_wake_bits);
+    notify_timer(c, qs);
 }
 
 /* Under the lock: the fence and the place of an append of `total` bytes. On success
@@ -953,7 +966,7 @@ static int put_one(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     out->count = 1;
 unlock:
     shmq_unlock(w);
-    if (rc == SHMQ_OK) notify_data(c);
+    if (rc == SHMQ_OK) notify_data(c, qs);
     return rc;
 }
 
@@ -1153,7 +1166,7 @@ static int put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const ba
     out->count = (int32_t)count;
 unlock:
     shmq_unlock(w);
-    if (rc == SHMQ_OK) notify_data(c);
+    if (rc == SHMQ_OK) notify_data(c, qs);
     return rc;
 }
 
@@ -1615,6 +1628,21 @@ int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int
     }
 }
 
+/* The supervisor's timer service's sleep (broker/supervisor/timer_service.py): until timer_seq
+ * is no longer `seen` (an append into the timer topic, see notify_timer; or a fence), or the
+ * timeout. Returns timer_seq. */
+uint32_t shmq_wait_timer(shmq_ctl *c, uint32_t seen, int64_t timeout_ns) {
+    int64_t deadline = mono_ns() + timeout_ns;
+    for (;;) {
+        uint32_t cur = LOAD_SC(&c->pos.timer_seq);
+        int64_t left = deadline - mono_ns();
+        if (cur != seen || left <= 0 || LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return cur;
+        ADD_SC(&c->pos.timer_waiters, 1);
+        if (LOAD_SC(&c->pos.timer_seq) == seen) futex_wait(&c->pos.timer_seq, seen, left);
+        SUB_SC(&c->pos.timer_waiters, 1);
+    }
+}
+
 int shmq_wait_flushed(shmq_ctl *c, int64_t target, int64_t timeout_ns) {
     shmq_positions *p = &c->pos;
     if (LOAD_ACQ(&p->flushed_pos) >= target) return SHMQ_OK;
@@ -1676,7 +1704,9 @@ void shmq_publish_recovered(shmq_ctl *c, int64_t commit_pos) {
  * append. Only the slave's replica writer calls this; nothing appends on a slave. */
 void shmq_publish_replica(shmq_ctl *c, int64_t commit_pos) {
     STORE_REL(&c->pos.commit_pos, commit_pos);
-    notify_data(c);
+    ADD_SC(&c->pos.data_seq, 1);  /* a slave runs no timer service: no timer_seq */
+    if (LOAD_SC(&c->pos.data_waiters))
+        syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, data_wake_bits);
 }
 
 /* Master: the HA service raises repl_pos to what a slave acknowledged (never past what it
@@ -1719,6 +1749,8 @@ void shmq_fence(shmq_ctl *c) {
     futex_wake(&c->pos.flushed_seq, INT_MAX);
     ADD_SC(&c->pos.repl_seq, 1);
     futex_wake(&c->pos.repl_seq, INT_MAX);
+    ADD_SC(&c->pos.timer_seq, 1);
+    futex_wake(&c->pos.timer_seq, INT_MAX);
 }
 
 int shmq_msync(uint8_t *addr, uint64_t len) {
