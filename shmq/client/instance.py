@@ -26,7 +26,7 @@ from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
-from .remote_send import RemoteSend
+from .remote_send import RemoteSend, answers
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("shmq.client")
@@ -313,7 +313,7 @@ class ClientInstance:
                 RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             }
             c = self._clients[addr] = RemotingClient(addr, handlers=handlers, name=f"to {addr}",
-                                                              rpc_hook=self.rpc_hook)
+                                                              rpc_hook=self.rpc_hook, fast=answers)
         return c
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
