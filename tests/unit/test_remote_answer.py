@@ -207,3 +207,30 @@ def test_c_takes_the_success_answers_and_stops_at_the_first_it_does_not():
         assert [f.result(0).queue_offset for f in futs[:3]] == [1234] * 3 and not futs[3].done()
         assert answers(conn, answer(5)[:10], 0) == (0, None, False)  # incomplete: the decoder's
     asyncio.run(go())
+
+
+class _Req:
+    def __init__(self, tag: bytes, bad: bool = False):
+        self.tag, self.bad = tag, bad
+
+    def frame(self, opaque: int) -> bytes:
+        if self.bad:
+            raise ValueError("header too long")
+        return b"%s:%d;" % (self.tag, opaque)
+
+
+def test_a_run_of_async_sends_is_started_in_order_and_a_bad_frame_fails_only_its_own():
+    async def go():
+        conn = Connection({}, Limits())
+        t = _Transport()
+        conn.connection_made(t)
+        conn._next_opaque = 0x7FFFFFFE  # the numbering wraps as _new_opaque's
+        jobs = [("a", _Req(b"x"), "w1", 3), ("a", _Req(b"y", bad=True), "w2", 3), ("a", _Req(b"z"), "w3", 3)]
+        started = conn.start_frames(jobs)
+        assert started[0] == 0x7FFFFFFF and isinstance(started[1], ValueError) and started[2] == 2
+        assert conn._pending == {0x7FFFFFFF: "w1", 2: "w3"}
+        await asyncio.sleep(0)  # the flush of this loop turn
+        assert t.out == [b"x:2147483647;z:2;"]
+        conn.closed = True
+        assert conn.start_frames(jobs) is None
+    asyncio.run(go())
