@@ -9,7 +9,6 @@ confirmed: it is returned with that status, not raised and not retried.
 """
 from __future__ import annotations
 
-import concurrent.futures
 import itertools
 import logging
 import threading
@@ -35,6 +34,7 @@ from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, Mes
                       _ids_text)
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
+from .send_future import SendFuture
 from .uniq_id import generator, new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
@@ -365,9 +365,11 @@ class Producer(ProducerBase):
         return resp.ext_fields.get("msgId", _id)
 
     # ---- async and oneway ------------------------------------------------------------------
-    def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> concurrent.futures.Future:
-        """Returns a Future of the SendResult; ``callback(result_or_exception)`` runs when it is done."""
-        fut = _future(callback)
+    def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> SendFuture:
+        """Returns a SendFuture (send_future.py: the methods of a concurrent.futures.Future, without
+        its locks) of the SendResult; ``callback(result_or_exception)`` (RocketMQ's SendCallback) runs
+        once when it is done, on the client's loop thread for a broker's answer."""
+        fut = SendFuture(callback)
         try:
             body, text, sysflag, uniq = self._wire(msg)
             info = self._publish_info(msg.topic)
@@ -377,7 +379,6 @@ class Producer(ProducerBase):
                 fut.set_result(self._send_local(link, mq, msg, *self._prepare(msg), info))
                 return fut
             req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
-            fut.set_running_or_notify_cancel()
             AsyncSend(self, fut, mq, req, uniq, timeout or self.send_timeout).submit()
         except Exception as e:
             if not fut.done():
@@ -385,12 +386,12 @@ class Producer(ProducerBase):
         return fut
 
     def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
-                         ) -> concurrent.futures.Future:
+                         ) -> SendFuture:
         """``send_batch`` without waiting (RocketMQ's ``send(Collection, SendCallback)``): a Future of
         its SendResult, ``callback(result_or_exception)`` when done. Over TCP several batches are in
         flight on the one connection (retried on the same broker as ``send_async``); the same
         checks as ``send_batch``, whose errors the Future carries."""
-        fut = _future(callback)
+        fut = SendFuture(callback)
         try:
             if not msgs:
                 raise InvalidMessage("an empty batch")
@@ -409,7 +410,6 @@ class Producer(ProducerBase):
                                                 batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
                 return fut
             req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
-            fut.set_running_or_notify_cancel()
             AsyncSend(self, fut, mq, req, ids, timeout or self.send_timeout).submit()
         except Exception as e:
             if not fut.done():
@@ -508,14 +508,6 @@ class Producer(ProducerBase):
         if len(batch) > MAX_BATCH_BYTES:
             raise MessageTooLarge(len(batch), MAX_BATCH_BYTES)
         return batch, ",".join(ids)
-
-
-def _future(callback) -> concurrent.futures.Future:
-    """An async send's Future; ``callback(result_or_exception)`` runs once it is done."""
-    fut: concurrent.futures.Future = concurrent.futures.Future()
-    if callback is not None:
-        fut.add_done_callback(lambda f: callback(f.exception() or f.result()))
-    return fut
 
 
 def _sendable(topic: str) -> bool:

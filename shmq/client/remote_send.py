@@ -12,15 +12,18 @@ gets the command (:meth:`RemoteSend.command`).
 """
 from __future__ import annotations
 
-import concurrent.futures
+import os
+from concurrent.futures import InvalidStateError
 
 from shmq.errors import BrokerError, RemotingError
+from shmq.native import _answer
 from shmq.protocol import RemotingCommand, RequestCode
 from shmq.protocol.codes import FLAG_ONEWAY
 from shmq.protocol.command import encode_command, json_text
 from shmq.protocol.headers import SendFrame, send_v2_ext
 
 from .message import MessageQueue, SendResult, SendStatus
+from .send_future import SendFuture
 
 # response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
 RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
@@ -109,7 +112,7 @@ class AsyncSend:
 
     __slots__ = ("producer", "fut", "mq", "req", "uniq", "timeout", "left", "_done")
 
-    def __init__(self, producer, fut: concurrent.futures.Future, mq: MessageQueue, req: RemoteSend, uniq, timeout):
+    def __init__(self, producer, fut: SendFuture, mq: MessageQueue, req: RemoteSend, uniq, timeout):
         self.producer, self.fut, self.mq, self.req, self.uniq, self.timeout = producer, fut, mq, req, uniq, timeout
         self.left = producer.retry_times_async
         self._done = False
@@ -136,7 +139,7 @@ class AsyncSend:
             return
         try:  # no done() first: it takes the Future's lock, a second time per answer
             self.fut.set_result(result)
-        except concurrent.futures.InvalidStateError:  # answered already (a second answer is dropped)
+        except InvalidStateError:  # answered already (a second answer is dropped)
             pass
 
     def set_exception(self, e: BaseException) -> None:
@@ -151,6 +154,14 @@ class AsyncSend:
                 e = e2
         if not self.fut.done():
             self.fut.set_exception(e)
+
+
+_answer.bind(AsyncSend, SendResult, SendStatus.SEND_OK, InvalidStateError)
+#: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to
+#: AsyncSends matched, turned into SendResults (send_result's rules) and set, in C
+#: (native/remote_answer.c); every other frame takes the Python path below. SHMQ_ANSWER_FAST=0
+#: turns it off (the benchmarks' peer row).
+answers = None if os.environ.get("SHMQ_ANSWER_FAST") == "0" else _answer.answers
 
 
 def send_result(resp, mq: MessageQueue, uniq) -> SendResult:
