@@ -14,7 +14,6 @@ import pytest
 from shmq.broker.worker.processors.send_fast import send_ext
 from shmq.client.message import MessageQueue, SendStatus
 from shmq.client.remote_send import AsyncSend, answers
-from shmq.client.send_future import SendFuture
 from shmq.errors import BrokerError, HeaderDecodeError, RemotingClosed, RemotingTimeout
 from shmq.native import _answer
 from shmq.protocol import RemotingCommand
@@ -130,8 +129,8 @@ def run_answers(fast, chunks: list[bytes], opaques, lose: bool = False, expire=(
         conn.connection_made(_Transport())
         calls, futs = {}, {}
         for o in opaques:
-            futs[o] = fut = SendFuture(lambda r, o=o: calls.__setitem__(o, calls.get(o, 0) + 1))
-            conn._pending[o] = AsyncSend(NO_RETRY, fut, MQ, None, "UNIQ%d" % o if o % 3 else None, 3)
+            futs[o] = conn._pending[o] = AsyncSend(NO_RETRY, lambda r, o=o: calls.__setitem__(o, calls.get(o, 0) + 1),
+                                                   MQ, None, "UNIQ%d" % o if o % 3 else None, 3)
         for c in chunks:
             conn.data_received(c)
         conn.expire(list(expire), 310, 3)
@@ -197,13 +196,40 @@ def test_c_takes_the_success_answers_and_stops_at_the_first_it_does_not():
     async def go():
         conn = Connection({}, Limits())
         conn.connection_made(_Transport())
-        futs = [SendFuture() for _ in range(4)]
+        futs = [AsyncSend(NO_RETRY, None, MQ, None, "U", 3) for _ in range(4)]
         for o, f in enumerate(futs, 1):
-            conn._pending[o] = AsyncSend(NO_RETRY, f, MQ, None, "U", 3)
+            conn._pending[o] = f
         ok = answer(1) + answer(2) + answer(3)
         data = ok + answer(4, code=14) + answer(5)[:10]
         pos, out, stop = answers(conn, data, 0)
         assert (pos, out, stop) == (len(ok), None, True) and sorted(conn._pending) == [4]
         assert [f.result(0).queue_offset for f in futs[:3]] == [1234] * 3 and not futs[3].done()
         assert answers(conn, answer(5)[:10], 0) == (0, None, False)  # incomplete: the decoder's
+    asyncio.run(go())
+
+
+class _Req:
+    def __init__(self, tag: bytes, bad: bool = False):
+        self.tag, self.bad = tag, bad
+
+    def frame(self, opaque: int) -> bytes:
+        if self.bad:
+            raise ValueError("header too long")
+        return b"%s:%d;" % (self.tag, opaque)
+
+
+def test_a_run_of_async_sends_is_started_in_order_and_a_bad_frame_fails_only_its_own():
+    async def go():
+        conn = Connection({}, Limits())
+        t = _Transport()
+        conn.connection_made(t)
+        conn._next_opaque = 0x7FFFFFFE  # the numbering wraps as _new_opaque's
+        jobs = [("a", _Req(b"x"), "w1", 3), ("a", _Req(b"y", bad=True), "w2", 3), ("a", _Req(b"z"), "w3", 3)]
+        started = conn.start_frames(jobs)
+        assert started[0] == 0x7FFFFFFF and isinstance(started[1], ValueError) and started[2] == 2
+        assert conn._pending == {0x7FFFFFFF: "w1", 2: "w3"}
+        await asyncio.sleep(0)  # the flush of this loop turn
+        assert t.out == [b"x:2147483647;z:2;"]
+        conn.closed = True
+        assert conn.start_frames(jobs) is None
     asyncio.run(go())
