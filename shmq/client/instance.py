@@ -19,7 +19,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import RemotingConnectError, RemotingError, ShmqError, TopicNotExist
+from shmq.errors import RemotingClosed, RemotingConnectError, RemotingError, ShmqError, TopicNotExist
 from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
@@ -27,7 +27,7 @@ from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, de
 from shmq.service import AsyncService
 
 from .oneway import MARK, Lane, wait_room
-from .remote_send import RemoteSend
+from .remote_send import RemoteSend, answers
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("shmq.client")
@@ -218,12 +218,15 @@ class ClientInstance:
         timers: dict[tuple, list[int]] = {}
         last, client, conn = None, None, None
         oneways: list = []  # consecutive common oneway sends to conn, written together
+        asyncs: list = []  # consecutive common async sends to conn (their jobs), started together
         taken = 0  # bytes of oneway bodies taken off (written or failed)
         lane = self.oneway_lane
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
-            addr, cmd, waiter, timeout = jobs.popleft()
+            addr, cmd, waiter, timeout = job = jobs.popleft()
             if cmd is MARK:  # plain oneways: this marker's segment is the lane's oldest (hot_oneway.c)
                 cmd = lane.take()[1]
+            if asyncs and (waiter is None or addr != last or conn.closed):  # written in order
+                self._start_asyncs(conn, asyncs, timers)
             if addr != last or conn is None or conn.closed:
                 if oneways:
                     self._send_oneways(conn, oneways)
@@ -255,9 +258,16 @@ class ClientInstance:
                     continue
             if oneways:
                 self._send_oneways(conn, oneways)
+            if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
+                asyncs.append(job)  # the common async send: _start's last case, in a run
+                continue
+            if asyncs:
+                self._start_asyncs(conn, asyncs, timers)
             self._start_one(client, conn, cmd, waiter, timeout, timers)
         if oneways:
             self._send_oneways(conn, oneways)
+        if asyncs:
+            self._start_asyncs(conn, asyncs, timers)
         lane.charge(-taken)
         self._start_timers(timers)
 
@@ -268,6 +278,22 @@ class ClientInstance:
         except Exception as e:  # noqa: BLE001 - oneway: the caller asked not to hear
             log.debug("oneway sends failed: %s", e)
         builds.clear()
+
+    @staticmethod
+    def _start_asyncs(conn, jobs: list, timers: dict) -> None:
+        """Start a run of common async sends to ``conn`` (``Connection.start_frames``: one call, not
+        four per send); each failure reaches its own waiter."""
+        started = conn.start_frames(jobs)
+        if started is None:  # the connection is closed: each hears it
+            for job in jobs:
+                _failed(job[2], RemotingClosed(f"connection to {conn.peer} is closed"))
+        else:
+            for job, opaque in zip(jobs, started):
+                if opaque.__class__ is int:
+                    timers.setdefault((conn, job[1].code, job[3]), []).append(opaque)
+                else:
+                    _failed(job[2], opaque)
+        jobs.clear()
 
     def _start_one(self, client, conn, cmd, waiter, timeout: float, timers: dict) -> None:
         try:
@@ -323,7 +349,7 @@ class ClientInstance:
                 RequestCode.CHECK_TRANSACTION_STATE: self._on_check_transaction,
             }
             c = self._clients[addr] = RemotingClient(addr, handlers=handlers, name=f"to {addr}",
-                                                              rpc_hook=self.rpc_hook)
+                                                              rpc_hook=self.rpc_hook, fast=answers)
         return c
 
     async def invoke(self, addr: str, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
