@@ -26,6 +26,7 @@ from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from .handoff import HandoffSelector
 from .remote_send import RemoteSend
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
@@ -108,7 +109,9 @@ class ClientInstance:
         self._refs = 0
         self._closed = False
         self._namesrv_index = random.randrange(len(addrs))
-        self.loop = asyncio.new_event_loop()
+        # the selector also pays the consume pools' wake-ups once the GIL is free (client/handoff.py)
+        self.handoff = HandoffSelector()
+        self.loop = asyncio.SelectorEventLoop(self.handoff)
         # requests handed over from user threads (submit_request / submit_oneway), started
         # together on the loop (_drain_submitted)
         self._submitted: collections.deque = collections.deque()
