@@ -10,12 +10,14 @@ the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by 
 GIL released), so the woken thread finds the GIL free: one switch per hand-over.
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
-takes the C path only in a turn that owes wake-ups); ``ConsumePool`` is the threads. A task
+takes the C path only in a turn that owes wake-ups; ``ClientLoop`` is the loop over it, every
+ClientInstance's); ``ConsumePool`` is the threads. A task
 submitted from any other thread (a consume thread's retry, the local pull thread) is posted
 at once.
 """
 from __future__ import annotations
 
+import asyncio
 import collections
 import errno
 import logging
@@ -85,6 +87,14 @@ class HandoffSelector(selectors.EpollSelector):
 
 
 _EPOLLIN, _EPOLLOUT = 0x001, 0x004
+
+
+class ClientLoop(asyncio.SelectorEventLoop):
+    """A ClientInstance's loop: the standard selector loop over a HandoffSelector (``handoff``)."""
+
+    def __init__(self):
+        self.handoff = HandoffSelector()
+        super().__init__(self.handoff)
 
 
 class ConsumePool:

@@ -256,6 +256,7 @@ class LocalSender:
         m0 = msgs[0]
         topic, tags0 = m0.topic, m0.tags
         limit = self.producer.compress_over
+        hot_i = -1  # the writer the C call below tried, if it did
         if msgs.__class__ is list:
             t = self._topic(topic)
             if t is None:
@@ -269,6 +270,7 @@ class LocalSender:
                     res = hot_send_batch(addr, msgs, head, limit, mq, t.store_host)
                     if res.__class__ is SendResult:
                         return res  # else None (not uniform) or a status: the general code below
+                    hot_i = i
         uniform = True
         bodies = []
         add = bodies.append
@@ -305,7 +307,12 @@ class LocalSender:
         if size > MAX_BATCH_BYTES:
             return None  # the general path raises MessageTooLarge with the encoded size
         ids = _new("char[]", 32 * n)
-        i = t.i = (t.i + 1) % t.n
+        # After the C call's status, the same writer: its append maps (or creates) the file the C
+        # call lacked, waits for the lock, rolls the month. On the next writer instead, the queue
+        # that lacked its next ConsumeQueue file kept lacking it until the flush service made it,
+        # and every batch the round robin gave it paid two failed opens and this Python path.
+        i = hot_i if 0 <= hot_i < t.n else (t.i + 1) % t.n
+        t.i = i
         mq, fw, _, _, r = t.writers[i]
         out = r.out
         try:

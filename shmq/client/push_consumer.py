@@ -71,7 +71,7 @@ class PushConsumer(ConsumerCore):
         # before the first rebalance, so before anything is delivered
         inst = self.instance
         self._pool = ConsumePool(max(1, self.consume_threads), f"shmq-consume-{self.group}",
-                                 inst.handoff, inst._thread)
+                                 inst.loop.handoff, inst._thread)
 
     def _stop_consuming(self) -> None:
         if self._pool is not None:

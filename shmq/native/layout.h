@@ -60,7 +60,7 @@
 
 /* CDEF-BEGIN */
 #define SHMQ_CTL_MAGIC 0x314C5443514D4853
-#define SHMQ_LAYOUT_VERSION 2
+#define SHMQ_LAYOUT_VERSION 3
 
 #define SHMQ_MESSAGE_MAGIC 0xDAA320A7
 #define SHMQ_BLANK_MAGIC 0xCBD43194
@@ -223,7 +223,11 @@ typedef struct shmq_positions {
     uint64_t appends;             /* records appended (statistics) */
     uint32_t data_seq;            /* futex: +1 at every publish */
     uint32_t data_waiters;
-    uint64_t _pad0[3];
+    /* futex: +1 at every publish into the timer topic (rmq_sys_wheel_timer, both queues), so
+     * the supervisor's timer service sleeps through every other append (layout 3) */
+    uint32_t timer_seq;
+    uint32_t timer_waiters;
+    uint64_t _pad0[2];
     /* --- cache line: flusher side --- */
     int64_t flushed_pos;
     uint32_t flushed_seq;         /* futex: +1 whenever flushed_pos moves */
@@ -348,6 +352,8 @@ typedef struct shmq_writer {
 #define SHMQ_PROP_TRAN_MSG "TRAN_MSG"
 /* the head every TIMER_* name shares (classify's quick filter looks for it anywhere) */
 #define SHMQ_TIMER_NAME_HEAD "TIMER_"
+/* the timer topic: an append into it also moves pos.timer_seq (the timer service's futex) */
+#define SHMQ_TIMER_TOPIC "rmq_sys_wheel_timer"
 #define SHMQ_NAME_VALUE_SEP '\001'
 #define SHMQ_PROPERTY_SEP '\002'
 /* the length of a name above, without its NUL */

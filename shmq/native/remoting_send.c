@@ -68,6 +68,7 @@ typedef struct {
     qentry tab[TAB_CAP];           /* open addressing on (topic, qid) */
     uint32_t used;
     uint8_t *out; size_t out_len, out_cap;
+    int64_t end;                   /* commit position after the last append served */
     uint8_t *scr; size_t scr_cap;  /* unescaped header strings, then the stored properties */
 } Sends;
 
@@ -439,14 +440,16 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     rc = s->put(s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
     Py_END_ALLOW_THREADS
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
+    s->end = r.end;
     if (h.flag & s->f_oneway) return 1;
     return answer(s, &r, e->qid, &h.opaque) ? -1 : 1;
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */
-/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop): frames
+/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop, end): frames
  * from ``pos`` served until the end, an incomplete frame or a bad length word (stop False: the
- * frame splitter's), or a complete frame this does not take (stop True: the Python path's) */
+ * frame splitter's), or a complete frame this does not take (stop True: the Python path's); end:
+ * the commit position after the last append (what a SYNC_FLUSH answer waits for), 0 if none */
 static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6 || !PyDict_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError, "serve(data, pos, topics: dict, born_ip, born_port, max_frame)");
@@ -467,6 +470,7 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     Py_ssize_t n = buf.len, stored = 0;
     int stop = 0;
     s->out_len = 0;
+    s->end = 0;
     while (n - pos >= 4) {
         int32_t total = (int32_t)rd32(d + pos);
         if (total < 4 || (long long)total + 4 > maxf || n - pos - 4 < total) break;
@@ -480,7 +484,7 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     PyObject *out = s->out_len ? PyBytes_FromStringAndSize((const char *)s->out, (Py_ssize_t)s->out_len)
                                : Py_NewRef(Py_None);
     if (!out) return NULL;
-    return Py_BuildValue("nNnO", pos, out, stored, stop ? Py_True : Py_False);
+    return Py_BuildValue("nNnOL", pos, out, stored, stop ? Py_True : Py_False, (long long)s->end);
 }
 
 /* learn(topic, qid, tc, slot): the Python path served a plain send to this queue under ``tc`` */
@@ -578,7 +582,7 @@ static void sends_dealloc(Sends *s) {
 
 static PyMethodDef sends_methods[] = {
     {"serve", (PyCFunction)(void (*)(void))sends_serve, METH_FASTCALL,
-     "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop)"},
+     "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop, end)"},
     {"learn", (PyCFunction)sends_learn, METH_VARARGS, "learn(topic, qid, tc, slot) -> bool (False: table full)"},
     {"clear", (PyCFunction)sends_clear, METH_NOARGS, "forget every learnt queue"},
     {NULL, NULL, 0, NULL},

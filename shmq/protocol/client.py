@@ -25,7 +25,7 @@ from shmq.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from shmq.protocol.command import RemotingCommand, decode_command, encode_command
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
-from shmq.protocol.transport import Connection, Handler, Limits, sweeper
+from shmq.protocol.transport import Connection, FastFrames, Handler, Limits, sweeper
 from shmq.service import AsyncService
 
 __all__ = ["RemotingClient", "SyncRemotingClient", "parse_addr"]
@@ -54,8 +54,12 @@ class RemotingClient:
         on_close: Callable[[Connection], Any] | None = None,
         name: str = "client",
         rpc_hook: Callable[[RemotingCommand], Any] | None = None,
+        fast: FastFrames | None = None,
     ):
         self.addr = addr
+        #: The connection's fast path for the common answers (transport.py, "A server may take
+        #: the common requests": the same contract; the producer's async answers, in C).
+        self.fast = fast
         #: Called with every request before it is sent (ACL signing: Credentials.sign).
         self.rpc_hook = rpc_hook
         self.host, self.port = parse_addr(addr)
@@ -103,6 +107,7 @@ class RemotingClient:
             sock = conn._transport.get_extra_info("socket") if conn._transport else None
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            conn.fast = self.fast
             self._conn = conn
             if self._sweeper is None:
                 self._sweeper = sweeper(lambda: [c for c in (self._conn,) if c is not None], 1.0,

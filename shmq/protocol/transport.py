@@ -454,6 +454,30 @@ class Connection(asyncio.Protocol):
         self.write_frame(frame)
         return opaque
 
+    def start_frames(self, jobs) -> list | None:
+        """:meth:`start_frame` of a run of requests, written together: ``jobs`` are tuples whose
+        items 1 and 2 are the request (``frame(opaque)``) and its waiter. Per job the opaque, or the
+        exception its frame raised (that request is not sent); None when the connection is
+        closed (none is sent)."""
+        if self.closed or self._transport is None:
+            return None
+        opaque, out, pending, started = self._next_opaque, self._out, self._pending, []
+        for job in jobs:
+            opaque = opaque % 0x7FFFFFFF + 1  # _new_opaque's numbering
+            try:
+                out.append(job[1].frame(opaque))
+            except Exception as e:  # noqa: BLE001 - its own waiter hears
+                started.append(e)
+                continue
+            pending[opaque] = job[2]
+            started.append(opaque)
+        self._next_opaque = opaque
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        self.last_activity = self._loop.time()
+        return started
+
     def send_frame(self, build: Callable[[int], bytes]) -> None:
         """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
         self.send_frames((build,))

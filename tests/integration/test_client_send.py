@@ -257,3 +257,21 @@ def test_local_sends_across_commitlog_and_consumequeue_files(namesrv, start_brok
     for q in (0, 1):
         offs = [m.queue_offset for m in msgs if m.queue_id == q]
         assert sorted(offs) == list(range(len(offs)))
+
+
+def test_a_local_batch_that_needs_a_new_consumequeue_file_stays_on_its_queue(namesrv, start_broker):
+    """A uniform local batch whose queue lacks its next ConsumeQueue file (the C append answers
+    ENEEDCQ) is appended to that same queue, which makes the file: the round robin goes on in
+    order and every queue's offsets are contiguous (the next queue took such a batch before, and
+    the queue lacking the file went on failing until the flush service made it)."""
+    b = start_broker(namesrv, settings={"mappedFileSizeConsumeQueue": 300 * 20})
+    make_topic(b, "Rr", 2)
+    wait_route(namesrv.addr, "Rr")
+    with Producer("pg-rr", namesrv.addr, local="always") as p:
+        res = [p.send_batch([Message("Rr", b"%03d-%02d" % (j, k)) for k in range(64)]) for j in range(30)]
+    qids = [r.queue.queue_id for r in res]
+    assert all(a != b for a, b in zip(qids, qids[1:])), qids
+    for q in (0, 1):
+        offs = [r.queue_offset for r in res if r.queue.queue_id == q]
+        assert offs == list(range(offs[0], offs[0] + 64 * len(offs), 64))
+    assert len(list((Path(b.store) / "consumequeue" / "Rr" / "0").iterdir())) >= 3

@@ -257,3 +257,55 @@ def test_batch_with_timer_properties_is_refused(env):
     body = encode_batch([(b"a", b"", 0)])
     with pytest.raises(InvalidMessage, match="timer"):
         p.put(PutRequest("T", body, {tr.P_TIMER_DELAY_MS: "500"}, queue_id=0, write_queues=1, batch=True))
+
+
+def test_timer_service_sleeps_through_plain_appends_and_wakes_for_a_timer(store_root):
+    """The timer service sleeps on the timer topic's own futex word: a stream of plain appends
+    (a local producer's) wakes it not once, and a timer appended meanwhile is still taken in at
+    once and fires on time (max_wait is 3 s here, so only that wake-up explains a delivery
+    within 2 s)."""
+    import threading
+    import time
+
+    from shmq.broker.supervisor.timer_service import TimerService
+    s = MessageStore.open(small_config(store_root), tag_code=DEFAULT_LEVELS.tag_code)
+    p = PutPipeline(s, "C")
+    rounds = []
+
+    class Counted(TimerService):
+        def round(self):
+            rounds.append(time.monotonic())
+            return super().round()
+
+    svc = Counted(s, p, max_wait=3.0)
+    svc.start()
+    stop = threading.Event()
+
+    def plain():
+        while not stop.is_set():
+            send(p, topic="Plain", body=b"p" * 100)
+            time.sleep(0.0005)
+
+    t = threading.Thread(target=plain)
+    try:
+        deadline = time.monotonic() + 5
+        while not rounds and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.05)
+        t.start()
+        before = len(rounds)
+        time.sleep(0.5)
+        assert len(rounds) == before, f"{len(rounds) - before} timer rounds woken by plain appends"
+        r = send(p, body=b"soon", TIMER_DELAY_MS=300)
+        deadline = time.monotonic() + 2
+        while not delivered(s) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        (m,) = delivered(s)
+        assert bytes(m.body) == b"soon" and m.store_timestamp >= r.deliver_ms
+        assert len(rounds) - before <= 4  # its ingest, its firing (and the min_wait after a wake)
+    finally:
+        stop.set()
+        if t.is_alive():
+            t.join()
+        svc.stop()
+        s.close()

@@ -160,7 +160,8 @@ def test_local_uniform_batch_road(roads):
     fw = roads.fast_writer("T", 1, BORN)
     r = fw.route(generator())
     head = b"TAGS\x01A\x02"
-    msgs = [Message("T", b"b%d" % k, tags="A") for k in range(5)]
+    # bodies of different lengths: the records after the first are copies of it (core.c copy_direct)
+    msgs = [Message("T", b"b%d" % k * (1 + 7 * k), tags="A") for k in range(5)]
     before = roads.store.commit_pos
 
     class Sub(Message):
@@ -317,3 +318,32 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     assert isinstance(got, SendResult) and got.queue == "mq1" and t.i == 0 and got.msg_id.count(",") == 2
     assert [r[-2] for r in _last_records(roads, 3)] == [b"b0", b"b1", b"b2"]
     assert _last_record(roads)[-1] == {"TAGS": "B", "UNIQ_KEY": got.msg_id.split(",")[-1], "CLUSTER": "TestCluster"}
+
+
+def test_local_uniform_batches_across_consume_queue_files(roads):
+    """Direct batches of 64 (their records after the first copied from it, core.c copy_direct)
+    across 100-entry ConsumeQueue files and 64 KiB CommitLog files: every record decodes with its
+    own body, a body CRC equal to zlib.crc32's (RocketMQ's BODYCRC, 31 bits) and consecutive queue
+    offsets, and every ConsumeQueue entry points at its record with the TAGS hash."""
+    from shmq.client.message import Message, SendResult
+    from shmq.client.uniq_id import generator
+    from shmq.message.layout import R_BODYCRC
+    from shmq.native import hot_send_batch
+    fw = roads.fast_writer("T", 1, BORN)
+    r = fw.route(generator())
+    fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)
+    head, sent = b"TAGS\x01A\x02", []
+    for n in range(6):
+        msgs = [Message("T", bytes([65 + k % 26]) * (1 + (n * 64 + k) % 97), tags="A") for k in range(64)]
+        while isinstance(got := hot_send_batch(r.addr, msgs, head, 4096, "q", b"8 bytes!"), int):
+            roads.store.appender.recover(got, 0)  # a file to map (CommitLog or ConsumeQueue): as LocalSender does
+        assert isinstance(got, SendResult)
+        sent += [(got.queue_offset + k, m.body, i) for k, (m, i) in enumerate(zip(msgs, got.msg_id.split(",")))]
+    cq = roads.store.queues.get("T", 1)
+    for qoff, body, uniq in sent:
+        phys, size, tag = cq.entry(qoff)
+        raw = bytes(roads.store.commitlog.view(phys, size))
+        (m,) = list(iter_records(raw))
+        assert (m.queue_offset, m.phys_offset, bytes(m.body), tag) == (qoff, phys, body, java_string_hash("A"))
+        assert m.properties["UNIQ_KEY"] == uniq
+        assert int.from_bytes(raw[R_BODYCRC:R_BODYCRC + 4], "big") == zlib.crc32(body) & 0x7FFFFFFF

@@ -61,12 +61,19 @@ class Processor:
         self._fast: FastSends | None = None  # the C path, when fast_path made it
 
     def fast_path(self) -> FastSends | None:
-        """The C path for plain sends (send_fast.py) for the worker's connections, or None where
-        every send's answer waits for a group commit (SYNC_FLUSH, SYNC_MASTER)."""
-        if self.w.store.sync_wait:
+        """The C path for plain sends (send_fast.py) for the worker's connections, or None under
+        SYNC_MASTER (its refusals without a slave are answered before the put: Python's). Under
+        SYNC_FLUSH its answers wait in this processor's Confirmer like the Python path's."""
+        if self.w.store.sync_master:
             return None
-        self._fast = FastSends(self.w)
+        self._fast = FastSends(self.w, self._confirm if self.w.store.sync_flush else None)
         return self._fast
+
+    def _confirm(self) -> Confirmer:
+        c = self._confirmer
+        if c is None:
+            c = self._confirmer = Confirmer(self.w.store, asyncio.get_running_loop())
+        return c
 
     def handlers(self):
         return {
@@ -231,10 +238,7 @@ class Processor:
         """Answered once everything below ``end`` is confirmed (on disk under SYNC_FLUSH, on a
         slave under SYNC_MASTER): the worker's Confirmer answers every send one group commit
         covers in one callback of the loop (None now: the answer is deferred)."""
-        c = self._confirmer
-        if c is None:
-            c = self._confirmer = Confirmer(self.w.store, asyncio.get_running_loop())
-        c.add(end, _answer_confirmed, (conn.defer(cmd), ext))
+        self._confirm().add(end, _answer_confirmed, (conn.defer(cmd), ext))
 
     # ------------------------------------------------------------------ others ----
     def send_back(self, conn, cmd: RemotingCommand):

@@ -14,9 +14,15 @@ status of the append (a file to map, a full disk, a too-large body: nothing was 
 Python path's, which answers, maps or refuses as it always did. What a send changes besides the
 store is done here for the frames C served: the worker's put counter and the held pulls' wake.
 
-Not made at all (``Processor.fast_path`` None) where a send's answer waits for a group commit
-(SYNC_FLUSH, SYNC_MASTER), with ACL on, or with the PROM metrics (they count every request by
-code): those servers serve every frame the normal way. ``SHMQ_SEND_FAST=0`` in the broker's
+Under SYNC_FLUSH the answers of a served run wait for the group commit like the Python path's:
+the run's answer bytes are queued in the send processor's Confirmer at the commit position
+after its last append (``serve``'s ``end``), written once the flushed position covers it, and
+rewritten to FLUSH_DISK_TIMEOUT (code 10, the same ids) if it is not flushed in time or the
+flush failed. Until the flush the connection counts the run as one deferred answer (its
+back-pressure). Not made at all (``Processor.fast_path`` None) under SYNC_MASTER (a send is
+refused before its put when no slave is connected: the Python path's), with ACL on, or with
+the PROM metrics (they count every request by code): those servers serve every frame the
+normal way. ``SHMQ_SEND_FAST=0`` in the broker's
 environment turns it off too (worker/main.py: the A/B switch of the send benchmarks).
 """
 from __future__ import annotations
@@ -24,10 +30,12 @@ from __future__ import annotations
 import socket
 import struct
 
+from shmq.errors import FlushFailed
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
 from shmq.native import PUT_ADDRESS, RemotingSends, ffi
-from shmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode
+from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
+                           encode_command)
 from shmq.protocol.command import encode_header
 from shmq.protocol.headers import SEND_V2_LETTERS
 
@@ -76,8 +84,9 @@ def born_ints(conn) -> tuple[int, int]:
 class FastSends:
     """``Connection.fast`` for a worker's connections (see the module docstring)."""
 
-    def __init__(self, w: WorkerContext):
+    def __init__(self, w: WorkerContext, confirmer=None):
         self.w = w
+        self._confirmer = confirmer  # SYNC_FLUSH: () -> the send processor's Confirmer
         store = w.store
         self.c = RemotingSends(PUT_ADDRESS, int(ffi.cast("uintptr_t", store.appender.w)), RequestCode.SEND_MESSAGE_V2,
                                tuple(_LETTER[f] for f in _FIELDS), answer_pieces(), w.pipeline.cluster_pair,
@@ -101,9 +110,35 @@ class FastSends:
 
     def __call__(self, conn, data: bytes, pos: int):
         ip, port = born_ints(conn)
-        pos, answers, stored, stop = self.c.serve(data, pos, self.w.topics.table, ip, port,
-                                                  conn.limits.max_frame_size)
+        pos, answers, stored, stop, end = self.c.serve(data, pos, self.w.topics.table, ip, port,
+                                                       conn.limits.max_frame_size)
         if stored:
             self.w.stats["put"] += stored
             self.w.holds.appended()
+            if answers is not None and self._confirmer is not None:
+                # SYNC_FLUSH: none of these answers leaves before every byte below end is durable
+                self._confirmer().add(end, _answer_run, (conn.defer(None), answers))
+                answers = None
         return pos, answers, stop
+
+
+def _answer_run(arg, exc) -> None:
+    """The Confirmer's answer to a served run: its answers as built, or each rewritten to
+    FLUSH_DISK_TIMEOUT with its ids (as send.py's _answer_confirmed answers one send)."""
+    later, answers = arg
+    conn = later.conn
+    if conn is not None:
+        conn.write_frame(answers if exc is None else _flush_failed(answers, exc))
+    later.answer(None)  # no further frame: this only ends the run's place among the in-flight
+
+
+def _flush_failed(answers: bytes, exc) -> bytes:
+    remark = str(exc) if isinstance(exc, FlushFailed) else "flush disk timeout"
+    out, pos = [], 0
+    while pos < len(answers):
+        end = pos + 4 + int.from_bytes(answers[pos:pos + 4], "big")
+        resp = decode_command(answers[pos + 4:end])
+        resp.code, resp.remark = ResponseCode.FLUSH_DISK_TIMEOUT, remark
+        out.append(encode_command(resp))
+        pos = end
+    return b"".join(out)

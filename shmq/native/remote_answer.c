@@ -1,0 +1,344 @@
+/*
+ * shmq/native/remote_answer.c -- the TCP producer's answers to its async sends, matched and
+ * completed in C straight from the connection's read buffer (module shmq.native._answer).
+ *
+ * Why: an async send's answer cost the client's loop thread ~3.3 us in Python (frame split,
+ * msgspec decode into a RemotingCommand, the opaque's waiter, send_result, the Future), more
+ * than the send itself, on the one GIL the caller shares. ``answers`` is the client
+ * connection's ``fast`` hook (protocol/transport.py: the same contract as a broker's fast path):
+ * for each complete frame from ``pos`` that is a SUCCESS answer, JSON, with no body, to an
+ * opaque whose waiter is a ``client.remote_send.AsyncSend``, it does what the Python path does
+ * for it (``Connection._serve_frames`` -> ``AsyncSend.set_result`` -> ``send_result``): pops
+ * the waiter (the caller's SendFuture itself), builds ``SendResult(SEND_OK, uniq or msgId,
+ * msgId, mq, queueOffset)`` and resolves the future with it (``AsyncSend._resolve``). It stops at the first frame it does not
+ * take, which the Python path then serves, in order: any other code (a refusal to retry), a
+ * request from the broker, a pull's answer (it has a body), a binary header, an unknown opaque,
+ * a queueId other than the queue asked, a transactionId or recallHandle, and any header its
+ * parser does not read exactly as msgspec would (a backslash, a byte >= 0x80, a value of another
+ * JSON type, a number with a fraction): the parser never guesses; it is one reader of
+ * shmq.protocol.command's format, and ``decode`` exposes it so the tests hold it against
+ * ``decode_command`` frame by frame. A bad length word is the Python decoder's (not taken).
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+
+#define MAX_EXT 24          /* extFields pairs read; more: the Python path's */
+#define MAX_ANSWER 65536    /* larger frames are the Python decoder's (it knows the limits) */
+
+typedef struct { const char *p; Py_ssize_t n; } span;
+
+typedef struct {
+    int64_t code, opaque, flag, version;
+    span language, remark;
+    int has_remark, has_ext;  /* has_remark: 1 string, 0 absent or null; has_ext: an object */
+    int n_ext;
+    span key[MAX_EXT], val[MAX_EXT];
+} header;
+
+static PyObject *async_type, *resolve, *result_type, *send_ok, *invalid_state;
+static PyObject *s_pending, *s_state, *s_mq, *s_uniq;
+
+/* ---- the JSON header (what shmq.protocol.command's strict decoder takes) ------------------ */
+typedef struct { const char *p, *end; } cur;
+
+static void ws(cur *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+
+/* a string with no escapes, control or non-ASCII bytes: 0, its bytes in *out; else -1 */
+static int str(cur *c, span *out) {
+    if (c->p >= c->end || *c->p != '"') return -1;
+    const char *s = ++c->p;
+    while (c->p < c->end) {
+        unsigned char ch = (unsigned char)*c->p;
+        if (ch == '"') { out->p = s; out->n = c->p - s; c->p++; return 0; }
+        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return -1;
+        c->p++;
+    }
+    return -1;
+}
+
+/* a JSON integer (no fraction or exponent, no leading zero, at most 18 digits) */
+static int num(cur *c, int64_t *out) {
+    int neg = 0, digits = 0;
+    int64_t v = 0;
+    if (c->p < c->end && *c->p == '-') { neg = 1; c->p++; }
+    if (c->p < c->end && *c->p == '0' && c->p + 1 < c->end && c->p[1] >= '0' && c->p[1] <= '9') return -1;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        if (++digits > 18) return -1;
+        v = v * 10 + (*c->p++ - '0');
+    }
+    if (!digits || (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))) return -1;
+    *out = neg ? -v : v;
+    return 0;
+}
+
+static int word(cur *c, const char *w) {
+    size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n)) return -1;
+    c->p += n;
+    return 0;
+}
+
+/* a value of a key the decoder ignores: a string, integer, true, false or null */
+static int skip(cur *c) {
+    span s;
+    int64_t v;
+    if (c->p >= c->end) return -1;
+    if (*c->p == '"') return str(c, &s);
+    if (*c->p == 't') return word(c, "true");
+    if (*c->p == 'f') return word(c, "false");
+    if (*c->p == 'n') return word(c, "null");
+    return num(c, &v);
+}
+
+static int is(span k, const char *w) { return (size_t)k.n == strlen(w) && !memcmp(k.p, w, k.n); }
+
+static int ext_object(cur *c, header *h) {
+    if (c->p < c->end && *c->p == 'n') { h->has_ext = 0; return word(c, "null"); }
+    if (c->p >= c->end || *c->p++ != '{') return -1;
+    h->has_ext = 1;
+    h->n_ext = 0;
+    ws(c);
+    if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
+    for (;;) {
+        if (h->n_ext == MAX_EXT) return -1;
+        ws(c);
+        if (str(c, &h->key[h->n_ext])) return -1;
+        ws(c);
+        if (c->p >= c->end || *c->p++ != ':') return -1;
+        ws(c);
+        if (str(c, &h->val[h->n_ext])) return -1;  /* extFields: strings only (the strict type) */
+        h->n_ext++;
+        ws(c);
+        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
+        if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
+        return -1;
+    }
+}
+
+/* the whole header, nothing but whitespace after it: 0, or -1 (not read exactly: Python's).
+ * A repeated key keeps its last value, as msgspec's struct and dict decoding do. */
+static int parse(const char *p, Py_ssize_t n, header *h) {
+    cur c = {p, p + n};
+    memset(h, 0, offsetof(header, key));
+    h->language.p = "JAVA"; h->language.n = 4;  /* the strict type's defaults */
+    ws(&c);
+    if (c.p >= c.end || *c.p++ != '{') return -1;
+    ws(&c);
+    if (c.p < c.end && *c.p == '}') c.p++;
+    else for (;;) {
+        span k;
+        ws(&c);
+        if (str(&c, &k)) return -1;
+        ws(&c);
+        if (c.p >= c.end || *c.p++ != ':') return -1;
+        ws(&c);
+        int rc;
+        if (is(k, "code")) rc = num(&c, &h->code);
+        else if (is(k, "opaque")) rc = num(&c, &h->opaque);
+        else if (is(k, "flag")) rc = num(&c, &h->flag);
+        else if (is(k, "version")) rc = num(&c, &h->version);
+        else if (is(k, "language")) rc = str(&c, &h->language);
+        else if (is(k, "remark")) {
+            if (c.p < c.end && *c.p == 'n') { h->has_remark = 0; rc = word(&c, "null"); }
+            else { h->has_remark = 1; rc = str(&c, &h->remark); }
+        } else if (is(k, "extFields")) rc = ext_object(&c, h);
+        else rc = skip(&c);
+        if (rc) return -1;
+        ws(&c);
+        if (c.p < c.end && *c.p == ',') { c.p++; continue; }
+        if (c.p < c.end && *c.p == '}') { c.p++; break; }
+        return -1;
+    }
+    ws(&c);
+    return c.p == c.end ? 0 : -1;
+}
+
+static uint32_t be32(const unsigned char *p) {
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+/* a frame after its length word (mark | header | body): its JSON header read, or -1 */
+static int frame_header(const char *f, Py_ssize_t n, header *h, Py_ssize_t *body) {
+    if (n < 4) return -1;
+    uint32_t mark = be32((const unsigned char *)f);
+    Py_ssize_t hl = mark & 0xFFFFFF;
+    if (mark >> 24 || !hl || hl > n - 4) return -1;  /* binary header, or a bad length: Python's */
+    *body = n - 4 - hl;
+    return parse(f + 4, hl, h);
+}
+
+static PyObject *text(span s) { return PyUnicode_DecodeASCII(s.p, s.n, NULL); }
+
+/* decode(frame) -> (code, opaque, flag, version, language, remark, ext_fields, body) read as
+ * decode_command reads them, or None: the tests' view of the parser */
+static PyObject *a_decode(PyObject *self, PyObject *arg) {
+    Py_buffer b;
+    header h;
+    Py_ssize_t body;
+    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE)) return NULL;
+    PyObject *r = NULL, *ext = NULL;
+    if (frame_header(b.buf, b.len, &h, &body)) { r = Py_NewRef(Py_None); goto out; }
+    if (!(ext = PyDict_New())) goto out;
+    for (int i = 0; h.has_ext && i < h.n_ext; i++) {
+        PyObject *k = text(h.key[i]), *v = k ? text(h.val[i]) : NULL;
+        int rc = v ? PyDict_SetItem(ext, k, v) : -1;
+        Py_XDECREF(k);
+        Py_XDECREF(v);
+        if (rc) goto out;
+    }
+    r = Py_BuildValue("LLLLNNOy#", (long long)h.code, (long long)h.opaque, (long long)h.flag,
+                      (long long)h.version, text(h.language),
+                      h.has_remark ? text(h.remark) : Py_NewRef(Py_None), ext,
+                      (const char *)b.buf + b.len - body, body);
+out:
+    Py_XDECREF(ext);
+    PyBuffer_Release(&b);
+    return r;
+}
+
+/* an extFields integer as int(str) reads it, for the digits-only forms: 0, or -1 (Python's) */
+static int ext_int(span s, int64_t *out) {
+    cur c = {s.p, s.p + s.n};
+    int neg = 0;
+    int64_t v = 0;
+    if (c.p < c.end && *c.p == '-') { neg = 1; c.p++; }
+    if (c.p == c.end || c.end - c.p > 18) return -1;
+    for (; c.p < c.end; c.p++) {
+        if (*c.p < '0' || *c.p > '9') return -1;
+        v = v * 10 + (*c.p - '0');
+    }
+    *out = neg ? -v : v;
+    return 0;
+}
+
+/* What a SUCCESS answer's extFields say, as send_result reads them: 0, or -1 (Python's: a
+ * queueId other than the queue asked, a transactionId / recallHandle, an integer it would
+ * read otherwise, or a refusal to raise). */
+static int success_fields(const header *h, long queue_id, span *msg_id, int64_t *offset) {
+    static const char empty[] = "";
+    msg_id->p = empty; msg_id->n = 0;
+    *offset = -1;
+    for (int i = 0; i < h->n_ext; i++) {  /* in order: a repeated key's last value counts */
+        span k = h->key[i];
+        int64_t v;
+        if (is(k, "msgId")) *msg_id = h->val[i];
+        else if (is(k, "queueOffset")) { if (ext_int(h->val[i], offset)) return -1; }
+        else if (is(k, "queueId")) { if (ext_int(h->val[i], &v)) return -1; if (v != queue_id) return -1; }
+        else if (is(k, "transactionId") || is(k, "recallHandle")) return -1;
+    }
+    return 0;  /* (a doubt, e.g. a repeated key with a differing value, is left to Python) */
+}
+
+/* The answer of one frame to its AsyncSend waiter ``w`` (in ``pending`` under ``key``):
+ * 1 done, 0 not this path's (nothing changed), -1 an error raised. */
+static int complete(PyObject *pending, PyObject *key, PyObject *w, const header *h) {
+    PyObject *state = PyObject_GetAttr(w, s_state);
+    if (!state) return -1;
+    long st = PyLong_AsLong(state);
+    Py_DECREF(state);
+    if (st) return st == -1 && PyErr_Occurred() ? -1 : 0;  /* done already: the Python path drops it */
+    PyObject *mq = PyObject_GetAttr(w, s_mq);
+    if (!mq) return -1;
+    long qid = -1;
+    if (PyTuple_Check(mq) && PyTuple_GET_SIZE(mq) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(mq, 2)))
+        qid = PyLong_AsLong(PyTuple_GET_ITEM(mq, 2));
+    span msg_id;
+    int64_t offset;
+    if (qid < 0 || success_fields(h, qid, &msg_id, &offset)) { Py_DECREF(mq); return 0; }
+    PyObject *uniq = PyObject_GetAttr(w, s_uniq);
+    PyObject *mid = uniq ? text(msg_id) : NULL, *off = mid ? PyLong_FromLongLong(offset) : NULL;
+    int rc = -1, truthy = off ? PyObject_IsTrue(uniq) : -1;
+    if (truthy < 0) goto out;
+    /* the result first: a failure to make it (memory) changes nothing, the read fails and the
+     * connection's close fails every waiter still pending, this one included */
+    PyObject *args[5] = {send_ok, truthy ? uniq : mid, mid, mq, off};
+    PyObject *result = PyObject_Vectorcall(result_type, args, 5, NULL);
+    if (!result) goto out;
+    Py_INCREF(w);  /* the dict's reference goes; this frame still needs the waiter */
+    if (PyDict_DelItem(pending, key)) { Py_DECREF(w); Py_DECREF(result); goto out; }
+    PyObject *call[2] = {w, result};
+    PyObject *r = PyObject_Vectorcall(resolve, call, 2, NULL);  /* SendFuture.set_result(w, result) */
+    Py_DECREF(result);
+    Py_DECREF(w);
+    if (r) { Py_DECREF(r); rc = 1; }
+    else if (PyErr_ExceptionMatches(invalid_state)) { PyErr_Clear(); rc = 1; }  /* answered already */
+out:
+    Py_DECREF(mq);
+    Py_XDECREF(uniq);
+    Py_XDECREF(mid);
+    Py_XDECREF(off);
+    return rc;
+}
+
+/* answers(conn, data, pos) -> (pos, None, stop): the client connection's fast hook (the module
+ * comment says which frames it takes). ``pos`` is where it stopped: with ``stop`` the frame
+ * there is complete and is the Python path's; without, the rest (an incomplete frame, a bad
+ * length, a large frame) goes to the frame decoder. */
+static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "answers(conn, data, pos)"); return NULL; }
+    if (!async_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    if (pos < 0 && PyErr_Occurred()) return NULL;
+    PyObject *pending = PyObject_GetAttr(args[0], s_pending);
+    if (!pending) return NULL;
+    if (!PyDict_Check(pending)) { Py_DECREF(pending); PyErr_SetString(PyExc_TypeError, "pending"); return NULL; }
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE)) { Py_DECREF(pending); return NULL; }
+    const char *data = b.buf;
+    Py_ssize_t n = b.len;
+    int stop = 0, err = 0;
+    header h;
+    while (n - pos >= 4) {
+        Py_ssize_t total = be32((const unsigned char *)data + pos), body;
+        if (total < 4 || total > MAX_ANSWER || total > n - pos - 4) break;
+        stop = 1;  /* from here the frame at pos is complete: not taken, it is Python's */
+        if (frame_header(data + pos + 4, total, &h, &body) || body || !(h.flag & 1) || h.code || !h.has_ext) break;
+        PyObject *key = PyLong_FromLongLong(h.opaque);
+        if (!key) { err = 1; break; }
+        PyObject *w = PyDict_GetItemWithError(pending, key);  /* borrowed */
+        int rc = w && Py_TYPE(w) == (PyTypeObject *)async_type ? complete(pending, key, w, &h) : 0;
+        Py_DECREF(key);
+        if (rc < 0 || (!w && PyErr_Occurred())) { err = 1; break; }
+        if (!rc) break;
+        stop = 0;
+        pos += 4 + total;
+    }
+    PyBuffer_Release(&b);
+    Py_DECREF(pending);
+    if (err) return NULL;
+    return Py_BuildValue("nOO", pos, Py_None, stop ? Py_True : Py_False);
+}
+
+/* bind(AsyncSend, its _resolve (SendFuture.set_result), SendResult, SendStatus.SEND_OK,
+ * InvalidStateError): once, at import */
+static PyObject *a_bind(PyObject *self, PyObject *args) {
+    PyObject *t, *res, *r, *ok, *inv;
+    if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &t, &res, &r, &ok, &inv)) return NULL;
+    Py_XSETREF(async_type, Py_NewRef(t));
+    Py_XSETREF(resolve, Py_NewRef(res));
+    Py_XSETREF(result_type, Py_NewRef(r));
+    Py_XSETREF(send_ok, Py_NewRef(ok));
+    Py_XSETREF(invalid_state, Py_NewRef(inv));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
+    {"answers", (PyCFunction)(void (*)(void))a_answers, METH_FASTCALL, "answers(conn, data, pos) -> (pos, None, stop)"},
+    {"decode", (PyCFunction)a_decode, METH_O, "decode(frame) -> the header's fields as read here, or None"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_answer", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__answer(void) {
+    if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_state = PyUnicode_InternFromString("_state"))
+        || !(s_mq = PyUnicode_InternFromString("mq")) || !(s_uniq = PyUnicode_InternFromString("uniq")))
+        return NULL;
+    return PyModule_Create(&module);
+}

@@ -1,0 +1,235 @@
+"""The producer's async answers read in C (native/remote_answer.c) are what the Python path
+reads: the C header reader against ``decode_command`` frame by frame (it reads a header exactly
+or leaves it to Python), and a client connection with the C hook against one without, fed the
+same answers in the same chunks, gives every send the same SendResult or error, once; errors,
+answers C does not take, timeouts and a lost connection still reach each pending send once."""
+from __future__ import annotations
+
+import asyncio
+import struct
+import types
+
+import pytest
+
+from shmq.broker.worker.processors.send_fast import send_ext
+from shmq.client.message import MessageQueue, SendStatus
+from shmq.client.remote_send import AsyncSend, answers
+from shmq.errors import BrokerError, HeaderDecodeError, RemotingClosed, RemotingTimeout
+from shmq.native import _answer
+from shmq.protocol import RemotingCommand
+from shmq.protocol.command import decode_command, encode_command
+from shmq.protocol.transport import Connection, Limits
+
+MID = "7F00000100002A9F00000000000004D2"
+
+
+def raw(header: bytes, body: bytes = b"", stype: int = 0) -> bytes:
+    """A frame after its length word (mark | header | body), as decode_command takes it."""
+    return struct.pack(">i", (stype << 24) | len(header)) + header + body
+
+
+def answer(opaque: int, qid: int = 1, offset: int = 1234, code: int = 0, ext=None, remark=None) -> bytes:
+    """A broker's answer to a send, encoded by shmq's one encoder (the worker's both paths)."""
+    cmd = RemotingCommand(code=310, opaque=opaque).make_response(
+        code, remark, send_ext(MID, qid, offset) if ext is None else ext)
+    return encode_command(cmd)
+
+
+HEADERS = [
+    # what an Apache broker (fastjson, keys sorted) or shmq writes, and variations of it
+    b'{"code":0,"extFields":{"msgId":"AB","queueId":"1","queueOffset":"7","MSG_REGION":"DefaultRegion",'
+    b'"TRACE_ON":"true"},"flag":1,"language":"JAVA","opaque":5,"serializeTypeCurrentRPC":"JSON","version":409}',
+    b'{"opaque":5,"flag":1,"code":0,"extFields":{"queueOffset":"7","queueId":"1","msgId":"AB"}}',
+    b' { "code" : 0 ,\n"flag":1,\t"opaque":-3, "remark":"fine", "extFields":{ } } \r\n',
+    b'{"code":0,"flag":1,"opaque":5,"remark":null,"extFields":null}',
+    b'{"code":0,"flag":1,"opaque":5}',
+    b'{}',
+    b'{"code":17,"flag":1,"opaque":9,"remark":"topic not exist","extFields":{}}',
+    b'{"code":0,"flag":1,"opaque":5,"extra":true,"more":false,"none":null,"n":12,"s":"x"}',
+    b'{"code":0,"code":2,"flag":1,"opaque":5,"extFields":{"a":"1","a":"2"}}',  # the last value counts
+    b'{"code":0,"flag":0,"opaque":5,"language":"CPP","version":0}',
+    # left to Python: escapes, non-ASCII, values of other types, numbers msgspec reads otherwise
+    b'{"code":0,"flag":1,"opaque":5,"remark":"a\\"b"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\xc3\xa9"}',
+    b'{"code":"0","flag":1,"opaque":5}',
+    b'{"code":0,"flag":1,"opaque":5,"extFields":{"queueId":1}}',
+    b'{"code":0,"flag":1,"opaque":5.0}',
+    b'{"code":0,"flag":1,"opaque":5e0}',
+    b'{"code":0,"flag":1,"opaque":05}',
+    b'{"code":0,"flag":1,"opaque":12345678901234567890}',
+    b'{"code":0,"flag":1,"opaque":5,"nested":{"a":1}}',
+    b'{"code":0,"flag":1,"opaque":5,"list":[1]}',
+    # not JSON, or not one object: Python raises, C must not read them
+    b'{"code":0,"flag":1,"opaque":5} x',
+    b'{"code":0,"flag":1,"opaque":5,}',
+    b'{"code":0 "flag":1}',
+    b'{"code":0,"flag":1,"opaque":5',
+    b'{"code":tru,"flag":1}',
+    b'[1]',
+    b'"x"',
+    b'',
+]
+
+
+def py_fields(frame: bytes):
+    try:
+        c = decode_command(frame)
+    except HeaderDecodeError:
+        return "error"
+    return (c.code, c.opaque, c.flag, c.version, c.language, c.remark, c.ext_fields, c.body)
+
+
+@pytest.mark.parametrize("header", HEADERS)
+@pytest.mark.parametrize("body", [b"", b"BODY"])
+def test_the_c_reader_reads_a_header_as_decode_command_or_not_at_all(header, body):
+    frame = raw(header, body)
+    c = _answer.decode(frame)
+    if c is not None:
+        assert c == py_fields(frame)
+    if HEADERS.index(header) < 10:  # the common forms are read in C
+        assert c is not None
+
+
+def test_the_brokers_answers_are_read_in_c_as_in_python():
+    for frame in (answer(1), answer(0x7FFFFFFF, 3, 0), answer(77, 0, 10**15), answer(5, code=14, remark="busy"),
+                  answer(6, ext={}), answer(7, ext={"msgId": MID, "queueId": "2", "queueOffset": "9",
+                                                   "transactionId": "T1"})):
+        assert _answer.decode(frame[4:]) == py_fields(frame[4:])
+    assert _answer.decode(raw(b'{"code":0}', stype=1)) is None  # the binary header is Python's
+
+
+class _Transport:
+    def __init__(self):
+        self.out = []
+
+    def write(self, data) -> None:
+        self.out.append(data)
+
+    def is_closing(self) -> bool:
+        return False
+
+    def get_extra_info(self, key):
+        return ("127.0.0.1", 40000)
+
+    def pause_reading(self) -> None: ...
+    def resume_reading(self) -> None: ...
+    def close(self) -> None: ...
+
+
+MQ = MessageQueue("T", "b", 1)
+NO_RETRY = types.SimpleNamespace(retry_times_async=0)
+
+
+def run_answers(fast, chunks: list[bytes], opaques, lose: bool = False, expire=()):
+    """Each opaque's outcome (SendResult fields or the error's type and code) and how many times
+    its callback ran, after ``chunks`` were read by a client Connection with ``fast``."""
+    async def go():
+        conn = Connection({}, Limits())
+        conn.fast = fast
+        conn.connection_made(_Transport())
+        calls, futs = {}, {}
+        for o in opaques:
+            futs[o] = conn._pending[o] = AsyncSend(NO_RETRY, lambda r, o=o: calls.__setitem__(o, calls.get(o, 0) + 1),
+                                                   MQ, None, "UNIQ%d" % o if o % 3 else None, 3)
+        for c in chunks:
+            conn.data_received(c)
+        conn.expire(list(expire), 310, 3)
+        if lose:
+            conn.connection_lost(None)
+        out = {}
+        for o, f in futs.items():
+            if not f.done():
+                out[o] = "pending"
+            elif f.exception(0) is not None:
+                e = f.exception(0)
+                out[o] = (type(e).__name__, getattr(e, "code", None))
+            else:
+                r = f.result(0)
+                out[o] = (r.status, r.msg_id, r.offset_msg_id, r.queue, r.queue_offset, r.transaction_id)
+        return out, calls, sorted(conn._pending)
+    return asyncio.run(go())
+
+
+def test_c_and_python_give_every_send_the_same_outcome_once():
+    opaques = list(range(1, 41))
+    frames = [answer(o, qid=1, offset=1000 + o) for o in opaques[:30]]
+    frames[3] = answer(4, code=14, remark="busy")                       # a refusal: BrokerError
+    frames[5] = answer(6, qid=2)                                        # another queue: Python's
+    frames[7] = answer(8, ext={"msgId": MID, "queueId": "1", "queueOffset": "9", "transactionId": "T"})
+    frames[9] = answer(10, ext={})                                      # no fields: offset -1
+    frames[11] = answer(999)                                            # nobody waits for it
+    frames[13] = answer(14, ext={"msgId": MID, "queueId": "1", "queueOffset": " 9"})  # int(" 9")
+    frames.append(answer(3))                                            # a second answer: dropped
+    frames.append(encode_command(RemotingCommand(code=40, opaque=1)))   # a request from the broker
+    stream = b"".join(frames)
+    for cut in (1, 7, 100, 333, len(stream)):                          # chunks that split frames
+        chunks = [stream[i:i + cut] for i in range(0, len(stream), cut)]
+        py = run_answers(None, chunks, opaques)
+        c = run_answers(answers, chunks, opaques)
+        assert c == py
+        out, calls, pending = c
+        assert set(calls.values()) == {1} and len(calls) == 29   # 30 frames, 12's answer went to 999
+        assert out[4] == ("BrokerError", 14) and out[1][0] is SendStatus.SEND_OK
+        assert out[1][1:5] == ("UNIQ1", MID, MQ, 1001) and out[3][1] == MID  # no UNIQ_KEY: the msgId
+        assert out[6][3] == MessageQueue("T", "b", 2) and out[8][5] == "T" and out[10][4] == -1
+        assert pending == [12] + opaques[30:]
+
+
+def test_a_lost_connection_and_timeouts_reach_each_pending_send_once():
+    opaques = list(range(1, 21))
+    stream = b"".join(answer(o) for o in opaques[:10])
+    for fast in (None, answers):
+        out, calls, pending = run_answers(fast, [stream[:-5]], opaques, lose=True, expire=[15, 16])
+        assert not pending and set(calls.values()) == {1} and len(calls) == 20
+        assert [o for o in opaques if out[o][0] is SendStatus.SEND_OK] == opaques[:9]
+        assert {out[o] for o in (15, 16)} == {("RemotingTimeout", RemotingTimeout.code)}
+        assert {out[o] for o in opaques[9:] if o not in (15, 16)} == {("RemotingClosed", RemotingClosed.code)}
+
+
+def test_a_bad_length_after_answers_is_the_decoders_error():
+    for fast in (None, answers):
+        out, calls, _ = run_answers(fast, [answer(1) + struct.pack(">i", 2) + b"xxxx"], [1, 2], lose=True)
+        assert out[1][0] is SendStatus.SEND_OK and out[2] == ("RemotingClosed", RemotingClosed.code)
+
+
+def test_c_takes_the_success_answers_and_stops_at_the_first_it_does_not():
+    async def go():
+        conn = Connection({}, Limits())
+        conn.connection_made(_Transport())
+        futs = [AsyncSend(NO_RETRY, None, MQ, None, "U", 3) for _ in range(4)]
+        for o, f in enumerate(futs, 1):
+            conn._pending[o] = f
+        ok = answer(1) + answer(2) + answer(3)
+        data = ok + answer(4, code=14) + answer(5)[:10]
+        pos, out, stop = answers(conn, data, 0)
+        assert (pos, out, stop) == (len(ok), None, True) and sorted(conn._pending) == [4]
+        assert [f.result(0).queue_offset for f in futs[:3]] == [1234] * 3 and not futs[3].done()
+        assert answers(conn, answer(5)[:10], 0) == (0, None, False)  # incomplete: the decoder's
+    asyncio.run(go())
+
+
+class _Req:
+    def __init__(self, tag: bytes, bad: bool = False):
+        self.tag, self.bad = tag, bad
+
+    def frame(self, opaque: int) -> bytes:
+        if self.bad:
+            raise ValueError("header too long")
+        return b"%s:%d;" % (self.tag, opaque)
+
+
+def test_a_run_of_async_sends_is_started_in_order_and_a_bad_frame_fails_only_its_own():
+    async def go():
+        conn = Connection({}, Limits())
+        t = _Transport()
+        conn.connection_made(t)
+        conn._next_opaque = 0x7FFFFFFE  # the numbering wraps as _new_opaque's
+        jobs = [("a", _Req(b"x"), "w1", 3), ("a", _Req(b"y", bad=True), "w2", 3), ("a", _Req(b"z"), "w3", 3)]
+        started = conn.start_frames(jobs)
+        assert started[0] == 0x7FFFFFFF and isinstance(started[1], ValueError) and started[2] == 2
+        assert conn._pending == {0x7FFFFFFF: "w1", 2: "w3"}
+        await asyncio.sleep(0)  # the flush of this loop turn
+        assert t.out == [b"x:2147483647;z:2;"]
+        conn.closed = True
+        assert conn.start_frames(jobs) is None
+    asyncio.run(go())
