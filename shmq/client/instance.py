@@ -1,9 +1,8 @@
 """ClientInstance (RocketMQ's MQClientInstance): what the producers and consumers of one
-process share for one set of NameServers: an asyncio loop on its own thread, one connection
-per server, the route cache, heartbeats and the handlers for requests brokers send us.
-
-Public methods are called from user threads; they hand coroutines to the loop thread and
-wait for them (``call``). Everything that touches connections runs on the loop.
+process share for one set of NameServers: an asyncio loop on its own thread (client/handoff.py's
+ClientLoop), one connection per server, the route cache, heartbeats and the handlers for requests
+brokers send us. Public methods are called from user threads; they hand coroutines to the loop
+thread and wait for them (``call``). Everything that touches connections runs on the loop.
 """
 from __future__ import annotations
 
@@ -26,6 +25,7 @@ from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from .handoff import ClientLoop
 from .oneway import MARK, Lane, wait_room
 from .remote_send import RemoteSend, answers
 from .route import TopicPublishInfo, publish_info, subscribe_queues
@@ -109,7 +109,7 @@ class ClientInstance:
         self._refs = 0
         self._closed = False
         self._namesrv_index = random.randrange(len(addrs))
-        self.loop = asyncio.new_event_loop()
+        self.loop = ClientLoop()  # its selector wakes the consume pools once the GIL is free
         # requests handed over from user threads (submit_request / submit_oneway), started
         # together on the loop (_drain_submitted)
         self._submitted: collections.deque = collections.deque()
