@@ -32,6 +32,7 @@ from .local import LocalLinks
 from .local_send import MAX_BATCH_BYTES, LocalSender, _tags_head
 from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus,
                       _ids_text)
+from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture
@@ -420,15 +421,14 @@ class Producer(ProducerBase):
         return send
 
     def send_oneway(self, msg: Message) -> None:
+        if send_plain(self, msg):  # a plain message: its frame written in C (client/oneway.py)
+            return
         body, text, sysflag, _ = self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = self._select(info, None)
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
-            try:
-                self._send_local(link, mq, msg, *self._prepare(msg), info)
-            except ShmqError as e:  # oneway: the caller asked not to hear about it
-                log.debug("oneway send failed: %s", e)
+            self._oneway_local(link, mq, msg, info)
             return
         inst = self._inst()
         addr = inst.master_addr(mq.broker_name)
@@ -440,6 +440,12 @@ class Producer(ProducerBase):
         # is not reported, as the caller asked not to hear (the next send reconnects)
         inst.submit_oneway(addr, self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=True),
                            self.send_timeout)
+
+    def _oneway_local(self, link, mq: MessageQueue, msg: Message, info: TopicPublishInfo) -> None:
+        try:
+            self._send_local(link, mq, msg, *self._prepare(msg), info)
+        except ShmqError as e:  # oneway: the caller asked not to hear about it
+            log.debug("oneway send failed: %s", e)
 
     # ---- batch -----------------------------------------------------------------------------
     def _send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
