@@ -98,3 +98,44 @@ def test_a_changed_queue_set_and_a_fenced_store_end_the_wait(store_root):
         assert _wait(store, ptrs, offs, poke=poke, poked=7, timeout_s=5)[0] == -2
     finally:
         store.close()
+
+
+def test_the_spin_is_skipped_while_the_news_comes_later_than_it(store_root):
+    """The spin adapts: a wait spins only when its thread's previous wait found news within
+    (1.5x) the spin. After a wait answered at once it spins (CPU through the whole wait); after
+    a timeout, or news that came later than the spin, it sleeps at once (no CPU); news is
+    answered either way."""
+    store = MessageStore.open(small_config(store_root))
+    out = {}
+
+    def waits():  # in a fresh thread: the gap is remembered per thread
+        ptrs, offs = _arrays(store, [0], [0])
+        out["first"] = _wait_spin(store, ptrs, offs, 0.3, 0.3)[0]     # news already there: at once
+        offs[0] = 1
+        out["spun"] = _wait_spin(store, ptrs, offs, 0.3, 0.3)           # nothing comes: spins, times out
+        out["slept"] = _wait_spin(store, ptrs, offs, 0.3, 0.3)          # after a timeout: sleeps
+        threading.Timer(0.25, store.put, ("T", 0, b"late")).start()
+        out["late"] = _wait_spin(store, ptrs, offs, 0.1, 2.0)[0]      # news after 0.25 s > 0.15 s
+        offs[0] = 2
+        out["after_late"] = _wait_spin(store, ptrs, offs, 0.1, 0.3)     # so this one sleeps too
+
+    try:
+        store.put("T", 0, b"first")
+        t = threading.Thread(target=waits)
+        t.start()
+        t.join(10)
+        assert out["first"] == 0 and out["late"] == 0
+        assert out["spun"][0] == -1 and out["spun"][1] > 0.03, out
+        assert out["slept"][0] == -1 and out["slept"][1] < 0.03, out
+        assert out["after_late"][0] == -1 and out["after_late"][1] < 0.03, out
+    finally:
+        store.close()
+
+
+def _wait_spin(store, ptrs, offs, spin_s, timeout_s):
+    """(answer, CPU seconds of this thread in the wait)."""
+    s = ffi.new("int64_t[1]", [store.commit_pos])
+    cpu = time.thread_time()
+    r = lib.shmq_wait_queues(store.cb.ctl, ptrs, offs, len(offs), 0, s, -1, ffi.NULL, 0,
+                             int(spin_s * 1e9), int(timeout_s * 1e9))
+    return r, time.thread_time() - cpu
