@@ -346,9 +346,9 @@ FRAME_PREFIX = struct.Struct(">ii")
 _MARK_OPAQUE = 2147480001
 
 
-def header_template(code: int, ext: dict[str, str], marks: list[tuple[bytes, bytes]], flag: int = 0
-                    ) -> tuple[bytes, tuple[int, ...]] | None:
-    """A request's JSON header as a %-template whose slots take the values that change per
+def header_template(code: int, ext: dict[str, str], marks: list[tuple[bytes, bytes]], flag: int = 0,
+                    remark: str | None = None) -> tuple[bytes, tuple[int, ...]] | None:
+    """A request's (or, with ``flag`` FLAG_RESPONSE, an answer's) JSON header as a %-template whose slots take the values that change per
     request, so a frame is made by ``template % values`` (``protocol.headers.SendFrame``,
     ``client.tcp_pull.PullFrame``): the template is this encoder's own output for ``ext`` holding
     stand-ins, so the layout stays defined once and the frames are byte-identical to encoding a
@@ -356,7 +356,7 @@ def header_template(code: int, ext: dict[str, str], marks: list[tuple[bytes, byt
     opaque's slot is added last. Returns ``(template, order)``: ``order[i]`` is the index (in
     marks + opaque) of the value the i-th slot in the text takes; None when a stand-in does not
     occur exactly once (a group or topic holding one): the caller encodes generically."""
-    head = encode_header(RemotingCommand(code=code, ext_fields=ext, opaque=_MARK_OPAQUE, flag=flag))
+    head = encode_header(RemotingCommand(code=code, ext_fields=ext, opaque=_MARK_OPAQUE, flag=flag, remark=remark))
     head = head.replace(b"%", b"%%")
     marks = [*marks, (b":%d," % _MARK_OPAQUE, b":%d,")]
     if any(head.count(mark) != 1 for mark, _ in marks):
