@@ -18,5 +18,8 @@ setup(
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's async answers, matched from the read buffer (remote_answer.c says why)
                  Extension("shmq.native._answer", ["shmq/native/remote_answer.c"],
+                           extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
+                 Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],
 )

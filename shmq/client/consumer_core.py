@@ -187,6 +187,7 @@ class ConsumerCore:
             self.subscribe(retry_topic(self.group), "*")  # push consumers get their retries back
         self.instance = ClientInstance.acquire(self.namesrv, consumer_group=self.group, credentials=self.credentials)
         self.instance.register_consumer(self.group, self)
+        self._instance_ready()
         self.links = LocalLinks(self.instance, self.local_mode)
         self.offsets = (RemoteOffsetStore(self.instance, self.group) if self.model == "CLUSTERING"
                         else LocalFileOffsetStore(self.instance, self.group, self.offset_store_dir))
@@ -236,6 +237,9 @@ class ConsumerCore:
         for pq in list(self.pqs.values()):
             await self._queue_removed(pq)
         await self.offsets.persist()
+
+    def _instance_ready(self) -> None:
+        """Called once ``self.instance`` exists, before the first rebalance."""
 
     def _stop_consuming(self) -> None:
         pass

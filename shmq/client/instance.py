@@ -1,9 +1,8 @@
 """ClientInstance (RocketMQ's MQClientInstance): what the producers and consumers of one
-process share for one set of NameServers: an asyncio loop on its own thread, one connection
-per server, the route cache, heartbeats and the handlers for requests brokers send us.
-
-Public methods are called from user threads; they hand coroutines to the loop thread and
-wait for them (``call``). Everything that touches connections runs on the loop.
+process share for one set of NameServers: an asyncio loop on its own thread (client/handoff.py's
+ClientLoop), one connection per server, the route cache, heartbeats and the handlers for requests
+brokers send us. Public methods are called from user threads; they hand coroutines to the loop
+thread and wait for them (``call``). Everything that touches connections runs on the loop.
 """
 from __future__ import annotations
 
@@ -19,13 +18,15 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import RemotingClosed, RemotingConnectError, RemotingError, RemotingTimeout, ShmqError, TopicNotExist
+from shmq.errors import RemotingClosed, RemotingConnectError, RemotingError, ShmqError, TopicNotExist
 from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from .handoff import ClientLoop
+from .oneway import MARK, Lane, wait_room
 from .remote_send import RemoteSend, answers
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
@@ -108,7 +109,7 @@ class ClientInstance:
         self._refs = 0
         self._closed = False
         self._namesrv_index = random.randrange(len(addrs))
-        self.loop = asyncio.new_event_loop()
+        self.loop = ClientLoop()  # its selector wakes the consume pools once the GIL is free
         # requests handed over from user threads (submit_request / submit_oneway), started
         # together on the loop (_drain_submitted)
         self._submitted: collections.deque = collections.deque()
@@ -116,9 +117,9 @@ class ClientInstance:
         # requests for an address whose connection is being opened, in submission order
         self._held: dict[str, collections.deque] = {}
         self._oneways = 0  # oneway sends submitted (submit_oneway)
-        # bytes of oneway bodies submitted, and written or failed (the loop's; see submit_oneway)
-        self._oneway_in = self._oneway_out = 0
-        self._oneway_lock = threading.Lock()
+        #: the plain oneway sends' frames (client/oneway.py); it also counts the bytes of the
+        #: other oneway bodies submitted and not yet written or failed, against one bound
+        self.oneway_lane = Lane(self._submitted.append, MARK, ONEWAY_BACKLOG_BYTES, ONEWAY_BACKLOG)
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
         self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
@@ -155,6 +156,7 @@ class ClientInstance:
         append and popleft are atomic, and the drain clears the flag before it takes the jobs, so
         a job appended after that flag was read set is still taken (at worst two drains run)."""
         self._submitted.append((addr, cmd, waiter, timeout))
+        self.oneway_lane.seal()  # oneways put after this go behind it
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self.loop.call_soon_threadsafe(self._drain_submitted)
@@ -165,26 +167,19 @@ class ClientInstance:
         ONEWAY_BACKLOG_BYTES of bodies wait (submitted, or held for a connection being opened),
         or the connection does not take more (the broker does not read), the caller waits;
         RemotingTimeout after ``timeout`` s of that."""
-        n = len(req.body)
-        with self._oneway_lock:  # callers of several threads add; only the loop thread takes off
-            self._oneway_in += n
-            self._oneways = k = self._oneways + 1
+        self._oneways = k = self._oneways + 1
         # the connection's state is looked at every 32nd send (it moves by bursts, not by one)
         if self._oneway_full() or (not k & 31 and self._write_paused(addr)):
-            deadline = time.monotonic() + timeout
-            while self._oneway_full() or self._write_paused(addr):
-                if time.monotonic() > deadline:
-                    with self._oneway_lock:
-                        self._oneway_in -= n
-                    raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
-                time.sleep(0.0005)
-        self._submitted.append((addr, req, None, 0))  # submit_request's two steps, inline
+            wait_room(self, addr, timeout)
+        self.oneway_lane.charge(len(req.body))  # the loop thread takes it off (GIL-atomic in C)
+        self._submitted.append((addr, req, None, 0))  # submit_request's steps, inline
+        self.oneway_lane.seal()
         if not self._drain_scheduled:
             self._drain_scheduled = True
             self.loop.call_soon_threadsafe(self._drain_submitted)
 
     def _oneway_full(self) -> bool:
-        return len(self._submitted) >= ONEWAY_BACKLOG or self._oneway_in - self._oneway_out > ONEWAY_BACKLOG_BYTES
+        return len(self._submitted) >= ONEWAY_BACKLOG or self.oneway_lane.full()
 
     def _write_paused(self, addr: str) -> bool:
         """``addr``'s open connection takes no more (its transport is paused: the peer does not
@@ -200,6 +195,9 @@ class ClientInstance:
         """Hand one submitted request to ``conn``: its frame, or the command (signed first, when
         the client signs, or with a large body the transport writes uncopied). The opaque to
         expire, or None for oneway."""
+        if req.__class__ is bytes:  # oneway frames from the lane
+            conn.write_frame(req)
+            return None
         if req.__class__ is not RemotingCommand and (client.rpc_hook is not None or len(req.body) >= _FRAME_BODY_MAX):
             req = req.command()
         if req.__class__ is RemotingCommand:
@@ -222,8 +220,11 @@ class ClientInstance:
         oneways: list = []  # consecutive common oneway sends to conn, written together
         asyncs: list = []  # consecutive common async sends to conn (their jobs), started together
         taken = 0  # bytes of oneway bodies taken off (written or failed)
+        lane = self.oneway_lane
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
             addr, cmd, waiter, timeout = job = jobs.popleft()
+            if cmd is MARK:  # plain oneways: this marker's segment is the lane's oldest (hot_oneway.c)
+                cmd = lane.take()[1]
             if asyncs and (waiter is None or addr != last or conn.closed):  # written in order
                 self._start_asyncs(conn, asyncs, timers)
             if addr != last or conn is None or conn.closed:
@@ -231,17 +232,26 @@ class ClientInstance:
                     self._send_oneways(conn, oneways)
                 held = self._held.get(addr)
                 if held is not None:  # its connection is being opened: after the ones before it
+                    if cmd.__class__ is bytes:
+                        lane.charge(len(cmd))  # held frames still count against the bound
                     held.append((cmd, waiter, timeout))
                     last = None
                     continue
                 client = self._client(addr)
                 conn, last = client.connection, addr
                 if conn is None:  # not connected yet (or again): one connect, the jobs held till then
+                    if cmd.__class__ is bytes:
+                        lane.charge(len(cmd))
                     self._held[addr] = collections.deque([(cmd, waiter, timeout)])
                     self.loop.create_task(self._connect_and_start(client))
                     last = None
                     continue
             if waiter is None:
+                if cmd.__class__ is bytes:
+                    if oneways:
+                        self._send_oneways(conn, oneways)
+                    conn.write_frame(cmd)
+                    continue
                 taken += len(cmd.body)
                 if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
                     oneways.append(cmd.frame)  # the common oneway send: _start's last case
@@ -258,7 +268,7 @@ class ClientInstance:
             self._send_oneways(conn, oneways)
         if asyncs:
             self._start_asyncs(conn, asyncs, timers)
-        self._oneway_out += taken
+        lane.charge(-taken)
         self._start_timers(timers)
 
     @staticmethod
@@ -312,7 +322,7 @@ class ClientInstance:
         timers: dict[tuple, list[int]] = {}
         for cmd, waiter, timeout in self._held.pop(client.addr, ()):
             if waiter is None:
-                self._oneway_out += len(cmd.body)
+                self.oneway_lane.charge(-(len(cmd) if cmd.__class__ is bytes else len(cmd.body)))
             if conn is None:
                 _failed(waiter, err)
             else:

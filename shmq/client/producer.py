@@ -32,6 +32,7 @@ from .local import LocalLinks
 from .local_send import MAX_BATCH_BYTES, LocalSender, _tags_head
 from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus,
                       _ids_text)
+from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture
@@ -369,21 +370,23 @@ class Producer(ProducerBase):
         """Returns a SendFuture (send_future.py: the methods of a concurrent.futures.Future, without
         its locks) of the SendResult; ``callback(result_or_exception)`` (RocketMQ's SendCallback) runs
         once when it is done, on the client's loop thread for a broker's answer."""
-        fut = SendFuture(callback)
         try:
             body, text, sysflag, uniq = self._wire(msg)
             info = self._publish_info(msg.topic)
             mq = self._select(info, None)
             link = None if info.via_default else self.links.get(mq.broker_name)
             if link is not None:
-                fut.set_result(self._send_local(link, mq, msg, *self._prepare(msg), info))
-                return fut
+                return _done(callback, self._send_local(link, mq, msg, *self._prepare(msg), info))
             req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
-            AsyncSend(self, fut, mq, req, uniq, timeout or self.send_timeout).submit()
         except Exception as e:
-            if not fut.done():
-                fut.set_exception(e)
-        return fut
+            return _done(callback, e)
+        send = AsyncSend(self, callback, mq, req, uniq, timeout or self.send_timeout)
+        try:
+            send.submit()
+        except Exception as e:  # noqa: BLE001 - not handed over (the producer shut down): nothing sent
+            if not send.done():
+                send._fail(e)
+        return send
 
     def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
                          ) -> SendFuture:
@@ -391,7 +394,6 @@ class Producer(ProducerBase):
         its SendResult, ``callback(result_or_exception)`` when done. Over TCP several batches are in
         flight on the one connection (retried on the same broker as ``send_async``); the same
         checks as ``send_batch``, whose errors the Future carries."""
-        fut = SendFuture(callback)
         try:
             if not msgs:
                 raise InvalidMessage("an empty batch")
@@ -399,33 +401,34 @@ class Producer(ProducerBase):
             if r is None and self._fast is not None:
                 r = self._fast.send_batch(msgs)
             if r is not None:
-                fut.set_result(r)
-                return fut
+                return _done(callback, r)
             batch, ids = self._batch_body(msgs)
             info = self._publish_info(msgs[0].topic)
             mq = self._select(info, None)
             link = None if info.via_default else self.links.get(mq.broker_name)
             if link is not None:
-                fut.set_result(self._send_local(link, mq, None, batch, {}, 0, info,
-                                                batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
-                return fut
+                return _done(callback, self._send_local(link, mq, None, batch, {}, 0, info,
+                                                        batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
             req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
-            AsyncSend(self, fut, mq, req, ids, timeout or self.send_timeout).submit()
         except Exception as e:
-            if not fut.done():
-                fut.set_exception(e)
-        return fut
+            return _done(callback, e)
+        send = AsyncSend(self, callback, mq, req, ids, timeout or self.send_timeout)
+        try:
+            send.submit()
+        except Exception as e:  # noqa: BLE001
+            if not send.done():
+                send._fail(e)
+        return send
 
     def send_oneway(self, msg: Message) -> None:
+        if send_plain(self, msg):  # a plain message: its frame written in C (client/oneway.py)
+            return
         body, text, sysflag, _ = self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = self._select(info, None)
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
-            try:
-                self._send_local(link, mq, msg, *self._prepare(msg), info)
-            except ShmqError as e:  # oneway: the caller asked not to hear about it
-                log.debug("oneway send failed: %s", e)
+            self._oneway_local(link, mq, msg, info)
             return
         inst = self._inst()
         addr = inst.master_addr(mq.broker_name)
@@ -437,6 +440,12 @@ class Producer(ProducerBase):
         # is not reported, as the caller asked not to hear (the next send reconnects)
         inst.submit_oneway(addr, self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=True),
                            self.send_timeout)
+
+    def _oneway_local(self, link, mq: MessageQueue, msg: Message, info: TopicPublishInfo) -> None:
+        try:
+            self._send_local(link, mq, msg, *self._prepare(msg), info)
+        except ShmqError as e:  # oneway: the caller asked not to hear about it
+            log.debug("oneway send failed: %s", e)
 
     # ---- batch -----------------------------------------------------------------------------
     def _send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
@@ -508,6 +517,17 @@ class Producer(ProducerBase):
         if len(batch) > MAX_BATCH_BYTES:
             raise MessageTooLarge(len(batch), MAX_BATCH_BYTES)
         return batch, ",".join(ids)
+
+
+def _done(callback, value) -> SendFuture:
+    """The future of an async send done at once (a local send's result, or an error raised before
+    anything was sent), its callback called."""
+    fut = SendFuture(callback)
+    if isinstance(value, BaseException):
+        fut.set_exception(value)
+    else:
+        fut.set_result(value)
+    return fut
 
 
 def _sendable(topic: str) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import queue
 import threading
 import time
 
@@ -23,6 +22,7 @@ from shmq.protocol.bodies import (LockBatchRequestBody, LockBatchResponseBody, M
                                   encode_json)
 
 from .consumer_core import ConsumerCore, ProcessQueue
+from .handoff import ConsumePool
 from .message import ConsumeResult, MessageExt, MessageQueue
 
 log = logging.getLogger("shmq.client.push")
@@ -30,47 +30,6 @@ log = logging.getLogger("shmq.client.push")
 LOCK_RENEW_S = 20.0
 LOCK_LEASE_S = 30.0  # consume only while the lock was confirmed this recently (broker: 60 s)
 SUSPEND_S = 1.0
-
-
-class ConsumePool:
-    """The consume threads (RocketMQ's consumeThreadMin, all started at once): ``submit(fn,
-    *args)`` runs ``fn(*args)`` on one of them. A queue and threads, with no Future, work item,
-    condition or idle semaphore per task as ThreadPoolExecutor has: a caught-up consumer hands
-    over one pulled batch per message, and those cost more than the hand-over itself (yappi
-    over a 1-message-per-pull drain: ~40 % of the consumer's Python per message)."""
-
-    def __init__(self, n: int, name: str):
-        self._q: queue.SimpleQueue = queue.SimpleQueue()
-        self._stopping = False
-        self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
-        for t in self._threads:
-            t.start()
-
-    def submit(self, fn, *args) -> None:
-        if self._stopping:
-            raise RuntimeError("the consume pool is shut down")
-        self._q.put((fn, args))
-
-    def _run(self) -> None:
-        get = self._q.get
-        while (item := get()) is not None:
-            if self._stopping:
-                continue  # shutting down: what has not started is dropped (its offsets were not committed)
-            fn, args = item
-            try:
-                fn(*args)
-            except Exception:  # noqa: BLE001 - one task's failure must not stop a consume thread
-                log.exception("a consume task failed")
-
-    def shutdown(self) -> None:
-        """Drop the tasks not started, wait for the running ones."""
-        self._stopping = True
-        for _ in self._threads:
-            self._q.put(None)
-        me = threading.current_thread()
-        for t in self._threads:
-            if t is not me:
-                t.join()
 
 
 class PushConsumer(ConsumerCore):
@@ -102,11 +61,17 @@ class PushConsumer(ConsumerCore):
             # the local pull thread calls the listener itself, with no per-batch look at which
             # thread it is (_deliver's question; that thread is never the client's loop)
             self._local_deliver = self._consume_inline
-        self._pool = ConsumePool(max(1, self.consume_threads), f"shmq-consume-{self.group}")
         super().start()
         if self.orderly and self.model == "CLUSTERING":
             self._bg.append(self.instance.every(LOCK_RENEW_S, self._renew_locks, f"locks-{self.group}"))
         return self
+
+    def _instance_ready(self) -> None:
+        # made once the client instance is, since its loop's selector pays the pool's wake-ups;
+        # before the first rebalance, so before anything is delivered
+        inst = self.instance
+        self._pool = ConsumePool(max(1, self.consume_threads), f"shmq-consume-{self.group}",
+                                 inst.loop.handoff, inst._thread)
 
     def _stop_consuming(self) -> None:
         if self._pool is not None:

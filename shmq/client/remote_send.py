@@ -102,24 +102,25 @@ class RemoteSend:
         return t.frame(self.sysflag, self.born_ms, self.flag, json_text(self.properties), self.body, opaque)
 
 
-class AsyncSend:
-    """One ``send_async`` / ``send_batch_async`` over TCP as the client's loop thread sees it: the
-    waiter of its request (``Connection.start_frame``: ``done`` / ``set_result`` /
-    ``set_exception``), which turns the answer into the caller's SendResult, or tries again on the
-    same broker, as RocketMQ's async send does (retry_times_when_send_async_failed, each try with
-    the whole timeout), after a connection error, a timeout or a response code in RETRY_CODES.
-    No task or coroutine."""
+class AsyncSend(SendFuture):
+    """One ``send_async`` / ``send_batch_async`` over TCP: the SendFuture its caller holds, and the
+    waiter its connection completes (``Connection.start_frames``: ``done`` / ``set_result`` /
+    ``set_exception`` with the broker's answer or the connection's error), one object, so a
+    send in flight is one allocation the cyclic GC tracks, not two. ``set_result(answer)`` turns
+    the answer into the caller's SendResult (``_resolve``: SendFuture's own ``set_result``);
+    ``set_exception`` tries again on the same broker, as RocketMQ's async send does
+    (retry_times_when_send_async_failed, each try with the whole timeout), after a connection
+    error, a timeout or a response code in RETRY_CODES. No task or coroutine."""
 
-    __slots__ = ("producer", "fut", "mq", "req", "uniq", "timeout", "left", "_done")
+    __slots__ = ("producer", "mq", "req", "uniq", "timeout", "left")
 
-    def __init__(self, producer, fut: SendFuture, mq: MessageQueue, req: RemoteSend, uniq, timeout):
-        self.producer, self.fut, self.mq, self.req, self.uniq, self.timeout = producer, fut, mq, req, uniq, timeout
+    def __init__(self, producer, callback, mq: MessageQueue, req: RemoteSend, uniq, timeout):
+        SendFuture.__init__(self, callback)
+        self.producer, self.mq, self.req, self.uniq, self.timeout = producer, mq, req, uniq, timeout
         self.left = producer.retry_times_async
-        self._done = False
 
     def submit(self) -> None:
         """(Again) to the broker's master address as the route has it now."""
-        self._done = False
         inst = self.producer._inst()
         addr = inst.master_addr(self.mq.broker_name)
         if addr is None:
@@ -127,23 +128,23 @@ class AsyncSend:
         else:
             inst.submit_request(addr, self.req, self, self.timeout)
 
-    def done(self) -> bool:
-        return self._done
+    _resolve = SendFuture.set_result
+    _fail = SendFuture.set_exception
 
     def set_result(self, resp) -> None:
-        self._done = True
+        """The broker's answer (from the connection; the Python path of native/remote_answer.c)."""
         try:
             result = send_result(resp, self.mq, self.uniq)
         except Exception as e:  # noqa: BLE001 - a refusal, or an answer that does not parse
             self.set_exception(e)
             return
-        try:  # no done() first: it takes the Future's lock, a second time per answer
-            self.fut.set_result(result)
+        try:
+            self._resolve(result)
         except InvalidStateError:  # answered already (a second answer is dropped)
             pass
 
     def set_exception(self, e: BaseException) -> None:
-        self._done = True
+        """The connection's error (closed, timed out) or a refusal: tried again, or the caller's."""
         retry = isinstance(e, RemotingError) or (isinstance(e, BrokerError) and e.code in RETRY_CODES)
         if retry and self.left > 0:
             self.left -= 1
@@ -152,11 +153,11 @@ class AsyncSend:
                 return
             except Exception as e2:  # noqa: BLE001 - the producer was shut down meanwhile
                 e = e2
-        if not self.fut.done():
-            self.fut.set_exception(e)
+        if not self.done():
+            self._fail(e)
 
 
-_answer.bind(AsyncSend, SendResult, SendStatus.SEND_OK, InvalidStateError)
+_answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError)
 #: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to
 #: AsyncSends matched, turned into SendResults (send_result's rules) and set, in C
 #: (native/remote_answer.c); every other frame takes the Python path below. SHMQ_ANSWER_FAST=0

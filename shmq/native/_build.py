@@ -23,12 +23,12 @@ def cdef_block(name: str) -> str:
 
 
 ffibuilder = FFI()
-ffibuilder.cdef(cdef_block("layout.h") + "\n" + cdef_block("core.h"))
+ffibuilder.cdef(cdef_block("layout.h") + "\n" + cdef_block("core.h") + "\n" + cdef_block("handoff.h"))
 ffibuilder.set_source(
     "shmq.native._core",
-    '#include "core.h"\n',
+    '#include "core.h"\n#include "handoff.h"\n',
     # Relative paths: setuptools refuses absolute ones; pip runs this from the project root.
-    sources=["shmq/native/core.c"],
+    sources=["shmq/native/core.c", "shmq/native/handoff.c"],
     include_dirs=["shmq/native"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )

@@ -1699,6 +1699,37 @@ int64_t shmq_flusher_wait(shmq_ctl *c, int64_t timeout_ns) {
     }
 }
 
+/* The group-commit thread's steady state, without the GIL (store/flush.py): msync the CommitLog
+ * bytes between the flushed and the commit position, publish the new flushed position, and start
+ * the next msync as soon as one returns if a putter asked meanwhile (else after interval_ns),
+ * until budget_ns is spent. In Python the thread took the GIL back after every msync, behind the
+ * supervisor's other threads (up to a switch interval, 5 ms). Only inside the one mapped file
+ * [file_start, file_end) at base, already named durably: it returns once the commit position
+ * passes file_end (Python prepares the next file and flushes across), on the stop request (a
+ * request of 2^62, FlushService.interrupt), the store turning read-only, or *in_c turning 0
+ * (store/faults.py was configured: its hooks see every msync from then on); >= 0 the flushes
+ * made, -errno after a failed msync (nothing published: Python makes the store read-only). */
+int64_t shmq_group_commit(shmq_ctl *c, uint8_t *base, int64_t file_start, int64_t file_end, int64_t interval_ns,
+                          int64_t budget_ns, const int32_t *in_c) {
+    shmq_positions *p = &c->pos;
+    int64_t n = 0, deadline = mono_ns() + budget_ns;
+    for (;;) {
+        if (LOAD_ACQ(&p->io_error)) return n;
+        int64_t done = LOAD_ACQ(&p->flushed_pos), target = LOAD_ACQ(&p->commit_pos);
+        if (done < file_start || target > file_end) return n;
+        if (target > done) {
+            if (!LOAD_ACQ(in_c)) return n;  /* a fault / trace hook was set: every msync is Python's */
+            int err = shmq_msync(base + (done - file_start), (uint64_t)(target - done));
+            if (err) return -(int64_t)err;
+            shmq_set_flushed(c, target, 0);
+            n++;
+        }
+        int64_t left = deadline - mono_ns();
+        if (left <= 0) return n;
+        if (shmq_flusher_wait(c, left < interval_ns ? left : interval_ns) >= ((int64_t)1 << 62)) return n;
+    }
+}
+
 void shmq_set_flushed(shmq_ctl *c, int64_t pos, int io_errno) {
     shmq_positions *p = &c->pos;
     if (io_errno) {

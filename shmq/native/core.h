@@ -99,6 +99,8 @@ int shmq_wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, i
 uint32_t shmq_wait_timer(shmq_ctl *ctl, uint32_t seen, int64_t timeout_ns);
 int shmq_wait_flushed(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
 int64_t shmq_flusher_wait(shmq_ctl *ctl, int64_t timeout_ns);
+int64_t shmq_group_commit(shmq_ctl *ctl, uint8_t *base, int64_t file_start, int64_t file_end, int64_t interval_ns,
+                          int64_t budget_ns, const int32_t *in_c);
 void shmq_set_flushed(shmq_ctl *ctl, int64_t pos, int io_errno);
 void shmq_publish_recovered(shmq_ctl *ctl, int64_t commit_pos);
 void shmq_publish_replica(shmq_ctl *ctl, int64_t commit_pos);

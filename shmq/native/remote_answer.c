@@ -9,8 +9,8 @@
  * for each complete frame from ``pos`` that is a SUCCESS answer, JSON, with no body, to an
  * opaque whose waiter is a ``client.remote_send.AsyncSend``, it does what the Python path does
  * for it (``Connection._serve_frames`` -> ``AsyncSend.set_result`` -> ``send_result``): pops
- * the waiter, marks it done, builds ``SendResult(SEND_OK, uniq or msgId, msgId, mq,
- * queueOffset)`` and calls the future's ``set_result``. It stops at the first frame it does not
+ * the waiter (the caller's SendFuture itself), builds ``SendResult(SEND_OK, uniq or msgId,
+ * msgId, mq, queueOffset)`` and resolves the future with it (``AsyncSend._resolve``). It stops at the first frame it does not
  * take, which the Python path then serves, in order: any other code (a refusal to retry), a
  * request from the broker, a pull's answer (it has a body), a binary header, an unknown opaque,
  * a queueId other than the queue asked, a transactionId or recallHandle, and any header its
@@ -38,8 +38,8 @@ typedef struct {
     span key[MAX_EXT], val[MAX_EXT];
 } header;
 
-static PyObject *async_type, *result_type, *send_ok, *invalid_state;
-static PyObject *s_pending, *s_done, *s_mq, *s_uniq, *s_fut, *s_set_result;
+static PyObject *async_type, *resolve, *result_type, *send_ok, *invalid_state;
+static PyObject *s_pending, *s_state, *s_mq, *s_uniq;
 
 /* ---- the JSON header (what shmq.protocol.command's strict decoder takes) ------------------ */
 typedef struct { const char *p, *end; } cur;
@@ -237,11 +237,11 @@ static int success_fields(const header *h, long queue_id, span *msg_id, int64_t 
 /* The answer of one frame to its AsyncSend waiter ``w`` (in ``pending`` under ``key``):
  * 1 done, 0 not this path's (nothing changed), -1 an error raised. */
 static int complete(PyObject *pending, PyObject *key, PyObject *w, const header *h) {
-    PyObject *done = PyObject_GetAttr(w, s_done);
-    if (!done) return -1;
-    int was_done = PyObject_IsTrue(done);
-    Py_DECREF(done);
-    if (was_done) return was_done < 0 ? -1 : 0;  /* the Python path drops it */
+    PyObject *state = PyObject_GetAttr(w, s_state);
+    if (!state) return -1;
+    long st = PyLong_AsLong(state);
+    Py_DECREF(state);
+    if (st) return st == -1 && PyErr_Occurred() ? -1 : 0;  /* done already: the Python path drops it */
     PyObject *mq = PyObject_GetAttr(w, s_mq);
     if (!mq) return -1;
     long qid = -1;
@@ -250,8 +250,8 @@ static int complete(PyObject *pending, PyObject *key, PyObject *w, const header 
     span msg_id;
     int64_t offset;
     if (qid < 0 || success_fields(h, qid, &msg_id, &offset)) { Py_DECREF(mq); return 0; }
-    PyObject *uniq = PyObject_GetAttr(w, s_uniq), *fut = uniq ? PyObject_GetAttr(w, s_fut) : NULL;
-    PyObject *mid = fut ? text(msg_id) : NULL, *off = mid ? PyLong_FromLongLong(offset) : NULL;
+    PyObject *uniq = PyObject_GetAttr(w, s_uniq);
+    PyObject *mid = uniq ? text(msg_id) : NULL, *off = mid ? PyLong_FromLongLong(offset) : NULL;
     int rc = -1, truthy = off ? PyObject_IsTrue(uniq) : -1;
     if (truthy < 0) goto out;
     /* the result first: a failure to make it (memory) changes nothing, the read fails and the
@@ -260,13 +260,9 @@ static int complete(PyObject *pending, PyObject *key, PyObject *w, const header 
     PyObject *result = PyObject_Vectorcall(result_type, args, 5, NULL);
     if (!result) goto out;
     Py_INCREF(w);  /* the dict's reference goes; this frame still needs the waiter */
-    if (PyDict_DelItem(pending, key) || PyObject_SetAttr(w, s_done, Py_True)) {
-        Py_DECREF(w);
-        Py_DECREF(result);
-        goto out;
-    }
-    PyObject *call[3] = {NULL, fut, result};  /* call[0]: the slot ARGUMENTS_OFFSET lends */
-    PyObject *r = PyObject_VectorcallMethod(s_set_result, call + 1, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    if (PyDict_DelItem(pending, key)) { Py_DECREF(w); Py_DECREF(result); goto out; }
+    PyObject *call[2] = {w, result};
+    PyObject *r = PyObject_Vectorcall(resolve, call, 2, NULL);  /* SendFuture.set_result(w, result) */
     Py_DECREF(result);
     Py_DECREF(w);
     if (r) { Py_DECREF(r); rc = 1; }
@@ -274,7 +270,6 @@ static int complete(PyObject *pending, PyObject *key, PyObject *w, const header 
 out:
     Py_DECREF(mq);
     Py_XDECREF(uniq);
-    Py_XDECREF(fut);
     Py_XDECREF(mid);
     Py_XDECREF(off);
     return rc;
@@ -319,11 +314,13 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     return Py_BuildValue("nOO", pos, Py_None, stop ? Py_True : Py_False);
 }
 
-/* bind(AsyncSend, SendResult, SendStatus.SEND_OK, InvalidStateError): once, at import */
+/* bind(AsyncSend, its _resolve (SendFuture.set_result), SendResult, SendStatus.SEND_OK,
+ * InvalidStateError): once, at import */
 static PyObject *a_bind(PyObject *self, PyObject *args) {
-    PyObject *t, *r, *ok, *inv;
-    if (!PyArg_ParseTuple(args, "O!OOO", &PyType_Type, &t, &r, &ok, &inv)) return NULL;
+    PyObject *t, *res, *r, *ok, *inv;
+    if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &t, &res, &r, &ok, &inv)) return NULL;
     Py_XSETREF(async_type, Py_NewRef(t));
+    Py_XSETREF(resolve, Py_NewRef(res));
     Py_XSETREF(result_type, Py_NewRef(r));
     Py_XSETREF(send_ok, Py_NewRef(ok));
     Py_XSETREF(invalid_state, Py_NewRef(inv));
@@ -331,7 +328,7 @@ static PyObject *a_bind(PyObject *self, PyObject *args) {
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, SendResult, SEND_OK, InvalidStateError)"},
+    {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
     {"answers", (PyCFunction)(void (*)(void))a_answers, METH_FASTCALL, "answers(conn, data, pos) -> (pos, None, stop)"},
     {"decode", (PyCFunction)a_decode, METH_O, "decode(frame) -> the header's fields as read here, or None"},
     {NULL, NULL, 0, NULL},
@@ -340,9 +337,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_answer", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__answer(void) {
-    if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_done = PyUnicode_InternFromString("_done"))
-        || !(s_mq = PyUnicode_InternFromString("mq")) || !(s_uniq = PyUnicode_InternFromString("uniq"))
-        || !(s_fut = PyUnicode_InternFromString("fut")) || !(s_set_result = PyUnicode_InternFromString("set_result")))
+    if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_state = PyUnicode_InternFromString("_state"))
+        || !(s_mq = PyUnicode_InternFromString("mq")) || !(s_uniq = PyUnicode_InternFromString("uniq")))
         return NULL;
     return PyModule_Create(&module);
 }

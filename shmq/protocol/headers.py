@@ -14,6 +14,7 @@ and 320, :data:`SEND_V2_LETTERS`); :func:`decode_send_header` reads either form 
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any, ClassVar, TypeVar, Union, get_args, get_origin
 
@@ -128,6 +129,24 @@ _MARK_SYSFLAG, _MARK_BORN, _MARK_FLAG = -9100000000000000001, -91000000000000000
 _MARK_PROPS = "\x00shmq-send-properties\x00"
 _SLOTS = [(b"%d" % _MARK_SYSFLAG, b"%d"), (b"%d" % _MARK_BORN, b"%d"), (b"%d" % _MARK_FLAG, b"%d"),
           (json_text(_MARK_PROPS), b"%b")]
+_SLOT_RE = re.compile(rb"%%|%[db]")  # read left to right: a "%d" in a topic is "%%d" there
+
+
+def _pieces(template: bytes) -> tuple[bytes, ...]:
+    out, cur, pos = [], [], 0
+    for m in _SLOT_RE.finditer(template):
+        cur.append(template[pos:m.start()])
+        if m.group() == b"%%":
+            cur.append(b"%")
+        else:
+            out.append(b"".join(cur))
+            cur = []
+        pos = m.end()
+    cur.append(template[pos:])
+    out.append(b"".join(cur))
+    return tuple(out)
+
+
 _PREFIX = FRAME_PREFIX  # not the imported name itself: see command.FRAME_PREFIX
 
 
@@ -140,10 +159,13 @@ class SendFrame:
     building a RemotingCommand and encoding it. ``of`` answers None when the stand-ins do not
     each occur exactly once (a group or topic holding one): the caller encodes generically."""
 
-    __slots__ = ("template", "code")
+    __slots__ = ("template", "code", "pieces")
 
     def __init__(self, template: bytes, code: int):
         self.template, self.code = template, code
+        #: the literal bytes around the five slots (``%%`` as ``%``), for a frame written in C
+        #: (client/oneway.py)
+        self.pieces = _pieces(template)
 
     @classmethod
     def of(cls, group: str, topic: str, default_topic: str, default_queue_nums: int, queue_id: int, *,

@@ -73,6 +73,10 @@ PAGE = os.sysconf("SC_PAGE_SIZE")
 _COPY_CHUNK = 1 << 20
 
 _lock = threading.Lock()
+#: Called after every ``configure`` (no arguments): store/flush.py's C group commit makes its
+#: msyncs without these hooks and must hand them back to the Python loop once a source is set
+#: while a store runs (tests configure faults then).
+on_configure: list = []
 _rules: list["_Rule"] = []
 _file: str | None = None
 _file_key: tuple | None = None
@@ -136,6 +140,8 @@ def configure(rules: str | None = None, *, file: str | None = None) -> None:
     with _lock:
         _rules, _file, _file_key = parsed, file, None
         ACTIVE = bool(parsed) or file is not None or TRACING
+    for fn in on_configure:
+        fn()
 
 
 def configure_from_env() -> None:

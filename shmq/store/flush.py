@@ -41,8 +41,22 @@ log = logging.getLogger("shmq.store.flush")
 SYNC_MAX_WAIT_S = 0.010
 #: After an unexpected failure (a bug, not an msync error: that poisons the store instead).
 RETRY_AFTER_FAILURE_S = 0.05
+#: The C group commit returns to Python at least this often (the service's own checks).
+C_ROUND_S = 1.0
 #: The queue thread's round: CommitLog files prepared ahead at least this often.
 PREPARE_EVERY_S = 0.1
+
+
+#: 1 while the CommitLog msyncs may be made in C, outside store/faults.py's hooks:
+#: shmq_group_commit reads it before each msync, so a hook configured meanwhile sees the next one
+_IN_C = ffi.new("int32_t *", 0 if faults.ACTIVE else 1)
+
+
+def _faults_configured() -> None:
+    _IN_C[0] = 0 if faults.ACTIVE else 1
+
+
+faults.on_configure.append(_faults_configured)
 
 
 class FlushService(ThreadService):
@@ -90,6 +104,42 @@ class FlushService(ThreadService):
 
     def run_once(self) -> None:
         self.flush_commitlog()
+        if not faults.ACTIVE and self.on_flush is None:
+            self._group_commit_in_c()
+
+    def _group_commit_in_c(self) -> None:
+        """The steady state in C, GIL released (``shmq_group_commit``): within the file the
+        flushed position is in, once that file is named and mapped; it returns to this loop
+        (flush_commitlog crosses into the next file) or on stop. A fault or trace hook, or a
+        metrics hook timing each flush, keeps every msync in Python instead."""
+        fsize = self.store.commitlog.file_size
+        idx = self.cb.flushed_pos // fsize
+        with self._log_lock:
+            buf = self._file(idx)
+        if buf is None or self.stopping:
+            return
+        rc = lib.shmq_group_commit(self.cb.ctl, ffi.cast("uint8_t *", buf), idx * fsize, (idx + 1) * fsize,
+                                   int(self.interval_s * 1e9), int(C_ROUND_S * 1e9), _IN_C)
+        if rc < 0:
+            self.store.mark_read_only(-rc, "msync of the commitlog")
+
+    def _file(self, idx: int):
+        """CommitLog file ``idx`` ready for msyncs: its name durable (before flushed_pos covers
+        any byte of it: a file whose name is lost is lost whole) and its mapping pinned; None
+        if its directory fsync failed (the store is read-only then)."""
+        if idx > self._named_upto:
+            try:
+                files.make_names_durable(self.store.commitlog.path(idx), os.path.dirname(self.cfg.commitlog_dir))
+            except OSError as e:
+                self.store.mark_read_only(e.errno or errno.EIO, "fsync of the commitlog directory")
+                return None
+            self._named_upto = idx
+        buf = self._pins.get(idx)
+        if buf is None:
+            if len(self._pins) > 8:
+                self._pins.clear()
+            buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
+        return buf
 
     # ---- the work (also called directly at shutdown and by Store.flush) -------------------
     def flush_commitlog(self) -> int:
@@ -108,19 +158,9 @@ class FlushService(ThreadService):
         while pos < target:
             idx, off = divmod(pos, fsize)
             n = min(fsize - off, target - pos)
-            if idx > self._named_upto:
-                # before flushed_pos covers any byte of it: a file whose name is lost is lost whole
-                try:
-                    files.make_names_durable(self.store.commitlog.path(idx), os.path.dirname(self.cfg.commitlog_dir))
-                except OSError as e:
-                    self.store.mark_read_only(e.errno or errno.EIO, "fsync of the commitlog directory")
-                    return done
-                self._named_upto = idx
-            buf = self._pins.get(idx)
+            buf = self._file(idx)
             if buf is None:
-                if len(self._pins) > 8:
-                    self._pins.clear()
-                buf = self._pins[idx] = ffi.from_buffer(self.store.commitlog.map(idx))
+                return done
             err = (faults.ACTIVE and faults.msync_errno(self.store.commitlog.path(idx), self.store.commitlog.map(idx),
                                                         off, n)) or lib.shmq_msync(ffi.cast("uint8_t *", buf) + off, n)
             if err:

@@ -60,6 +60,10 @@ def test_full_disk_keeps_the_flush_thread_flushing_and_says_so_once(open_store, 
     assert s.flushed_pos == s.commit_pos     # the flush thread still flushes
     s.flush()                                # ConsumeQueues and the checkpoint too
     assert s.checkpoint.log_flushed == s.commit_pos
+    # the flush's queue thread prepares files ahead every 100 ms: said at its next round
+    while not any("preallocation held back" in r.getMessage() for r in caplog.records) \
+            and time.monotonic() < deadline:
+        time.sleep(0.01)
     assert [r.getMessage() for r in caplog.records].count(
         next(r.getMessage() for r in caplog.records if "preallocation held back" in r.getMessage())) == 1
     faults.configure()

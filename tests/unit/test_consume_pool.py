@@ -1,4 +1,4 @@
-"""The PushConsumer's consume threads (client/push_consumer.py ConsumePool): tasks run on n
+"""The PushConsumer's consume threads (client/handoff.py ConsumePool): tasks run on n
 threads at once; a task that raises does not stop its thread; shutdown waits for the running
 tasks, drops the ones not started, and refuses new ones."""
 from __future__ import annotations
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from shmq.client.push_consumer import ConsumePool
+from shmq.client.handoff import ConsumePool
 
 
 def test_tasks_run_side_by_side_and_a_failing_one_stops_nothing():

@@ -14,7 +14,6 @@ import pytest
 from shmq.broker.worker.processors.send_fast import send_ext
 from shmq.client.message import MessageQueue, SendStatus
 from shmq.client.remote_send import AsyncSend, answers
-from shmq.client.send_future import SendFuture
 from shmq.errors import BrokerError, HeaderDecodeError, RemotingClosed, RemotingTimeout
 from shmq.native import _answer
 from shmq.protocol import RemotingCommand
@@ -130,8 +129,8 @@ def run_answers(fast, chunks: list[bytes], opaques, lose: bool = False, expire=(
         conn.connection_made(_Transport())
         calls, futs = {}, {}
         for o in opaques:
-            futs[o] = fut = SendFuture(lambda r, o=o: calls.__setitem__(o, calls.get(o, 0) + 1))
-            conn._pending[o] = AsyncSend(NO_RETRY, fut, MQ, None, "UNIQ%d" % o if o % 3 else None, 3)
+            futs[o] = conn._pending[o] = AsyncSend(NO_RETRY, lambda r, o=o: calls.__setitem__(o, calls.get(o, 0) + 1),
+                                                   MQ, None, "UNIQ%d" % o if o % 3 else None, 3)
         for c in chunks:
             conn.data_received(c)
         conn.expire(list(expire), 310, 3)
@@ -197,9 +196,9 @@ def test_c_takes_the_success_answers_and_stops_at_the_first_it_does_not():
     async def go():
         conn = Connection({}, Limits())
         conn.connection_made(_Transport())
-        futs = [SendFuture() for _ in range(4)]
+        futs = [AsyncSend(NO_RETRY, None, MQ, None, "U", 3) for _ in range(4)]
         for o, f in enumerate(futs, 1):
-            conn._pending[o] = AsyncSend(NO_RETRY, f, MQ, None, "U", 3)
+            conn._pending[o] = f
         ok = answer(1) + answer(2) + answer(3)
         data = ok + answer(4, code=14) + answer(5)[:10]
         pos, out, stop = answers(conn, data, 0)

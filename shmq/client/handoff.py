@@ -1,0 +1,153 @@
+"""Handing pulled messages from the client's loop thread to consume threads.
+
+RocketMQ's ConsumeMessageService: listeners run on a pool of consume threads, never on the
+IO thread. A caught-up TCP consumer hands over one pulled batch per message, so the hand-over
+is the consumer's cost per message. Woken while the loop thread still held the GIL, a consume
+thread ran, found the GIL taken, slept on it and was woken again when the loop thread dropped
+it (perf on such a consumer: a third of its time in those switches). Here the loop thread
+only queues the task and counts the wake-up it owes; its selector pays the owed wake-ups in
+the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
+GIL released), so the woken thread finds the GIL free: one switch per hand-over.
+
+``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
+takes the C path only in a turn that owes wake-ups; ``ClientLoop`` is the loop over it, every
+ClientInstance's); ``ConsumePool`` is the threads. A task
+submitted from any other thread (a consume thread's retry, the local pull thread) is posted
+at once.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import errno
+import logging
+import math
+import os
+import selectors
+import threading
+
+from shmq.native import ffi, lib
+
+log = logging.getLogger("shmq.client.push")
+
+MAX_POOLS = 8       # pools of one client loop whose wake-ups wait for its sleep; more post at once
+EPOLL_BATCH = 64    # native/handoff.c's; level-triggered, the rest comes at the next select
+IDLE_WAIT_MS = 1000  # a consume thread looks at its stop flag at least this often
+
+
+class HandoffSelector(selectors.EpollSelector):
+    """The client loop's selector: ``select`` pays the wake-ups its loop's turn owes (see the
+    module docstring) and then waits as ``EpollSelector.select`` does, with the same result."""
+
+    def __init__(self):
+        super().__init__()
+        self._slots = ffi.new(f"shmq_handoff *[{MAX_POOLS}]")
+        # every word ever attached stays referenced here, and a slot is never reused: the loop
+        # thread may be reading a slot (in C, without the GIL) while another thread detaches it
+        self._keep: list = []
+        self._fds = ffi.new(f"int[{EPOLL_BATCH}]")
+        self._evs = ffi.new(f"uint32_t[{EPOLL_BATCH}]")
+        self.owed = False  # some pool's posts > 0 (set by ConsumePool.submit, on the loop thread)
+
+    def attach(self, h) -> bool:
+        """Let ``h``'s owed wake-ups wait for this loop's next sleep; False when full."""
+        if len(self._keep) == MAX_POOLS:
+            return False
+        self._slots[len(self._keep)] = h
+        self._keep.append(h)
+        return True
+
+    def detach(self, h) -> None:
+        for i, kept in enumerate(self._keep):
+            if kept == h:
+                self._slots[i] = ffi.NULL
+
+    def select(self, timeout=None):
+        if not self.owed:
+            return super().select(timeout)
+        self.owed = False
+        # EpollSelector.select's rounding: up to the next millisecond, so a timer is not missed
+        ms = -1 if timeout is None else 0 if timeout <= 0 else math.ceil(timeout * 1e3)
+        n = lib.shmq_handoff_epoll(self.fileno(), self._slots, len(self._keep), ms, self._fds, self._evs,
+                                   min(EPOLL_BATCH, max(len(self._fd_to_key), 1)))
+        if n < 0:
+            if n == -errno.EINTR:
+                return []
+            raise OSError(-n, os.strerror(-n))
+        ready = []
+        fds, evs, keys = self._fds, self._evs, self._fd_to_key  # the stdlib's own fd -> key map
+        for i in range(n):
+            event = evs[i]
+            events = (selectors.EVENT_WRITE if event & ~_EPOLLIN else 0) | (
+                selectors.EVENT_READ if event & ~_EPOLLOUT else 0)
+            key = keys.get(fds[i])
+            if key:
+                ready.append((key, events & key.events))
+        return ready
+
+
+_EPOLLIN, _EPOLLOUT = 0x001, 0x004
+
+
+class ClientLoop(asyncio.SelectorEventLoop):
+    """A ClientInstance's loop: the standard selector loop over a HandoffSelector (``handoff``)."""
+
+    def __init__(self):
+        self.handoff = HandoffSelector()
+        super().__init__(self.handoff)
+
+
+class ConsumePool:
+    """The consume threads (RocketMQ's consumeThreadMin, all started at once): ``submit(fn,
+    *args)`` runs ``fn(*args)`` on one of them, in submission order of taking. A deque and a C
+    futex word (``native/handoff.c``): no Future, work item or condition per task, and from the
+    loop thread (``loop_thread``, whose selector is ``selector``) no wake-up with the GIL held."""
+
+    def __init__(self, n: int, name: str, selector: HandoffSelector | None = None,
+                 loop_thread: threading.Thread | None = None):
+        self._tasks: collections.deque = collections.deque()
+        self._h = ffi.new("shmq_handoff *")
+        self._stopping = False
+        self._selector = selector if selector is not None and selector.attach(self._h) else None
+        self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
+        self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
+        for t in self._threads:
+            t.start()
+
+    def submit(self, fn, *args) -> None:
+        if self._stopping:
+            raise RuntimeError("the consume pool is shut down")
+        self._tasks.append((fn, args))  # before the post: a thread that misses it sees the new seq
+        if threading.get_ident() == self._loop_ident:
+            self._h.posts += 1
+            self._selector.owed = True
+        else:
+            lib.shmq_handoff_post(self._h, 1)
+
+    def _run(self) -> None:
+        tasks, h, wait = self._tasks, self._h, lib.shmq_handoff_wait
+        pop = tasks.popleft
+        while not self._stopping:
+            try:
+                fn, args = pop()
+            except IndexError:
+                seen = h.seq  # read before the queue is looked at again (handoff.c's rule)
+                if not tasks and not self._stopping:
+                    wait(h, seen, IDLE_WAIT_MS)
+                continue
+            try:
+                fn(*args)
+            except Exception:  # noqa: BLE001 - one task's failure must not stop a consume thread
+                log.exception("a consume task failed")
+
+    def shutdown(self) -> None:
+        """Drop the tasks not started (their offsets were not committed), wait for the running ones."""
+        self._stopping = True
+        self._tasks.clear()
+        if self._selector is not None:
+            self._selector.detach(self._h)
+        lib.shmq_handoff_post(self._h, len(self._threads))
+        me = threading.current_thread()
+        for t in self._threads:
+            if t is not me:
+                t.join()

@@ -1,0 +1,92 @@
+"""A plain ``send_oneway`` over TCP: its whole frame written by one C call into the client's
+oneway lane (``native/hot_oneway.c``), which the loop thread writes a burst at a time.
+
+A plain message here is what ``Producer._wire`` builds without a dict (this class, no keys,
+properties or delay, a body sent as is, a topic checked before), with a queue template
+(``protocol.headers.SendFrame``) and no request signing; every other oneway takes
+``ClientInstance.submit_oneway``. The frame is the one the template path makes, byte for byte
+(tests/unit/test_oneway_lane.py), but for its opaque: the lane numbers its frames itself, as
+Java's client numbers every request from one counter (the broker answers no oneway, so an opaque
+shared with a pending request on the same connection matches nothing).
+
+What RocketMQ users expect of oneway is kept: no answer, no delivery guarantee, but frames put
+to one address are written in the order they were put, after every request submitted before them
+(the lane's segments and the jobs deque, ``ClientInstance._drain_submitted``); the caller waits
+while the bytes queued (lane and ``submit_oneway`` together) are over ONEWAY_BACKLOG_BYTES or the
+connection's transport is paused, and gets RemotingTimeout after the producer's send_timeout.
+"""
+from __future__ import annotations
+
+import time
+
+from shmq.errors import RemotingTimeout
+from shmq.native import _oneway, ffi, lib
+
+from .message import Message
+from .uniq_id import generator
+
+_UNIQ = generator()
+_oneway.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_uniq_ids"))), int(ffi.cast("uintptr_t", _UNIQ.c)))
+
+Lane = _oneway.Lane
+NEW, LOOK, FULL, EMONTH, UNSUPPORTED = _oneway.NEW, _oneway.LOOK, _oneway.FULL, _oneway.EMONTH, _oneway.UNSUPPORTED
+#: Bodies below this go through the lane (larger ones are written uncopied, as RemotingCommands)
+BODY_MAX = 64 * 1024
+
+
+class LaneMark:
+    """The job a lane's new segment puts in the client's deque: its drain takes that segment."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "<oneway lane segment>"
+
+
+MARK = LaneMark()
+def send_plain(p, msg) -> bool:
+    """``p.send_oneway(msg)`` through the lane; False (nothing sent, nothing drawn from the
+    round robin) when ``msg`` is not plain, and the caller takes the general path."""
+    body, topic, tags = msg.body, msg.topic, msg.tags
+    inst = p.instance
+    if not (msg.__class__ is Message and topic.__class__ is str and topic in p._sendable and not msg.keys
+            and not msg.delay_level and body.__class__ is bytes and 0 < len(body) <= p.compress_over
+            and len(body) <= p.max_message_size and len(body) < BODY_MAX and not msg.properties
+            and (not tags or tags.__class__ is str) and inst is not None and inst.rpc_hook is None):
+        return False
+    info = p._publish_info(topic)
+    mq = p._select(info, None)
+    link = None if info.via_default else p.links.get(mq.broker_name)
+    if link is not None:
+        p._oneway_local(link, mq, msg, info)
+        return True
+    addr = inst.master_addr(mq.broker_name)
+    if addr is None:
+        return True  # as send_oneway: dropped, the caller asked not to hear
+    t = p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True).template
+    if t is None:
+        return False
+    lane = inst.oneway_lane
+    st = lane.put(addr, t.pieces, 0, msg.flag, tags or None, body)
+    while st > NEW:  # nothing written yet
+        if st & UNSUPPORTED:  # tags with a control character: the Python encoder escapes them
+            return False
+        if st & EMONTH:
+            _UNIQ.roll()
+        else:
+            wait_room(inst, addr, p.send_timeout)
+        st = lane.put(addr, t.pieces, 0, msg.flag, tags or None, body)
+    if st and not inst._drain_scheduled:  # a new segment: its marker is in the deque
+        inst._drain_scheduled = True
+        inst.loop.call_soon_threadsafe(inst._drain_submitted)
+    return True
+
+
+def wait_room(inst, addr: str, timeout: float) -> None:
+    """Wait while the client's oneway bound is reached or ``addr``'s connection takes nothing;
+    RemotingTimeout after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while inst._oneway_full() or inst._write_paused(addr):
+        if time.monotonic() > deadline:
+            raise RemotingTimeout(f"oneway send to {addr}: the connection took nothing for {timeout:g}s")
+        time.sleep(0.0005)

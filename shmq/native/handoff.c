@@ -1,0 +1,72 @@
+/*
+ * shmq/native/handoff.c -- the wake-up of a client's consume threads (client/handoff.py).
+ *
+ * Why C: a consume thread woken while the waker holds the GIL runs, finds the GIL taken,
+ * sleeps on it and is woken a second time when the loop thread drops it (and the loop thread
+ * is often preempted at the wake-up itself): measured with perf on a caught-up TCP consumer,
+ * a third of its time went to those switches. cffi calls these functions with the GIL
+ * released, so shmq_handoff_epoll wakes the consume threads the loop's turn owes only once
+ * the GIL is free, and then sleeps in epoll_wait as the selector would have: a woken thread
+ * takes the GIL at once, one switch per hand-off.
+ *
+ * The lost-wake-up rule: a poster bumps seq after the task is queued, then reads waiters; a
+ * waiter counts itself in waiters, then sleeps only while seq is still what it read before it
+ * looked at the queue (FUTEX_WAIT checks that atomically). Sequentially consistent atomics on
+ * both sides, so either the poster sees the waiter or the waiter sees the new seq.
+ */
+#define _GNU_SOURCE
+#include "handoff.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sys/epoll.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EPOLL_BATCH 64
+
+int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms) {
+    int r = 0;
+    __atomic_add_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
+    if (__atomic_load_n(&h->seq, __ATOMIC_SEQ_CST) == seen) {
+        struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
+        if (syscall(SYS_futex, &h->seq, FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? NULL : &ts, NULL, 0) < 0)
+            r = -errno;
+    }
+    __atomic_sub_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
+    return r;
+}
+
+void shmq_handoff_post(shmq_handoff *h, int n) {
+    __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
+    int w = __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST);
+    if (w > 0 && n > 0)  /* no thread asleep: no system call */
+        syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, n < w ? n : w, NULL, NULL, 0);
+}
+
+/* The owed posts of hs[0..nh) (posts is only touched by the loop thread, so no atomics), then
+ * epoll_wait; fds/evs get what Python's epoll.poll returns. -errno on failure. */
+int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents) {
+    for (int i = 0; i < nh; i++) {
+        shmq_handoff *h = hs[i];
+        if (h != NULL && h->posts > 0) {
+            int n = h->posts;
+            h->posts = 0;
+            shmq_handoff_post(h, n);
+        }
+    }
+    struct epoll_event buf[EPOLL_BATCH];
+    if (maxevents > EPOLL_BATCH)
+        maxevents = EPOLL_BATCH;  /* level-triggered: the rest is answered by the next call */
+    if (maxevents < 1)
+        maxevents = 1;
+    int n = epoll_wait(epfd, buf, maxevents, timeout_ms);
+    if (n < 0)
+        return -errno;
+    for (int i = 0; i < n; i++) {
+        fds[i] = buf[i].data.fd;
+        evs[i] = buf[i].events;
+    }
+    return n;
+}

@@ -1,0 +1,19 @@
+/*
+ * shmq/native/handoff.h -- the consume pool's hand-off word (client/handoff.py): a client's
+ * loop thread gives pulled messages to consume threads with no GIL held at the wake-up.
+ * The CDEF block is fed to cffi with core.h's.
+ */
+#ifndef SHMQ_HANDOFF_H
+#define SHMQ_HANDOFF_H
+#include <stdint.h>
+
+/* CDEF-BEGIN */
+/* seq: bumped by every post (the futex word); waiters: consume threads inside
+ * shmq_handoff_wait; posts: wake-ups the loop thread owes, paid in shmq_handoff_epoll. */
+typedef struct shmq_handoff { uint32_t seq; int32_t waiters; int32_t posts; int32_t pad; } shmq_handoff;
+int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms);
+void shmq_handoff_post(shmq_handoff *h, int n);
+int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents);
+/* CDEF-END */
+
+#endif

@@ -1,0 +1,83 @@
+"""client/handoff.py: tasks a client loop hands to consume threads run there (never on the
+loop thread), in the order handed over, with the wake-up paid when the loop goes to sleep; the
+loop's own readers and timers keep working through the C select; a pool shut down leaves the
+loop serving; a task handed over by another thread runs at once."""
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+
+from shmq.client.handoff import ConsumePool, HandoffSelector
+
+
+def _loop():
+    sel = HandoffSelector()
+    loop = asyncio.SelectorEventLoop(sel)
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+    return sel, loop, th
+
+
+def _stop(loop, th):
+    loop.call_soon_threadsafe(loop.stop)
+    th.join(5)
+    loop.close()
+
+
+def test_loop_handed_tasks_run_on_a_consume_thread_in_order():
+    sel, loop, th = _loop()
+    pool = ConsumePool(1, "t", sel, th)
+    seen, done = [], threading.Event()
+
+    def task(i):
+        seen.append((i, threading.current_thread() is th))
+        if i == 499:
+            done.set()
+
+    def hand_over(start):  # on the loop thread: 50 per turn, as a read with many answers would
+        for i in range(start, start + 50):
+            pool.submit(task, i)
+    for s in range(0, 500, 50):
+        loop.call_soon_threadsafe(hand_over, s)
+    assert done.wait(5)
+    assert [i for i, _ in seen] == list(range(500))
+    assert not any(on_loop for _, on_loop in seen)
+    pool.shutdown()
+    _stop(loop, th)
+
+
+def test_the_loop_serves_readers_and_timers_while_it_owes_wake_ups():
+    sel, loop, th = _loop()
+    pool = ConsumePool(2, "t", sel, th)
+    a, b = socket.socketpair()
+    got, fired, ran = [], threading.Event(), threading.Event()
+
+    def readable():
+        got.append(a.recv(100))
+        pool.submit(ran.set)  # owed: paid by the C select that then waits for the timer
+        loop.call_later(0.05, fired.set)
+    loop.call_soon_threadsafe(loop.add_reader, a.fileno(), readable)
+    b.send(b"ping")
+    assert ran.wait(5) and fired.wait(5)
+    assert got == [b"ping"]
+    pool.shutdown()  # detached: the loop keeps selecting without it
+    b.send(b"again")
+    deadline = threading.Event()
+    loop.call_soon_threadsafe(loop.call_later, 0.05, deadline.set)
+    assert deadline.wait(5)
+    assert got[-1] == b"again"
+    loop.call_soon_threadsafe(loop.remove_reader, a.fileno())
+    _stop(loop, th)
+    a.close()
+    b.close()
+
+
+def test_a_task_from_another_thread_runs_without_the_loop():
+    sel, loop, th = _loop()
+    pool = ConsumePool(1, "t", sel, th)
+    done = threading.Event()
+    pool.submit(done.set)  # not the loop thread: posted at once
+    assert done.wait(5)
+    pool.shutdown()
+    _stop(loop, th)
