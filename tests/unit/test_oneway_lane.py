@@ -238,3 +238,25 @@ def test_a_message_the_lane_leaves_is_sent_by_the_general_path(tags):
         p.shutdown()
         p._ns.close()
         sink.close()
+
+
+def test_oneways_to_an_address_that_refuses_are_dropped_and_leave_nothing_counted():
+    s = socket.create_server(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()  # nothing listens there now: every connect is refused
+    sink = Sink()
+    p = _producer(sink)
+    try:
+        p.send_oneway(Message("T", b"checked"))  # the topic is checked: the next ones take the lane
+        p.instance.broker_addrs["sink"] = {0: dead}
+        for i in range(2000):
+            p.send_oneway(Message("T", b"%d" % i))  # held for the connect, then failed: no error
+        _wait(lambda: p.instance.oneway_lane.queued == (0, 0) and not p.instance._held)
+        p.instance.broker_addrs["sink"] = {0: sink.addr}
+        p.instance._unreachable.clear()
+        p.send_oneway(Message("T", b"again"))
+        _wait(lambda: sink.conns and sink.conns[0] and sink.conns[0][-1].body == b"again")
+    finally:
+        p.shutdown()
+        p._ns.close()
+        sink.close()
