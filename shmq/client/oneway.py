@@ -45,15 +45,19 @@ class LaneMark:
 
 MARK = LaneMark()
 _NONE: dict = {}
+
+
 def send_plain(p, msg) -> bool:
-    """``p.send_oneway(msg)`` through the lane; False (nothing sent, nothing drawn from the
-    round robin) when ``msg`` is not plain, and the caller takes the general path."""
+    """``p.send_oneway(msg)`` through the lane; False (nothing sent) when ``msg`` is not plain,
+    and the caller takes the general path. That is decided before the round robin is drawn
+    from, but for a group or topic holding a template stand-in (``SendFrame.of``)."""
     body, topic, tags = msg.body, msg.topic, msg.tags
     inst = p.instance
     if not (msg.__class__ is Message and topic.__class__ is str and topic in p._sendable and not msg.keys
             and not msg.delay_level and body.__class__ is bytes and 0 < len(body) <= p.compress_over
             and len(body) <= p.max_message_size and len(body) < BODY_MAX and not msg.properties
-            and (not tags or tags.__class__ is str) and inst is not None and inst.rpc_hook is None):
+            and (not tags or (tags.__class__ is str and tags.isprintable()))
+            and inst is not None and inst.rpc_hook is None):
         return False
     # Producer._publish_info / _select / links.get / master_addr, their common case inline (a
     # method call is ~10 % of this whole send)
@@ -76,8 +80,8 @@ def send_plain(p, msg) -> bool:
     lane = inst.oneway_lane
     st = lane.put(addr, t.pieces, 0, msg.flag, tags or None, body)
     while st > NEW:  # nothing written yet
-        if st & UNSUPPORTED:  # tags with a control character: the Python encoder escapes them
-            return False
+        if st & UNSUPPORTED:  # a control character in the tags (isprintable let none by): Python's
+            return False      # encoder escapes them
         if st & EMONTH:
             _UNIQ.roll()
         else:

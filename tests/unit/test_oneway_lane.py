@@ -30,6 +30,10 @@ def _frames(data: bytes) -> list[bytes]:
     return out
 
 
+def _pieces() -> tuple[bytes, ...]:
+    return Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+
+
 def _put(lane, *args):
     st = lane.put(*args)
     while st == LOOK or st == EMONTH:  # EMONTH: not in this month's test run, but handled as the caller does
@@ -71,7 +75,7 @@ def test_the_lane_frame_is_the_template_frame_byte_for_byte():
 
 def test_tags_the_c_encoder_does_not_escape_are_left_to_python_nothing_written():
     lane = Lane([].append, "mark", 1 << 20, 1000)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     for tags in ("a\tb", "x\n", "\x01"):
         assert _put(lane, "a", pieces, 0, 0, tags, b"x") == UNSUPPORTED
     assert lane.queued == (0, 0) and lane.take() is None
@@ -80,7 +84,7 @@ def test_tags_the_c_encoder_does_not_escape_are_left_to_python_nothing_written()
 def test_the_bound_holds_and_frees_as_taken():
     jobs: list = []
     lane = Lane(jobs.append, "mark", 10_000, 50)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     n = 0
     while (st := _put(lane, "a", pieces, 0, 0, None, b"x" * 500)) != FULL:
         n += 1
@@ -102,7 +106,7 @@ def test_the_bound_holds_and_frees_as_taken():
 def test_a_new_address_or_a_seal_opens_a_new_segment_in_order():
     jobs: list = []
     lane = Lane(jobs.append, "m", 1 << 20, 1000)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     assert _put(lane, "a", pieces, 0, 0, None, b"1") == NEW
     assert _put(lane, "a", pieces, 0, 0, None, b"2") == 0
     assert _put(lane, "b", pieces, 0, 0, None, b"3") == NEW
