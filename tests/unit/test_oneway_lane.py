@@ -31,7 +31,8 @@ def _frames(data: bytes) -> list[bytes]:
 
 
 def _pieces() -> tuple[bytes, ...]:
-    return Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    frames = Producer("pg", local="never")._frames
+    return frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
 
 
 def _put(lane, *args):
