@@ -265,3 +265,30 @@ def test_oneways_to_an_address_that_refuses_are_dropped_and_leave_nothing_counte
         p.shutdown()
         p._ns.close()
         sink.close()
+
+
+def test_two_threads_each_keep_their_order():
+    sink = Sink()
+    p = _producer(sink)
+    try:
+        p.send_oneway(Message("T", b"checked"))
+
+        def run(t: int) -> None:
+            for i in range(2000):
+                if i % 300 == 5:
+                    p.send_async(Message("T", b"%d-%d" % (t, i)))  # not waited for: only ordered
+                else:
+                    p.send_oneway(Message("T", b"%d-%d" % (t, i)))
+        threads = [threading.Thread(target=run, args=(t,)) for t in (1, 2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        _wait(lambda: sink.conns and len(sink.conns[0]) >= 4001)
+        got = [c.body.split(b"-") for c in sink.conns[0][1:]]
+        for t in (b"1", b"2"):
+            assert [int(i) for th, i in got if th == t] == list(range(2000))
+    finally:
+        p.shutdown()
+        p._ns.close()
+        sink.close()
