@@ -36,13 +36,29 @@ CONSUME_FROM = {"LAST_OFFSET": "CONSUME_FROM_LAST_OFFSET", "FIRST_OFFSET": "CONS
 
 
 class ProcessQueue:
-    """The messages of one assigned queue between pull and consume."""
+    """The messages of one assigned queue between pull and consume, and the offset that is safe
+    to commit: the smallest offset still in flight, or one past everything seen (RocketMQ's
+    ProcessQueue keeps a TreeMap of offsets for the same answer).
+
+    A pulled batch above everything seen whose offsets are contiguous (every puller hands a
+    queue's messages in queue order; the C record walk's batches are contiguous) is kept as ONE
+    entry, ``_spans[first offset] = the batch``: a consumer that settles the batch it was handed
+    (the concurrent and inline paths) removes it with one dict operation, not one per message.
+    Anything else (a filtered pull with gaps, a batch put below what was seen, a partial removal
+    when some messages go round again, an orderly consumer's ``first(n)``) first splits every
+    span into per-message entries (``_single``; each message is split at most once), and is then
+    answered exactly as with one entry per message. A span's offsets are never shared with any
+    other entry (it starts above ``max_seen`` when put; a later per-message put splits it first),
+    which is what lets a removal move ``_low`` past a whole span at once."""
 
     def __init__(self, mq: MessageQueue, next_offset: int):
         self.mq = mq
         self.next_offset = next_offset
-        self.msgs: dict[int, MessageExt] = {}
-        self._low = next_offset                # <= the smallest offset in msgs (when any)
+        self._spans: dict[int, list[MessageExt]] = {}
+        self._single: dict[int, MessageExt] = {}
+        self._n = 0                            # messages in flight (in both)
+        self._low = next_offset                # <= the smallest offset in flight (when any)
+        self._gone: dict[int, int] = {}        # spans removed above _low: first offset -> one past the last
         self.watch = None                      # local pulls: (store, pointer to the queue's max offset, QueueReader)
         self.max_seen = next_offset - 1
         self.lock = threading.Lock()
@@ -54,51 +70,81 @@ class ProcessQueue:
     def put(self, msgs: list[MessageExt]) -> None:
         if not msgs:
             return
+        n, lo, hi = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
         with self.lock:
-            d = self.msgs
+            if lo > self.max_seen and hi - lo == n - 1:
+                if not self._n:
+                    self._low = lo
+                self._spans[lo] = msgs
+                self._n += n
+                self.max_seen = hi
+                return
+            self._split()
+            self._gone.clear()  # offsets put again inside a removed span: walk them one by one
+            d = self._single
             was_empty = not d
-            if len(msgs) == 1:  # a caught-up consumer's common pull: no loop
-                m = msgs[0]
-                low = high = m.queue_offset
-                d[low] = m
-            else:
-                low = high = msgs[0].queue_offset
-                for m in msgs:  # one pass: the lowest and highest offsets, and the map
-                    o = m.queue_offset
-                    d[o] = m
-                    if o < low:
-                        low = o
-                    elif o > high:
-                        high = o
+            low = high = lo
+            for m in msgs:  # one pass: the lowest and highest offsets, and the map
+                o = m.queue_offset
+                d[o] = m
+                if o < low:
+                    low = o
+                elif o > high:
+                    high = o
+            self._n = len(d)
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high
+
+    def _split(self) -> None:
+        """Every span into per-message entries (the lock is held)."""
+        if self._spans:
+            d = self._single
+            for batch in self._spans.values():
+                for m in batch:
+                    d[m.queue_offset] = m
+            self._spans.clear()
 
     def remove(self, msgs: list[MessageExt]) -> int:
         """Forget consumed messages; returns the offset safe to commit (the smallest still in
         flight, or one past everything seen)."""
         with self.lock:
-            d = self.msgs
-            for m in msgs:
-                d.pop(m.queue_offset, None)
-            if not d:
+            spans = self._spans
+            lo = msgs[0].queue_offset if msgs else None
+            if lo is not None and spans.get(lo) is msgs:  # the batch as put: one entry
+                del spans[lo]
+                self._n -= len(msgs)
+                hi = msgs[-1].queue_offset + 1
+                if lo == self._low:
+                    self._low = hi
+                else:
+                    self._gone[lo] = hi
+            else:
+                self._split()
+                d = self._single
+                for m in msgs:
+                    d.pop(m.queue_offset, None)
+                self._n = len(d)
+            if not self._n:
+                self._gone.clear()
                 return self.max_seen + 1
-            # _low <= every offset in flight, and it only moves up: amortised O(1) per offset.
-            # (Not next(iter(d)): after many pops from its front a dict walks every deleted
-            # slot to find the first live one, which made consumption quadratic.)
-            low = self._low
-            while low not in d:
-                low += 1
+            # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
+            # and a removed span is passed in one step. (Not next(iter(d)): after many pops
+            # from its front a dict walks every deleted slot to find the first live one.)
+            low, d, gone = self._low, self._single, self._gone
+            while low not in d and low not in spans:
+                low = gone.pop(low, low + 1)
             self._low = low
             return low
 
     def first(self, n: int) -> list[MessageExt]:
         with self.lock:
-            return [self.msgs[k] for k in sorted(self.msgs)[:n]]
+            self._split()
+            return [self._single[k] for k in sorted(self._single)[:n]]
 
     @property
     def count(self) -> int:
-        return len(self.msgs)
+        return self._n
 
 
 class ConsumerCore:
@@ -455,7 +501,7 @@ class ConsumerCore:
             return True
         if st is GetStatus.NO_MATCHED_MESSAGE:
             pq.next_offset = res.next_begin_offset
-            if not pq.msgs:
+            if not pq.count:
                 pq.max_seen = max(pq.max_seen, res.next_begin_offset - 1)
                 self.commit(pq, res.next_begin_offset)
             return True

@@ -144,7 +144,7 @@ class LocalPuller:
             return None if pq.dropped or watch(store, pq) is not None else hold
         if pq.dropped:
             return None
-        if len(pq.msgs) >= core.threshold:
+        if pq.count >= core.threshold:
             qs.leave_out(i)
             qs.full = True
             return hold

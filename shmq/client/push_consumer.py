@@ -119,6 +119,8 @@ class PushConsumer(ConsumerCore):
             if pq.dropped:
                 return
             done += self._consume_concurrently(pq, msgs[i:i + n], settle=False)
+        if len(done) == len(msgs):
+            done = msgs  # all of it: the pulled list itself, which the ProcessQueue removes in one step
         if done:
             self.commit(pq, pq.remove(done))
 

@@ -227,11 +227,11 @@ class TcpPull:
                 core._deliver(pq, msgs)
                 return
             pq.max_seen = max(pq.max_seen, nxt - 1)
-            if not pq.msgs:
+            if not pq.count:
                 core.commit(pq, nxt)
         elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             pq.next_offset = nxt
-            if code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.msgs:
+            if code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.count:
                 pq.max_seen = max(pq.max_seen, nxt - 1)
                 core.commit(pq, nxt)
         elif code == ResponseCode.PULL_OFFSET_MOVED:

@@ -1601,9 +1601,9 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
  * without a return to Python. No lost wake-up: commit_pos is loaded before each scan, and an
  * append publishes its queue's next_offset before commit_pos, so an append the scan missed
  * moves commit_pos past that load and ends the sleep. */
-static int wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                       int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t deadline) {
-    int64_t before = *seen;
+int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                     int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns) {
+    int64_t deadline = mono_ns() + timeout_ns, before = *seen;
     if (start < 0 || start >= n) start = 0;
     for (;;) {
         uint32_t st = LOAD_ACQ(&c->owner.state);
@@ -1626,26 +1626,6 @@ static int wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, i
         if (left <= 0) return -1;
         shmq_wait_data(c, cpos, spin_ns < left ? spin_ns : left, left);
     }
-}
-
-/* The spin adapts to the gaps between a consumer's wake-ups: a wait spins only when the previous
- * wait of its thread (one local pull thread per store) found news within 1.5 spin_ns of its
- * start (the extra half: a gap measured through a futex sleep includes the wake-up's own
- * latency). Measured at a paced 10,000 msgs/s: the gap is ~90 us, the default 50 us spin never
- * caught a message and cost ~40 of the consumer's ~65 us of CPU per message, the time a
- * producer and the broker sharing two cores with it lacked. At higher rates or in bursts the
- * gaps are short and it spins as before; a busy-polling consumer (a spin of seconds) always
- * spins; a wait that timed out, or the first after an idle spell, sleeps at once. */
-static __thread int64_t wait_gap_ns;
-
-int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                     int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns) {
-    int64_t t0 = mono_ns();
-    if (wait_gap_ns > spin_ns + spin_ns / 2) spin_ns = 0;
-    int r = wait_queues(c, next, offs, n, start, seen, hold, poke, poked, spin_ns, t0 + timeout_ns);
-    if (r >= 0) wait_gap_ns = mono_ns() - t0;
-    else if (r == -1) wait_gap_ns = INT64_MAX;
-    return r;
 }
 
 /* The supervisor's timer service's sleep (broker/supervisor/timer_service.py): until timer_seq

@@ -30,6 +30,11 @@ def _frames(data: bytes) -> list[bytes]:
     return out
 
 
+def _pieces() -> tuple[bytes, ...]:
+    frames = Producer("pg", local="never")._frames
+    return frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+
+
 def _put(lane, *args):
     st = lane.put(*args)
     while st == LOOK or st == EMONTH:  # EMONTH: not in this month's test run, but handled as the caller does
@@ -71,7 +76,7 @@ def test_the_lane_frame_is_the_template_frame_byte_for_byte():
 
 def test_tags_the_c_encoder_does_not_escape_are_left_to_python_nothing_written():
     lane = Lane([].append, "mark", 1 << 20, 1000)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     for tags in ("a\tb", "x\n", "\x01"):
         assert _put(lane, "a", pieces, 0, 0, tags, b"x") == UNSUPPORTED
     assert lane.queued == (0, 0) and lane.take() is None
@@ -80,7 +85,7 @@ def test_tags_the_c_encoder_does_not_escape_are_left_to_python_nothing_written()
 def test_the_bound_holds_and_frees_as_taken():
     jobs: list = []
     lane = Lane(jobs.append, "mark", 10_000, 50)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     n = 0
     while (st := _put(lane, "a", pieces, 0, 0, None, b"x" * 500)) != FULL:
         n += 1
@@ -102,7 +107,7 @@ def test_the_bound_holds_and_frees_as_taken():
 def test_a_new_address_or_a_seal_opens_a_new_segment_in_order():
     jobs: list = []
     lane = Lane(jobs.append, "m", 1 << 20, 1000)
-    pieces = Producer("pg", local="never")._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    pieces = _pieces()
     assert _put(lane, "a", pieces, 0, 0, None, b"1") == NEW
     assert _put(lane, "a", pieces, 0, 0, None, b"2") == 0
     assert _put(lane, "b", pieces, 0, 0, None, b"3") == NEW
@@ -234,6 +239,55 @@ def test_a_message_the_lane_leaves_is_sent_by_the_general_path(tags):
         got = sink.conns[0]
         assert [c.body for c in got] == [b"first", b"tabbed", b"plain"]
         assert got[1].ext_fields["i"].startswith("TAGS\x01a\tb\x02UNIQ_KEY\x01")
+    finally:
+        p.shutdown()
+        p._ns.close()
+        sink.close()
+
+
+def test_oneways_to_an_address_that_refuses_are_dropped_and_leave_nothing_counted():
+    s = socket.create_server(("127.0.0.1", 0))
+    dead = f"127.0.0.1:{s.getsockname()[1]}"
+    s.close()  # nothing listens there now: every connect is refused
+    sink = Sink()
+    p = _producer(sink)
+    try:
+        p.send_oneway(Message("T", b"checked"))  # the topic is checked: the next ones take the lane
+        p.instance.broker_addrs["sink"] = {0: dead}
+        for i in range(2000):
+            p.send_oneway(Message("T", b"%d" % i))  # held for the connect, then failed: no error
+        _wait(lambda: p.instance.oneway_lane.queued == (0, 0) and not p.instance._held)
+        p.instance.broker_addrs["sink"] = {0: sink.addr}
+        p.instance._unreachable.clear()
+        p.send_oneway(Message("T", b"again"))
+        _wait(lambda: sink.conns and sink.conns[0] and sink.conns[0][-1].body == b"again")
+    finally:
+        p.shutdown()
+        p._ns.close()
+        sink.close()
+
+
+def test_two_threads_each_keep_their_order():
+    sink = Sink()
+    p = _producer(sink)
+    try:
+        p.send_oneway(Message("T", b"checked"))
+
+        def run(t: int) -> None:
+            for i in range(2000):
+                if i % 300 == 5:
+                    p.send_async(Message("T", b"%d-%d" % (t, i)))  # not waited for: only ordered
+                else:
+                    p.send_oneway(Message("T", b"%d-%d" % (t, i)))
+        threads = [threading.Thread(target=run, args=(t,)) for t in (1, 2)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        _wait(lambda: sink.conns and len(sink.conns[0]) >= 4001)
+        got = [c.body.split(b"-") for c in sink.conns[0][1:]]
+        for t in (b"1", b"2"):
+            assert [int(i) for th, i in got if th == t] == list(range(2000))
     finally:
         p.shutdown()
         p._ns.close()
