@@ -226,6 +226,9 @@ def consumer_main(ns: str, topic: str) -> None:
 WARMUP = 300
 
 
+SPIN_US = 100  # the spinning sync row's Producer(sync_spin_us=): about one quiet round trip
+
+
 def sync_sends(p: Producer, topic: str, duration: float) -> tuple[float, list[float]]:
     for _ in range(WARMUP):
         p.send(Message(topic, BODY))
@@ -356,7 +359,7 @@ class CpuMeter:
         return "CPU/msg " + ", ".join(f"{k} {(t1[k] - self.t0[k]) / n * 1e6:.0f} µs" for k in t1)
 
 
-def consumer_row(pair, p: Producer, live: str, queues: int, duration: float, add) -> None:
+def consumer_row(pair, p: Producer, live: str, queues: int, duration: float, add, label: str = "") -> None:
     """Sync sends while a PushConsumer process takes them. A topic of its own: a new group
     starts at offset 0 while the queue's start is in memory (RocketMQ's queryConsumerOffset
     does the same), so on the first topic the consumer would drain the row before instead of
@@ -373,7 +376,7 @@ def consumer_row(pair, p: Producer, live: str, queues: int, duration: float, add
     took, calls = (int(x) for x in cons.stdout.readline().split())
     cons.wait(30)
     # listener calls = pull answers with messages (consume_batch_size 32 >= any pull)
-    add("sync send(), a PushConsumer process taking them", rate,
+    add(f"sync send(), a PushConsumer process taking them{label}", rate,
         f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; consumer took {took:,} "
         f"({took / max(1, calls):.2f} per pull); {used}")
 
@@ -397,7 +400,16 @@ def run_rounds(a, work: Path, add) -> None:
             cpu = CpuMeter(pair)
             rate, lat = sync_sends(p, topic, a.duration)
             add("sync send(), alone", rate, f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; {cpu.per(lat)}")
+            spin = Producer("tcp-paths-spin", namesrv=pair.namesrv, local="never", sync_spin_us=SPIN_US)
+            spin.start()
+            cpu = CpuMeter(pair)
+            rate, lat = sync_sends(spin, topic, a.duration)
+            polling = f", polling {SPIN_US} µs for the answer (sync_spin_us)"
+            add(f"sync send(), alone{polling}", rate,
+                f"p50 {pct(lat, .5):.0f} µs, p99 {pct(lat, .99):.0f} µs; {cpu.per(lat)}")
             consumer_row(pair, p, f"{topic}Live", queues, a.duration, add)
+            consumer_row(pair, spin, f"{topic}Spin", queues, a.duration, add, polling)
+            spin.shutdown()
             add("send_async(), 2,000 in flight", async_sends(p, topic, a.duration))
             add("send_oneway() (stored)", oneway_sends(p, pair.addr, topic, queues, a.duration))
             add("send_batch() of 32", batch_sends(p, topic, a.duration))

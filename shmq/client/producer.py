@@ -62,7 +62,8 @@ class Producer(ProducerBase):
                  retry_times_when_send_async_failed: int = 2, compress_msg_body_over: int = COMPRESS_THRESHOLD,
                  max_message_size: int = 4 * 1024 * 1024, send_latency_fault_enable: bool = False,
                  default_topic_queue_nums: int = 4, create_topic_key: str = TBW102,
-                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None):
+                 access_key: str | None = None, secret_key: str | None = None, security_token: str | None = None,
+                 sync_spin_us: float = 0):
         if not group:
             raise ValueError("a producer group is required")
         self.group = group
@@ -77,6 +78,8 @@ class Producer(ProducerBase):
         self.default_queue_nums = default_topic_queue_nums
         self.create_topic_key = create_topic_key
         self.credentials = credentials(access_key, secret_key, security_token)
+        #: a sync send over TCP polls for its answer this long before it blocks (SyncRemotingClient)
+        self.sync_spin_us = sync_spin_us
         self.instance: ClientInstance | None = None
         self.links: LocalLinks | None = None
         self._rr = itertools.count()
@@ -264,7 +267,8 @@ class Producer(ProducerBase):
             conns = self._tls.conns = {}
         c = conns.get(addr)
         if c is None:
-            c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout, rpc_hook=self.instance.rpc_hook)
+            c = conns[addr] = SyncRemotingClient(addr, timeout=self.send_timeout, rpc_hook=self.instance.rpc_hook,
+                                                      spin_us=self.sync_spin_us)
             with self._conns_lock:
                 self._all_conns.append(c)
         return c

@@ -150,12 +150,18 @@ class RemotingClient:
 
 
 class SyncRemotingClient:
-    """Blocking client: one request at a time. For tests and CLI tools, not for servers."""
+    """Blocking client: one request at a time (tests, CLI tools, a producer's sync sends).
+
+    ``spin_us``: before it blocks for an answer, poll the socket for up to this long. On a VM
+    whose idle vCPUs wake slowly, blocking costs the waiter a wake-up per answer (most of a
+    loopback round trip: bench/RESULTS.md, session 4); spinning spends that time on the CPU
+    instead. 0 (the default) never spins."""
 
     def __init__(self, addr: str, *, timeout: float = 3.0, max_frame_size: int = DEFAULT_MAX_FRAME_SIZE,
-                 rpc_hook: Callable[[RemotingCommand], Any] | None = None):
+                 rpc_hook: Callable[[RemotingCommand], Any] | None = None, spin_us: float = 0):
         self.addr = addr
         self.timeout = timeout
+        self._spin_s = max(0.0, spin_us) / 1e6
         self.rpc_hook = rpc_hook
         host, port = parse_addr(addr)
         try:
@@ -184,9 +190,11 @@ class SyncRemotingClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RemotingTimeout(f"nothing from {self.addr} in time")
-            self.sock.settimeout(left)
             try:
-                data = self.sock.recv(256 * 1024)
+                data = self._spin_recv() if self._spin_s else None
+                if data is None:
+                    self.sock.settimeout(left)
+                    data = self.sock.recv(256 * 1024)
             except socket.timeout:
                 raise RemotingTimeout(f"nothing from {self.addr} in time") from None
             except OSError as e:
@@ -195,6 +203,18 @@ class SyncRemotingClient:
                 raise RemotingClosed(f"connection to {self.addr} closed by the server")
             self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
         return self._ready.pop(0)
+
+    def _spin_recv(self) -> bytes | None:
+        """What the socket has within ``spin_us`` (b"" at EOF), or None: nothing came, block."""
+        end = time.perf_counter() + self._spin_s
+        self.sock.settimeout(0.0)  # a socket with a timeout would poll() before each recv
+        recv = self.sock.recv
+        while True:
+            try:
+                return recv(256 * 1024)
+            except BlockingIOError:
+                if time.perf_counter() > end:
+                    return None
 
     def invoke(self, cmd, timeout: float | None = None) -> RemotingCommand:
         """Send a request and wait for its response; requests from the server are skipped.
