@@ -24,12 +24,10 @@
 #include <string.h>
 #include <time.h>
 #include "core.h"
+#include "uniq_bind.h"
 
 enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
 
-typedef int (*uniq_fn)(shmq_uniq *, uint32_t, char *);
-static uniq_fn f_uniq;
-static shmq_uniq *the_uniq;
 
 typedef struct seg {
     struct seg *next;
@@ -301,19 +299,8 @@ static PyTypeObject LaneType = {
     .tp_getset = lane_getset,
 };
 
-/* bind(address of shmq_uniq_ids, address of the process's shmq_uniq): once, at import */
-static PyObject *o_bind(PyObject *self, PyObject *args) {
-    PyObject *f, *u;
-    if (!PyArg_ParseTuple(args, "OO", &f, &u)) return NULL;
-    void *p = PyLong_AsVoidPtr(f), *q = PyLong_AsVoidPtr(u);
-    if (!p || !q) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null address"), NULL);
-    f_uniq = (uniq_fn)p;
-    the_uniq = (shmq_uniq *)q;
-    Py_RETURN_NONE;
-}
-
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)o_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
+    {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,21 +16,7 @@
 #include <Python.h>
 #include <string.h>
 #include "core.h"
-
-typedef int (*uniq_fn)(shmq_uniq *, uint32_t, char *);
-static uniq_fn f_uniq;
-static shmq_uniq *the_uniq;
-
-/* bind(address of shmq_uniq_ids, address of the process's shmq_uniq): once, at import */
-static PyObject *r_bind(PyObject *self, PyObject *args) {
-    PyObject *f, *u;
-    if (!PyArg_ParseTuple(args, "OO", &f, &u)) return NULL;
-    void *p = PyLong_AsVoidPtr(f), *q = PyLong_AsVoidPtr(u);
-    if (!p || !q) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null address"), NULL);
-    f_uniq = (uniq_fn)p;
-    the_uniq = (shmq_uniq *)q;
-    Py_RETURN_NONE;
-}
+#include "uniq_bind.h"
 
 /* uniq() -> the next UNIQ_KEY (32 upper-case hex characters), or the int SHMQ_EMONTH when the
  * clock left the id's month window (the caller rolls the window and asks again) */
@@ -45,7 +31,7 @@ static PyObject *r_uniq(PyObject *self, PyObject *unused) {
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)r_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
+    {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
     {"uniq", (PyCFunction)r_uniq, METH_NOARGS, "uniq() -> a UNIQ_KEY, or SHMQ_EMONTH"},
     {NULL, NULL, 0, NULL},
 };
