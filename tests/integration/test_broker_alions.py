@@ -42,7 +42,10 @@ class Ons:
 
     def wait(self, timeout: float) -> int:
         rc = self.p.wait(timeout)
-        self.t.join(5)
+        # the process has exited, so its pipe ends: wait for the reader to parse all it wrote
+        # (5 s was not always enough for 10,000 lines on a loaded CI machine: 9,769 of 10,000)
+        self.t.join(timeout)
+        assert not self.t.is_alive(), "the harness's output was not read to its end"
         return rc
 
     def stop(self) -> None:
