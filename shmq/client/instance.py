@@ -22,6 +22,7 @@ from shmq.errors import RemotingClosed, RemotingConnectError, RemotingError, Shm
 from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
+from shmq.protocol.transport import SCATTER_BODY as _FRAME_BODY_MAX  # larger: sent as a RemotingCommand
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
@@ -41,8 +42,6 @@ UNREACHABLE_S = 5.0
 #: asyncio's high-water mark
 ONEWAY_BACKLOG = 65535
 ONEWAY_BACKLOG_BYTES = 16 * 1024 * 1024
-#: Bodies at least this large go as a RemotingCommand (the transport writes them uncopied)
-_FRAME_BODY_MAX = 64 * 1024
 _ids = itertools.count(1)
 
 

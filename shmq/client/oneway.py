@@ -21,6 +21,7 @@ import time
 
 from shmq.errors import RemotingTimeout
 from shmq.native import _oneway, ffi, lib
+from shmq.protocol.transport import SCATTER_BODY
 
 from .message import Message
 from .uniq_id import generator
@@ -31,7 +32,7 @@ _oneway.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_uniq_ids"))), in
 Lane = _oneway.Lane
 NEW, LOOK, FULL, EMONTH, UNSUPPORTED = _oneway.NEW, _oneway.LOOK, _oneway.FULL, _oneway.EMONTH, _oneway.UNSUPPORTED
 #: Bodies below this go through the lane (larger ones are written uncopied, as RemotingCommands)
-BODY_MAX = 64 * 1024
+BODY_MAX = SCATTER_BODY
 
 
 class LaneMark:

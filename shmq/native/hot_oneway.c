@@ -109,7 +109,10 @@ static Py_ssize_t tags_json_len(const char *t, Py_ssize_t n) {
     return out;
 }
 
-static const char TAGS_HEAD[] = "\"TAGS\\u0001", TAGS_END[] = "\\u0002", UNIQ_HEAD[] = "UNIQ_KEY\\u0001";
+/* the properties JSON: names from layout.h; \u0001 / \u0002 are the JSON escapes of
+ * SHMQ_NAME_VALUE_SEP / SHMQ_PROPERTY_SEP, as msgspec writes them */
+static const char TAGS_HEAD[] = "\"" SHMQ_PROP_TAGS "\\u0001", TAGS_END[] = "\\u0002",
+                  UNIQ_HEAD[] = SHMQ_PROP_UNIQ_KEY "\\u0001";
 #define LIT(s) (sizeof(s) - 1)
 
 /* the segment a put for addr goes to: the open one for the same address, or a new one (its

@@ -69,8 +69,9 @@ Handler = Callable[["Connection", RemotingCommand], Union[Awaitable[RemotingComm
 #: ``fast(conn, data, pos) -> (pos, answers, stop)``: see "A server may take the common requests".
 FastFrames = Callable[["Connection", bytes, int], tuple[int, Union[bytes, None], bool]]
 
-#: Bodies at least this large are written without being copied into the frame.
-_SCATTER_BODY = 64 * 1024
+#: Bodies at least this large are written without being copied into the frame (a sender that
+#: builds whole frames itself leaves such a body to ``Connection.send``).
+SCATTER_BODY = 64 * 1024
 
 
 class Limits:
@@ -358,7 +359,7 @@ class Connection(asyncio.Protocol):
         t = self._transport
         if t is None or self.closed or t.is_closing():
             return
-        if len(cmd.body) >= _SCATTER_BODY:
+        if len(cmd.body) >= SCATTER_BODY:
             self._flush()  # what was written before goes first
             t.writelines(encode_command_parts(cmd))
             self.last_activity = self._loop.time()

@@ -35,6 +35,7 @@ from shmq.protocol import FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCo
 from shmq.protocol.command import FRAME_PREFIX, header_template
 from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.headers import PullMessageRequestHeader
+from shmq.protocol.transport import SCATTER_BODY as _FRAME_BODY_MAX  # larger: conn.send writes it uncopied
 from shmq.store import GetStatus
 
 from ..context import WorkerContext
@@ -243,9 +244,6 @@ async def _settled(r):
     return r if r is None or isinstance(r, RemotingCommand) else await r
 
 
-#: a body at least this large goes through conn.send, which writes it without copying it into
-#: the frame (transport._SCATTER_BODY)
-_FRAME_BODY_MAX = 64 * 1024
 _PREFIX = FRAME_PREFIX  # bound here: see command.FRAME_PREFIX
 _HELD = "pull.held"  # conn.context key: this connection's held pulls answered directly
 _PHYS = struct.Struct(">q")
