@@ -27,6 +27,17 @@ def wait_until(cond, timeout: float = 20.0, what: str = "condition", step: float
     raise AssertionError(f"timed out waiting for {what}")
 
 
+def wait_slave_knows(addr: str, topic: str) -> None:
+    """Wait until the slave at ``addr`` has copied ``topic`` from its master's table (every
+    slaveSynchronizeInterval, as in RocketMQ): before that it answers TOPIC_NOT_EXIST to a pull
+    although the replicated records are in its store."""
+    from shmq.protocol import ResponseCode
+    from shmq.protocol.wire import pull
+    with SyncRemotingClient(addr, timeout=10) as c:
+        wait_until(lambda: pull(c, topic, 0, 0).code != ResponseCode.TOPIC_NOT_EXIST,
+                   what=f"the slave to learn {topic}")
+
+
 def commit_pos(addr: str) -> int:
     """The broker's CommitLog end (GET_BROKER_RUNTIME_INFO's commitLogMaxOffset); -1 while the
     broker cannot tell yet (an Apache RocketMQ broker still starting answers with no body)."""

@@ -12,7 +12,7 @@ from shmq.protocol.headers import UpdateConsumerOffsetRequestHeader
 
 from .broker_helpers import create_topic, send
 from .broker_helpers import start_broker  # noqa: F401 (fixture)
-from .ha_helpers import kill_broker, commit_pos, pull_all, start_pair, wait_until  # noqa: F401 (fixture)
+from .ha_helpers import kill_broker, commit_pos, pull_all, start_pair, wait_slave_knows, wait_until  # noqa: F401 (fixture)
 
 
 def _route(namesrv, topic):
@@ -44,6 +44,7 @@ def test_async_pair_replicates_serves_reads_and_refuses_writes(start_pair, names
     end = commit_pos(master.addr)
     wait_until(lambda: commit_pos(slave.addr) == end, what="the slave to catch up")
     _same_log(master.store, slave.store, end)
+    wait_slave_knows(slave.addr, "HA")
     assert sorted(pull_all(slave.addr, "HA", 2)) == [b"m%04d" % i for i in range(300)]
     # the slave refuses writes as RocketMQ's does (SERVICE_NOT_AVAILABLE), storing nothing
     with SyncRemotingClient(slave.addr, timeout=5) as c:
@@ -88,6 +89,8 @@ def test_async_master_killed_loses_at_most_what_the_slave_lacked(start_pair, cap
     master, slave = start_pair("ASYNC_MASTER", name="pair-k")
     acked = []
     with SyncRemotingClient(master.addr, timeout=5) as c:
+        assert create_topic(c, "HK", 4).code == 0
+        wait_slave_knows(slave.addr, "HK")  # else an early kill leaves the slave nothing to serve
         for i in range(2000):
             if send(c, "HK", b"k%05d" % i, queue_id=i % 4).code == 0:
                 acked.append(b"k%05d" % i)
