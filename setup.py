@@ -12,13 +12,13 @@ setup(
                            include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the broker worker's C path for plain TCP sends (remoting_send.c says why)
                  Extension("shmq.native._rsend", ["shmq/native/remoting_send.c"],
-                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                           include_dirs=["shmq/native"], depends=["shmq/native/remoting_header.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's per-send C, with the GIL held (hot_remote.c says why)
                  Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's async answers, matched from the read buffer (remote_answer.c says why)
-                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c"],
-                           extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c"], include_dirs=["shmq/native"],
+                           depends=["shmq/native/remoting_header.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"])],

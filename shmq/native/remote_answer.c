@@ -14,10 +14,11 @@
  * take, which the Python path then serves, in order: any other code (a refusal to retry), a
  * request from the broker, a pull's answer (it has a body), a binary header, an unknown opaque,
  * a queueId other than the queue asked, a transactionId or recallHandle, and any header its
- * parser does not read exactly as msgspec would (a backslash, a byte >= 0x80, a value of another
- * JSON type, a number with a fraction): the parser never guesses; it is one reader of
- * shmq.protocol.command's format, and ``decode`` exposes it so the tests hold it against
- * ``decode_command`` frame by frame. A bad length word is the Python decoder's (not taken).
+ * scanner does not read exactly as msgspec would (a backslash: no scratch is given here, a byte
+ * >= 0x80, a value of another JSON type, a number with a fraction). The scanner is
+ * remoting_header.h, the one the worker's remoting_send.c reads its sends with; ``decode``
+ * exposes it so the tests hold it against ``decode_command`` frame by frame (with and without
+ * escapes). A bad length word is the Python decoder's (not taken).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -25,10 +26,12 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "remoting_header.h"
+
 #define MAX_EXT 24          /* extFields pairs read; more: the Python path's */
 #define MAX_ANSWER 65536    /* larger frames are the Python decoder's (it knows the limits) */
 
-typedef struct { const char *p; Py_ssize_t n; } span;
+typedef rh_span span;
 
 typedef struct {
     int64_t code, opaque, flag, version;
@@ -41,195 +44,100 @@ typedef struct {
 static PyObject *async_type, *resolve, *result_type, *send_ok, *invalid_state;
 static PyObject *s_pending, *s_state, *s_mq, *s_uniq;
 
-/* ---- the JSON header (what shmq.protocol.command's strict decoder takes) ------------------ */
-typedef struct { const char *p, *end; } cur;
-
-static void ws(cur *c) {
-    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-/* a string with no escapes, control or non-ASCII bytes: 0, its bytes in *out; else -1 */
-static int str(cur *c, span *out) {
-    if (c->p >= c->end || *c->p != '"') return -1;
-    const char *s = ++c->p;
-    while (c->p < c->end) {
-        unsigned char ch = (unsigned char)*c->p;
-        if (ch == '"') { out->p = s; out->n = c->p - s; c->p++; return 0; }
-        if (ch == '\\' || ch < 0x20 || ch >= 0x80) return -1;
-        c->p++;
-    }
-    return -1;
-}
-
-/* a JSON integer (no fraction or exponent, no leading zero, at most 18 digits) */
-static int num(cur *c, int64_t *out) {
-    int neg = 0, digits = 0;
-    int64_t v = 0;
-    if (c->p < c->end && *c->p == '-') { neg = 1; c->p++; }
-    if (c->p < c->end && *c->p == '0' && c->p + 1 < c->end && c->p[1] >= '0' && c->p[1] <= '9') return -1;
-    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
-        if (++digits > 18) return -1;
-        v = v * 10 + (*c->p++ - '0');
-    }
-    if (!digits || (c->p < c->end && (*c->p == '.' || *c->p == 'e' || *c->p == 'E'))) return -1;
-    *out = neg ? -v : v;
+/* ---- the JSON header (remoting_header.h scans it; here: which fields mean what) ------------ */
+static int ext_member(rh_cur *c, const span *k, void *ctx) {
+    header *h = ctx;
+    if (h->n_ext == MAX_EXT) return -1;
+    h->key[h->n_ext] = *k;
+    if (rh_str(c, &h->val[h->n_ext])) return -1;  /* extFields: strings only (the strict type) */
+    h->n_ext++;
     return 0;
 }
 
-static int word(cur *c, const char *w) {
-    size_t n = strlen(w);
-    if ((size_t)(c->end - c->p) < n || memcmp(c->p, w, n)) return -1;
-    c->p += n;
-    return 0;
-}
-
-/* a value of a key the decoder ignores: a string, integer, true, false or null */
-static int skip(cur *c) {
-    span s;
-    int64_t v;
-    if (c->p >= c->end) return -1;
-    if (*c->p == '"') return str(c, &s);
-    if (*c->p == 't') return word(c, "true");
-    if (*c->p == 'f') return word(c, "false");
-    if (*c->p == 'n') return word(c, "null");
-    return num(c, &v);
-}
-
-static int is(span k, const char *w) { return (size_t)k.n == strlen(w) && !memcmp(k.p, w, k.n); }
-
-static int ext_object(cur *c, header *h) {
-    if (c->p < c->end && *c->p == 'n') { h->has_ext = 0; return word(c, "null"); }
-    if (c->p >= c->end || *c->p++ != '{') return -1;
-    h->has_ext = 1;
-    h->n_ext = 0;
-    ws(c);
-    if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
-    for (;;) {
-        if (h->n_ext == MAX_EXT) return -1;
-        ws(c);
-        if (str(c, &h->key[h->n_ext])) return -1;
-        ws(c);
-        if (c->p >= c->end || *c->p++ != ':') return -1;
-        ws(c);
-        if (str(c, &h->val[h->n_ext])) return -1;  /* extFields: strings only (the strict type) */
-        h->n_ext++;
-        ws(c);
-        if (c->p < c->end && *c->p == ',') { c->p++; continue; }
-        if (c->p < c->end && *c->p == '}') { c->p++; return 0; }
-        return -1;
+/* A repeated key keeps its last value, as msgspec's struct and dict decoding do. */
+static int top_member(rh_cur *c, const span *k, void *ctx) {
+    header *h = ctx;
+    if (rh_is(k, "code")) return rh_int(c, &h->code, NULL);
+    if (rh_is(k, "opaque")) return rh_int(c, &h->opaque, NULL);
+    if (rh_is(k, "flag")) return rh_int(c, &h->flag, NULL);
+    if (rh_is(k, "version")) return rh_int(c, &h->version, NULL);
+    if (rh_is(k, "language")) return rh_str(c, &h->language);
+    if (rh_is(k, "remark")) {
+        if (rh_null(c)) { h->has_remark = 0; return 0; }
+        h->has_remark = 1;
+        return rh_str(c, &h->remark);
     }
-}
-
-/* the whole header, nothing but whitespace after it: 0, or -1 (not read exactly: Python's).
- * A repeated key keeps its last value, as msgspec's struct and dict decoding do. */
-static int parse(const char *p, Py_ssize_t n, header *h) {
-    cur c = {p, p + n};
-    memset(h, 0, offsetof(header, key));
-    h->language.p = "JAVA"; h->language.n = 4;  /* the strict type's defaults */
-    ws(&c);
-    if (c.p >= c.end || *c.p++ != '{') return -1;
-    ws(&c);
-    if (c.p < c.end && *c.p == '}') c.p++;
-    else for (;;) {
-        span k;
-        ws(&c);
-        if (str(&c, &k)) return -1;
-        ws(&c);
-        if (c.p >= c.end || *c.p++ != ':') return -1;
-        ws(&c);
-        int rc;
-        if (is(k, "code")) rc = num(&c, &h->code);
-        else if (is(k, "opaque")) rc = num(&c, &h->opaque);
-        else if (is(k, "flag")) rc = num(&c, &h->flag);
-        else if (is(k, "version")) rc = num(&c, &h->version);
-        else if (is(k, "language")) rc = str(&c, &h->language);
-        else if (is(k, "remark")) {
-            if (c.p < c.end && *c.p == 'n') { h->has_remark = 0; rc = word(&c, "null"); }
-            else { h->has_remark = 1; rc = str(&c, &h->remark); }
-        } else if (is(k, "extFields")) rc = ext_object(&c, h);
-        else rc = skip(&c);
-        if (rc) return -1;
-        ws(&c);
-        if (c.p < c.end && *c.p == ',') { c.p++; continue; }
-        if (c.p < c.end && *c.p == '}') { c.p++; break; }
-        return -1;
+    if (rh_is(k, "extFields")) {
+        h->n_ext = 0;
+        if (rh_null(c)) { h->has_ext = 0; return 0; }
+        h->has_ext = 1;
+        return rh_object(c, ext_member, h);
     }
-    ws(&c);
-    return c.p == c.end ? 0 : -1;
+    return rh_scalar(c);
 }
 
-static uint32_t be32(const unsigned char *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-/* a frame after its length word (mark | header | body): its JSON header read, or -1 */
-static int frame_header(const char *f, Py_ssize_t n, header *h, Py_ssize_t *body) {
-    if (n < 4) return -1;
-    uint32_t mark = be32((const unsigned char *)f);
-    Py_ssize_t hl = mark & 0xFFFFFF;
-    if (mark >> 24 || !hl || hl > n - 4) return -1;  /* binary header, or a bad length: Python's */
+/* a frame after its length word (mark | header | body): its JSON header read (escapes unescaped
+ * into ``scr`` when it is not NULL: it holds the frame's length), or -1: not read exactly, Python's */
+static int frame_header(const char *f, Py_ssize_t n, header *h, Py_ssize_t *body, uint8_t *scr) {
+    uint32_t hl;
+    rh_cur c;
+    if (rh_frame((const uint8_t *)f, (size_t)n, &hl)) return -1;
     *body = n - 4 - hl;
-    return parse(f + 4, hl, h);
+    memset(h, 0, offsetof(header, key));
+    h->language.p = (const uint8_t *)"JAVA"; h->language.n = 4;  /* the strict type's defaults */
+    return rh_header(&c, (const uint8_t *)f + 4, hl, scr, top_member, h);
 }
 
-static PyObject *text(span s) { return PyUnicode_DecodeASCII(s.p, s.n, NULL); }
+static PyObject *text(span s) { return PyUnicode_DecodeASCII((const char *)s.p, s.n, NULL); }
 
-/* decode(frame) -> (code, opaque, flag, version, language, remark, ext_fields, body) read as
- * decode_command reads them, or None: the tests' view of the parser */
-static PyObject *a_decode(PyObject *self, PyObject *arg) {
+/* a string as the tests' decode makes it: UTF-8 (an escape may unescape to a non-ASCII byte) */
+static PyObject *utext(span s) { return PyUnicode_DecodeUTF8((const char *)s.p, s.n, NULL); }
+
+/* decode(frame, escapes=False) -> (code, opaque, flag, version, language, remark, ext_fields,
+ * body) read as decode_command reads them, or None: the tests' view of the scanner; with
+ * ``escapes`` it unescapes strings as remoting_send.c's reading does (answers() refuses them) */
+static PyObject *a_decode(PyObject *self, PyObject *args) {
     Py_buffer b;
     header h;
     Py_ssize_t body;
-    if (PyObject_GetBuffer(arg, &b, PyBUF_SIMPLE)) return NULL;
+    int escapes = 0;
+    if (!PyArg_ParseTuple(args, "y*|p", &b, &escapes)) return NULL;
     PyObject *r = NULL, *ext = NULL;
-    if (frame_header(b.buf, b.len, &h, &body)) { r = Py_NewRef(Py_None); goto out; }
+    uint8_t *scr = escapes ? PyMem_Malloc((size_t)b.len + 1) : NULL;
+    if (escapes && !scr) { PyErr_NoMemory(); goto out; }
+    if (frame_header(b.buf, b.len, &h, &body, scr)) { r = Py_NewRef(Py_None); goto out; }
     if (!(ext = PyDict_New())) goto out;
     for (int i = 0; h.has_ext && i < h.n_ext; i++) {
-        PyObject *k = text(h.key[i]), *v = k ? text(h.val[i]) : NULL;
+        PyObject *k = utext(h.key[i]), *v = k ? utext(h.val[i]) : NULL;
         int rc = v ? PyDict_SetItem(ext, k, v) : -1;
         Py_XDECREF(k);
         Py_XDECREF(v);
         if (rc) goto out;
     }
     r = Py_BuildValue("LLLLNNOy#", (long long)h.code, (long long)h.opaque, (long long)h.flag,
-                      (long long)h.version, text(h.language),
-                      h.has_remark ? text(h.remark) : Py_NewRef(Py_None), ext,
+                      (long long)h.version, utext(h.language),
+                      h.has_remark ? utext(h.remark) : Py_NewRef(Py_None), ext,
                       (const char *)b.buf + b.len - body, body);
 out:
     Py_XDECREF(ext);
+    PyMem_Free(scr);
     PyBuffer_Release(&b);
     return r;
-}
-
-/* an extFields integer as int(str) reads it, for the digits-only forms: 0, or -1 (Python's) */
-static int ext_int(span s, int64_t *out) {
-    cur c = {s.p, s.p + s.n};
-    int neg = 0;
-    int64_t v = 0;
-    if (c.p < c.end && *c.p == '-') { neg = 1; c.p++; }
-    if (c.p == c.end || c.end - c.p > 18) return -1;
-    for (; c.p < c.end; c.p++) {
-        if (*c.p < '0' || *c.p > '9') return -1;
-        v = v * 10 + (*c.p - '0');
-    }
-    *out = neg ? -v : v;
-    return 0;
 }
 
 /* What a SUCCESS answer's extFields say, as send_result reads them: 0, or -1 (Python's: a
  * queueId other than the queue asked, a transactionId / recallHandle, an integer it would
  * read otherwise, or a refusal to raise). */
 static int success_fields(const header *h, long queue_id, span *msg_id, int64_t *offset) {
-    static const char empty[] = "";
-    msg_id->p = empty; msg_id->n = 0;
+    msg_id->p = (const uint8_t *)""; msg_id->n = 0;
     *offset = -1;
     for (int i = 0; i < h->n_ext; i++) {  /* in order: a repeated key's last value counts */
-        span k = h->key[i];
+        const span *k = &h->key[i];
         int64_t v;
-        if (is(k, "msgId")) *msg_id = h->val[i];
-        else if (is(k, "queueOffset")) { if (ext_int(h->val[i], offset)) return -1; }
-        else if (is(k, "queueId")) { if (ext_int(h->val[i], &v)) return -1; if (v != queue_id) return -1; }
-        else if (is(k, "transactionId") || is(k, "recallHandle")) return -1;
+        if (rh_is(k, "msgId")) *msg_id = h->val[i];
+        else if (rh_is(k, "queueOffset")) { if (rh_field_int(&h->val[i], INT64_MIN, INT64_MAX, offset)) return -1; }
+        else if (rh_is(k, "queueId")) { if (rh_field_int(&h->val[i], INT64_MIN, INT64_MAX, &v) || v != queue_id) return -1; }
+        else if (rh_is(k, "transactionId") || rh_is(k, "recallHandle")) return -1;
     }
     return 0;  /* (a doubt, e.g. a repeated key with a differing value, is left to Python) */
 }
@@ -294,10 +202,10 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     int stop = 0, err = 0;
     header h;
     while (n - pos >= 4) {
-        Py_ssize_t total = be32((const unsigned char *)data + pos), body;
+        Py_ssize_t total = rh_be32((const uint8_t *)data + pos), body;
         if (total < 4 || total > MAX_ANSWER || total > n - pos - 4) break;
         stop = 1;  /* from here the frame at pos is complete: not taken, it is Python's */
-        if (frame_header(data + pos + 4, total, &h, &body) || body || !(h.flag & 1) || h.code || !h.has_ext) break;
+        if (frame_header(data + pos + 4, total, &h, &body, NULL) || body || !(h.flag & 1) || h.code || !h.has_ext) break;
         PyObject *key = PyLong_FromLongLong(h.opaque);
         if (!key) { err = 1; break; }
         PyObject *w = PyDict_GetItemWithError(pending, key);  /* borrowed */
@@ -330,7 +238,7 @@ static PyObject *a_bind(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
     {"answers", (PyCFunction)(void (*)(void))a_answers, METH_FASTCALL, "answers(conn, data, pos) -> (pos, None, stop)"},
-    {"decode", (PyCFunction)a_decode, METH_O, "decode(frame) -> the header's fields as read here, or None"},
+    {"decode", (PyCFunction)a_decode, METH_VARARGS, "decode(frame, escapes=False) -> the header's fields as read here, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -15,7 +15,8 @@
  * in their order on the wire and every refusal, error code and protocol error is the Python
  * path's own. Incomplete frames and bad length words are left to shmq.protocol.frame.
  *
- * What is not defined here: the header's field names (the letters, passed in from
+ * What is not defined here: how the header's JSON is scanned (remoting_header.h, the one C reader
+ * of it, which the client's remote_answer.c shares), the header's field names (the letters, passed in from
  * shmq.protocol.headers.SEND_V2_LETTERS), the answer's JSON (pieces cut by Python from
  * shmq.protocol.command's own encoding of an answer), the CLUSTER pair and the msgId prefix. The
  * stored properties are properties.stored_properties' (every WAIT and CLUSTER pair dropped, this
@@ -29,6 +30,7 @@
 #include <Python.h>
 #include <string.h>
 #include "core.h"
+#include "remoting_header.h"
 
 typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
                       uint32_t, shmq_result *);
@@ -40,7 +42,7 @@ enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG
 enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
 
 
-typedef struct { const uint8_t *p; uint32_t n; int set; } span;
+typedef rh_span span;
 
 typedef struct {
     PyObject *topic;   /* the str the worker's topic table is keyed by */
@@ -72,10 +74,6 @@ typedef struct {
     uint8_t *scr; size_t scr_cap;  /* unescaped header strings, then the stored properties */
 } Sends;
 
-static uint32_t rd32(const uint8_t *p) {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
 static uint32_t key_hash(const uint8_t *t, uint32_t n, int32_t qid) {
     uint32_t h = 2166136261u ^ (uint32_t)qid;
     for (uint32_t i = 0; i < n; i++) h = (h ^ t[i]) * 16777619u;
@@ -92,101 +90,7 @@ static qentry *lookup(Sends *s, const uint8_t *t, uint32_t n, int32_t qid, int f
     return NULL;
 }
 
-/* ---- the header's JSON (a strict subset; anything else is the Python path's) ---------------- */
-typedef struct { const uint8_t *p, *e; uint8_t *scr; size_t so; } cur;
-
-static void ws(cur *c) {
-    while (c->p < c->e && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
-}
-
-static int hexval(uint8_t ch) {
-    if (ch >= '0' && ch <= '9') return ch - '0';
-    if (ch >= 'a' && ch <= 'f') return ch - 'a' + 10;
-    if (ch >= 'A' && ch <= 'F') return ch - 'A' + 10;
-    return -1;
-}
-
-/* one escape after the backslash at c->p: its bytes into the scratch; -1 when not taken */
-static int unescape(cur *c, uint8_t *d, uint32_t *dn) {
-    uint8_t ch = c->p[1];
-    const char *simple = "\"\\/bfnrt", *to = "\"\\/\b\f\n\r\t";
-    const char *k = ch ? strchr(simple, ch) : NULL;
-    if (k) { d[(*dn)++] = (uint8_t)to[k - simple]; c->p += 2; return 0; }
-    if (ch != 'u' || c->e - c->p < 6) return -1;
-    int v = 0;
-    for (int i = 2; i < 6; i++) {
-        int x = hexval(c->p[i]);
-        if (x < 0) return -1;
-        v = v << 4 | x;
-    }
-    if (v >= 0xD800 && v <= 0xDFFF) return -1;  /* surrogates: Python's */
-    if (v < 0x80) d[(*dn)++] = (uint8_t)v;
-    else if (v < 0x800) { d[(*dn)++] = (uint8_t)(0xC0 | v >> 6); d[(*dn)++] = (uint8_t)(0x80 | (v & 0x3F)); }
-    else {
-        d[(*dn)++] = (uint8_t)(0xE0 | v >> 12);
-        d[(*dn)++] = (uint8_t)(0x80 | ((v >> 6) & 0x3F));
-        d[(*dn)++] = (uint8_t)(0x80 | (v & 0x3F));
-    }
-    c->p += 6;
-    return 0;
-}
-
-/* a string at c->p (its quote); ASCII only. Without escapes it points into the header. */
-static int jstr(cur *c, span *out) {
-    if (c->p >= c->e || *c->p != '"') return -1;
-    const uint8_t *s = ++c->p;
-    while (c->p < c->e && *c->p != '"' && *c->p != '\\') {
-        if (*c->p < 0x20 || *c->p >= 0x80) return -1;
-        c->p++;
-    }
-    if (c->p >= c->e) return -1;
-    if (*c->p == '"') { out->p = s; out->n = (uint32_t)(c->p - s); out->set = 1; c->p++; return 0; }
-    uint8_t *d = c->scr + c->so;
-    uint32_t dn = (uint32_t)(c->p - s);
-    memcpy(d, s, dn);
-    while (c->p < c->e && *c->p != '"') {
-        if (*c->p == '\\') {
-            if (c->e - c->p < 2 || unescape(c, d, &dn)) return -1;
-        } else if (*c->p < 0x20 || *c->p >= 0x80) return -1;
-        else d[dn++] = *c->p++;
-    }
-    if (c->p >= c->e) return -1;
-    c->p++;
-    out->p = d; out->n = dn; out->set = 1;
-    c->so += dn;
-    return 0;
-}
-
-/* an integer literal as JSON writes one (no leading zero, no "-0", at most 18 digits) */
-static int jint(cur *c, span *lit, int64_t *v) {
-    const uint8_t *s = c->p;
-    int neg = c->p < c->e && *c->p == '-';
-    if (neg) c->p++;
-    const uint8_t *d = c->p;
-    uint64_t x = 0;  /* unsigned: wraps, never overflows, before the digit count is checked */
-    while (c->p < c->e && *c->p >= '0' && *c->p <= '9') x = x * 10 + (uint64_t)(*c->p++ - '0');
-    size_t nd = (size_t)(c->p - d);
-    if (nd == 0 || nd > 18 || (nd > 1 && *d == '0') || (neg && x == 0)) return -1;
-    if (c->p < c->e && (*c->p == '.' || *c->p == 'e' || *c->p == 'E')) return -1;
-    *v = neg ? -(int64_t)x : (int64_t)x;
-    if (lit) { lit->p = s; lit->n = (uint32_t)(c->p - s); lit->set = 1; }
-    return 0;
-}
-
-/* a value of a key this parser ignores: a scalar (a string, integer, true, false or null) */
-static int jskip(cur *c) {
-    span sp;
-    int64_t v;
-    if (c->p >= c->e) return -1;
-    if (*c->p == '"') return jstr(c, &sp);
-    static const char *lits[] = {"true", "false", "null"};
-    for (int i = 0; i < 3; i++) {
-        size_t n = strlen(lits[i]);
-        if ((size_t)(c->e - c->p) >= n && memcmp(c->p, lits[i], n) == 0) { c->p += n; return 0; }
-    }
-    return jint(c, NULL, &v);
-}
-
+/* ---- the header (remoting_header.h scans its JSON; here: which fields a send takes) -------- */
 typedef struct {
     int64_t code, flag;
     span opaque;
@@ -194,98 +98,56 @@ typedef struct {
     int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
 } header;
 
-static int key_is(const span *k, const char *name) {
-    size_t n = strlen(name);
-    return k->n == n && memcmp(k->p, name, n) == 0;
-}
+typedef struct { Sends *s; header *h; } reading;
 
-/* the extFields object: strings only; the letters read are remembered, others skipped */
-static int ext_fields(Sends *s, cur *c, header *h) {
-    if (c->p >= c->e || *c->p != '{') return -1;
-    c->p++;
-    ws(c);
-    if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
-    for (;;) {
-        span k = {0}, v = {0};
-        ws(c);
-        if (jstr(c, &k)) return -1;
-        ws(c);
-        if (c->p >= c->e || *c->p++ != ':') return -1;
-        ws(c);
-        if (jstr(c, &v)) return -1;
-        for (int i = 0; i < K_N; i++) {
-            if (k.n == s->key_len[i] && memcmp(k.p, s->keys[i], k.n) == 0) {
-                if (h->f[i].set) return -1;  /* a duplicate: Python's */
-                h->f[i] = v;
-                break;
-            }
+/* an extFields member: strings only; the letters read are remembered, others skipped */
+static int ext_member(rh_cur *c, const span *k, void *ctx) {
+    reading *r = ctx;
+    span v = {0};
+    if (rh_str(c, &v)) return -1;
+    for (int i = 0; i < K_N; i++) {
+        if (k->n == r->s->key_len[i] && memcmp(k->p, r->s->keys[i], k->n) == 0) {
+            if (r->h->f[i].set) return -1;  /* a duplicate: Python's */
+            r->h->f[i] = v;
+            break;
         }
-        ws(c);
-        if (c->p < c->e && *c->p == ',') { c->p++; continue; }
-        if (c->p < c->e && *c->p == '}') { c->p++; return 0; }
-        return -1;
     }
+    return 0;
 }
 
-static int top_value(Sends *s, cur *c, header *h, const span *k) {
+/* a top-level member; a repeated key is the Python path's */
+static int top_member(rh_cur *c, const span *k, void *ctx) {
+    reading *r = ctx;
+    header *h = r->h;
     int64_t v;
     span sp;
-    if (key_is(k, "code")) {  /* any other request: handed back before the rest is read */
+    if (rh_is(k, "code")) {  /* any other request: handed back before the rest is read */
         if (h->have_code++) return -1;
-        return jint(c, NULL, &h->code) || h->code != s->code ? -1 : 0;
+        return rh_int(c, &h->code, NULL) || h->code != r->s->code ? -1 : 0;
     }
-    if (key_is(k, "flag")) { if (h->have_flag++) return -1; return jint(c, NULL, &h->flag); }
-    if (key_is(k, "opaque")) { if (h->opaque.set) return -1; return jint(c, &h->opaque, &v); }
-    if (key_is(k, "version")) { if (h->have_version++) return -1; return jint(c, NULL, &v); }
-    if (key_is(k, "extFields")) { if (h->have_ext++) return -1; return ext_fields(s, c, h); }
-    if (key_is(k, "language")) { if (h->have_lang++) return -1; return jstr(c, &sp); }
-    if (key_is(k, "serializeTypeCurrentRPC")) { if (h->have_stype++) return -1; return jstr(c, &sp); }
-    if (key_is(k, "remark")) {
+    if (rh_is(k, "flag")) { if (h->have_flag++) return -1; return rh_int(c, &h->flag, NULL); }
+    if (rh_is(k, "opaque")) {  /* echoed as written: "-0" (Python writes 0) is Python's */
+        if (h->opaque.set) return -1;
+        return rh_int(c, &v, &h->opaque) || (v == 0 && h->opaque.n != 1) ? -1 : 0;
+    }
+    if (rh_is(k, "version")) { if (h->have_version++) return -1; return rh_int(c, &v, NULL); }
+    if (rh_is(k, "extFields")) { if (h->have_ext++) return -1; return rh_object(c, ext_member, r); }
+    if (rh_is(k, "language")) { if (h->have_lang++) return -1; return rh_str(c, &sp); }
+    if (rh_is(k, "serializeTypeCurrentRPC")) { if (h->have_stype++) return -1; return rh_str(c, &sp); }
+    if (rh_is(k, "remark")) {
         if (h->have_remark++) return -1;
-        if ((size_t)(c->e - c->p) >= 4 && memcmp(c->p, "null", 4) == 0) { c->p += 4; return 0; }
-        return jstr(c, &sp);
+        return rh_null(c) ? 0 : rh_str(c, &sp);
     }
-    return jskip(c);
+    return rh_scalar(c);
 }
 
+/* the header read into *h, escapes unescaped into the scratch: the scratch used, or -1 */
 static int parse_header(Sends *s, const uint8_t *p, uint32_t n, header *h) {
-    cur c = {p, p + n, s->scr, 0};
+    rh_cur c;
+    reading r = {s, h};
     memset(h, 0, sizeof *h);
-    ws(&c);
-    if (c.p >= c.e || *c.p++ != '{') return -1;
-    ws(&c);
-    if (c.p < c.e && *c.p == '}') return -1;  /* no code: not a send */
-    for (;;) {
-        span k = {0};
-        ws(&c);
-        if (jstr(&c, &k)) return -1;
-        ws(&c);
-        if (c.p >= c.e || *c.p++ != ':') return -1;
-        ws(&c);
-        if (top_value(s, &c, h, &k)) return -1;
-        ws(&c);
-        if (c.p < c.e && *c.p == ',') { c.p++; continue; }
-        if (c.p < c.e && *c.p == '}') { c.p++; break; }
-        return -1;
-    }
-    ws(&c);
-    return c.p == c.e && h->have_code ? (int)c.so : -1;
-}
-
-/* an extFields value as Python's int() of it reads it, within int32 (or int64) */
-static int field_int(const span *f, int64_t lo, int64_t hi, int64_t *v) {
-    if (!f->set) return -1;
-    cur c = {f->p, f->p + f->n, NULL, 0};
-    const uint8_t *d = c.p + (c.p < c.e && *c.p == '-');
-    uint64_t x = 0;
-    size_t nd = 0;
-    for (const uint8_t *q = d; q < c.e; q++, nd++) {
-        if (*q < '0' || *q > '9') return -1;
-        x = x * 10 + (uint64_t)(*q - '0');
-    }
-    if (nd == 0 || nd > 18) return -1;
-    *v = d != c.p ? -(int64_t)x : (int64_t)x;
-    return *v < lo || *v > hi ? -1 : 0;
+    if (rh_header(&c, p, n, s->scr, top_member, &r) || !h->have_code) return -1;  /* no code: not a send */
+    return (int)c.so;
 }
 
 /* ---- the stored properties: stored_properties(raw, cluster) -------------------------------- */
@@ -386,11 +248,11 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     if (h->code != s->code || h->flag & s->f_response) return NULL;
     if (!h->f[K_GROUP].set || !h->f[K_TOPIC].set || !h->f[K_DEFTOPIC].set) return NULL;
     for (int i = 0; i < 4; i++)
-        if (field_int(&h->f[ints[i]], INT32_MIN, INT32_MAX, &v[ints[i]])) return NULL;
-    if (field_int(&h->f[K_BORN], INT64_MIN / 2, INT64_MAX / 2, &v[K_BORN])) return NULL;
+        if (rh_field_int(&h->f[ints[i]], INT32_MIN, INT32_MAX, &v[ints[i]])) return NULL;
+    if (rh_field_int(&h->f[K_BORN], INT64_MIN / 2, INT64_MAX / 2, &v[K_BORN])) return NULL;
     v[K_RECONSUME] = 0;
-    if (h->f[K_RECONSUME].set && field_int(&h->f[K_RECONSUME], INT32_MIN, INT32_MAX, &v[K_RECONSUME])) return NULL;
-    if (h->f[K_MAXRECONSUME].set && field_int(&h->f[K_MAXRECONSUME], INT32_MIN, INT32_MAX, &v[K_MAXRECONSUME]))
+    if (h->f[K_RECONSUME].set && rh_field_int(&h->f[K_RECONSUME], INT32_MIN, INT32_MAX, &v[K_RECONSUME])) return NULL;
+    if (h->f[K_MAXRECONSUME].set && rh_field_int(&h->f[K_MAXRECONSUME], INT32_MIN, INT32_MAX, &v[K_MAXRECONSUME]))
         return NULL;
     const span *b = &h->f[K_BATCH];
     if (b->set && !(b->n == 5 && memcmp(b->p, "false", 5) == 0)) return NULL;
@@ -407,8 +269,8 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
 
 /* 1: served (stored, answered unless oneway); 0: the Python path's; -1: out of memory */
 static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topics, uint32_t bip, int32_t bport) {
-    uint32_t mark = rd32(f), hl = mark & 0xFFFFFF;
-    if (mark >> 24 != 0 || hl == 0 || hl > total - 4) return 0;
+    uint32_t hl;
+    if (rh_frame(f, total, &hl)) return 0;
     if (s->scr_cap < (size_t)hl + SHMQ_PROPS_MAX + 256) {
         uint8_t *p = PyMem_Realloc(s->scr, (size_t)hl + SHMQ_PROPS_MAX + 256);
         if (!p) return -1;
@@ -472,7 +334,7 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     s->out_len = 0;
     s->end = 0;
     while (n - pos >= 4) {
-        int32_t total = (int32_t)rd32(d + pos);
+        int32_t total = (int32_t)rh_be32(d + pos);
         if (total < 4 || (long long)total + 4 > maxf || n - pos - 4 < total) break;
         int rc = one_frame(s, d + pos + 4, (uint32_t)total, args[2], (uint32_t)bip, (int32_t)bport);
         if (rc < 0) { PyBuffer_Release(&buf); return PyErr_NoMemory(); }

@@ -90,6 +90,63 @@ def test_the_c_reader_reads_a_header_as_decode_command_or_not_at_all(header, bod
         assert c is not None
 
 
+ESCAPED = [
+    # the escapes the shared scanner (native/remoting_header.h) unescapes when given a scratch
+    # buffer, as the worker's send reader (remoting_send.c) gives it; the answers' reader does not
+    b'{"code":0,"flag":1,"opaque":5,"remark":"a\\"b\\\\c\\/d\\be\\ff\\ng\\rh\\ti"}',
+    b'{"code":0,"flag":1,"opaque":5,"extFields":{"p":"KEYS\\u0001k\\u0002U\\u0001x","q":"\\u00e9\\u20AC"}}',
+    b'{"co\\u0064e":0,"flag":1,"opaque":5,"extFields":{"\\u0061":"1"}}',  # an escaped key is its text
+    b'{"code":0,"flag":1,"opaque":-0,"extFields":{"z":"1","a":"2","m":"3"}}',  # any member order
+    b'{"extFields":{"queueOffset":"7"},"opaque":5}',                         # missing fields: defaults
+    # refused: surrogates, unknown or cut escapes, raw non-ASCII, control bytes, too many pairs
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\\ud83d\\ude00"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\\x41"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\\u00G1"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\\u00"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"ab\\',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"\\u00e9\xc3\xa9"}',
+    b'{"code":0,"flag":1,"opaque":5,"remark":"a\x01b"}',
+    b'{"code":0,"flag":1,"opaque":5,"extFields":{%s}}' % b",".join(b'"k%d":"v"' % i for i in range(30)),
+]
+
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_the_shared_scanner_reads_escapes_only_with_a_scratch_and_as_decode_command(escapes):
+    for header in HEADERS + ESCAPED:
+        frame = raw(header, b"B")
+        c = _answer.decode(frame, escapes)
+        if c is not None:
+            assert c == py_fields(frame), header
+        if header in ESCAPED[:5]:  # the first three have escapes
+            assert (c is not None) == (escapes or header in ESCAPED[3:5]), header
+        if header in ESCAPED[5:]:
+            assert c is None, header
+
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_every_cut_and_damage_of_a_header_is_read_as_decode_command_or_refused(escapes):
+    """Truncated and damaged headers (lengths kept consistent): refused, or read exactly; never a
+    crash or a read past the frame."""
+    import random
+    rnd = random.Random(16)
+    alphabet = b'0123456789"\\{}[]:,.-+eEu \t\x01\x7f\x80abcdefnlrsu'
+    seeds = [HEADERS[0], HEADERS[2], ESCAPED[0], ESCAPED[1], ESCAPED[2]]
+    frames = [raw(h[:n]) for h in seeds for n in range(len(h))]
+    for _ in range(1500):
+        h = bytearray(rnd.choice(seeds))
+        for _ in range(rnd.randint(1, 3)):
+            at = rnd.randrange(len(h))
+            h[at:at + rnd.randint(0, 1)] = bytes([rnd.choice(alphabet)])
+        frames.append(raw(bytes(h)))
+    read = 0
+    for frame in frames:
+        c = _answer.decode(frame, escapes)
+        if c is not None:
+            read += 1
+            assert c == py_fields(frame), frame
+    assert read > 100
+
+
 def test_the_brokers_answers_are_read_in_c_as_in_python():
     for frame in (answer(1), answer(0x7FFFFFFF, 3, 0), answer(77, 0, 10**15), answer(5, code=14, remark="busy"),
                   answer(6, ext={}), answer(7, ext={"msgId": MID, "queueId": "2", "queueOffset": "9",
