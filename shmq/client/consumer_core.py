@@ -187,9 +187,10 @@ class ConsumerCore:
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
-        # what the local pull thread does with a queue's new messages once they are in its
-        # ProcessQueue (a push consumer with consume_threads=0 sets its listener's call here)
-        self._local_deliver = self._deliver
+        # what the local pull thread does with a queue's new messages, not yet in its
+        # ProcessQueue: put them there and deliver (a push consumer with consume_threads=0 sets
+        # its listener's call here, which puts them only when it must)
+        self._local_deliver = self._put_deliver
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []
@@ -459,6 +460,10 @@ class ConsumerCore:
     def _may_pull(self, pq: ProcessQueue) -> bool:
         return True
 
+    def _put_deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        pq.put(msgs)
+        self._deliver(pq, msgs)
+
     def local_changed(self) -> None:
         """The queues read from a local store changed: the pull thread builds its set again
         at its next look (the next append, or its idle wait)."""
@@ -478,7 +483,6 @@ class ConsumerCore:
             msgs, nxt = reader.read(pq.next_offset, self.pull_batch_size)
             if msgs:
                 pq.next_offset = nxt
-                pq.put(msgs)
                 self._local_deliver(pq, msgs)
                 return True
         codes = self._filters.get(mq.topic, (None, None))[1]
@@ -496,7 +500,6 @@ class ConsumerCore:
             msgs = self._accept(mq.topic, msgs)
             pq.next_offset = res.next_begin_offset
             if msgs:
-                pq.put(msgs)
                 self._local_deliver(pq, msgs)
             return True
         if st is GetStatus.NO_MATCHED_MESSAGE:

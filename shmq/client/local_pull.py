@@ -159,8 +159,7 @@ class LocalPuller:
                 msgs, nxt = reader.read_on(msgs, nxt, elsewhere, core.pull_batch_size)
         if msgs:  # the common wake-up: read in C by wait_read, no second look at the queue
             pq.next_offset = nxt
-            pq.put(msgs)
-            core._local_deliver(pq, msgs)
+            core._local_deliver(pq, msgs)  # puts them in pq, or settles them first (its contract)
         else:  # wait_read did not read it, or found nothing: the pull decides (get_messages)
             core._pull_local_once(store, pq, reader)
         qs.offs[i] = nxt = pq.next_offset

@@ -125,20 +125,40 @@ class PushConsumer(ConsumerCore):
             self.commit(pq, pq.remove(done))
 
     def _consume_inline(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """consume_threads=0, from the local pull thread: a batch of at most consume_batch_size
-        (a caught-up consumer's every batch) is one listener call, settled by it."""
-        if len(msgs) > self.consume_batch_size:
+        """consume_threads=0, from the local pull thread, with ``msgs`` not yet in ``pq`` (the
+        ``_local_deliver`` contract). A batch of at most consume_batch_size (a caught-up
+        consumer's every batch) while nothing else of the queue is in flight calls the listener
+        first: no other thread can see or settle these messages (only this thread puts into this
+        ``pq``; a retry handed to the pool would be in it, and count), so on SUCCESS the offset
+        one past them is what putting and removing them would commit, and the committed offset
+        never passes a message before its listener returned. Otherwise they are put first and
+        settled as a pool thread would."""
+        if pq.count or len(msgs) > self.consume_batch_size:
+            pq.put(msgs)
             self._consume_pulled(pq, msgs)
-        else:
-            self._consume_concurrently(pq, msgs)
+            return
+        if pq.dropped:
+            return
+        result = self._call_listener(msgs)
+        if result is ConsumeResult.SUCCESS:
+            hi = msgs[-1].queue_offset
+            if hi > pq.max_seen:
+                pq.max_seen = hi
+            self.commit(pq, pq.max_seen + 1)
+            return
+        pq.put(msgs)  # in flight while they are sent back (or consumed here again)
+        self._settle(pq, msgs, result, True)
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt], settle: bool = True) -> list[MessageExt]:
         """Call the listener; returns the messages done with (consumed, or sent back for a
         retry), which ``settle`` removes and commits here."""
         if pq.dropped:
             return []
+        return self._settle(pq, msgs, self._call_listener(msgs), settle)
+
+    def _settle(self, pq: ProcessQueue, msgs: list[MessageExt], result, settle: bool) -> list[MessageExt]:
+        """What the listener's ``result`` for ``msgs`` (in ``pq``) leaves done with."""
         done = msgs
-        result = self._call_listener(msgs)
         if result is not ConsumeResult.SUCCESS and self.model == "CLUSTERING":
             failed = [m for m in msgs if not self._send_back(m)]
             if failed:  # the broker did not take them back: consume them again here, later

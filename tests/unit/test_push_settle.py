@@ -61,3 +61,30 @@ def test_batches_finished_by_two_threads_in_either_order():
     gate.set()
     t.join(5)
     assert commits == [0, 16] and pq.count == 0
+
+
+def test_the_local_pull_threads_batch_commits_only_after_its_listener(monkeypatch):
+    """consume_threads=0: the local pull thread hands a batch not yet in the ProcessQueue
+    (``_local_deliver``). Nothing else in flight: the listener runs first and a SUCCESS commits
+    one past the batch; a failure keeps the offset below what was not consumed; with a retry
+    still in flight the batch waits behind it."""
+    monkeypatch.setattr("shmq.client.push_consumer.time.sleep", lambda s: None)
+    seen_commits_at_call, fail = [], {9}
+    c, commits, again = _consumer(lambda msgs: (seen_commits_at_call.append(list(commits)),
+                                                ConsumeResult.RECONSUME_LATER if msgs[0].queue_offset in fail
+                                                else ConsumeResult.SUCCESS)[1],
+                                  lambda m: False)  # the broker takes nothing back
+    deliver = c._consume_inline  # start()'s _local_deliver with consume_threads=0
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    deliver(pq, [_msg(o) for o in range(0, 4)])
+    assert commits == [4] and seen_commits_at_call == [[]] and pq.count == 0
+    deliver(pq, [_msg(o) for o in range(4, 8)])
+    assert commits == [4, 8] and pq.count == 0
+    deliver(pq, [_msg(o) for o in range(9, 12)])  # 8 was filtered out before; 9 fails
+    assert commits == [4, 8] and pq.count == 3              # nothing committed: all three are in flight
+    assert [m.queue_offset for m in again[0][1]] == [9, 10, 11]
+    deliver(pq, [_msg(o) for o in range(12, 14)])  # behind the retry: put, committed no further
+    assert commits == [4, 8, 9] and pq.count == 3          # 12, 13 done, held at 9
+    fail.clear()
+    c._consume_concurrently(*again[0])
+    assert commits[-1] == 14 and pq.count == 0
