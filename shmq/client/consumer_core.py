@@ -125,17 +125,34 @@ class ProcessQueue:
                 for m in msgs:
                     d.pop(m.queue_offset, None)
                 self._n = len(d)
-            if not self._n:
-                self._gone.clear()
-                return self.max_seen + 1
-            # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
-            # and a removed span is passed in one step. (Not next(iter(d)): after many pops
-            # from its front a dict walks every deleted slot to find the first live one.)
-            low, d, gone = self._low, self._single, self._gone
-            while low not in d and low not in spans:
-                low = gone.pop(low, low + 1)
-            self._low = low
-            return low
+            return self._safe()
+
+    def consumed(self, first: int, last: int) -> int:
+        """A batch consumed by the thread that pulled it before it was ever put (the inline
+        push consumer, consume_threads=0): offsets first..last, contiguous and above everything
+        seen (the caller checked both before the listener ran, and only that thread moves
+        ``max_seen`` of a local queue). While it was consumed it was not in flight, which is
+        safe: nothing above ``max_seen`` can be committed. Now it is passed like a removed
+        span; returns the offset safe to commit, as ``remove`` does."""
+        with self.lock:
+            self.max_seen = last
+            if self._n:
+                self._gone[first] = last + 1
+            return self._safe()
+
+    def _safe(self) -> int:
+        """The offset safe to commit (the lock is held)."""
+        if not self._n:
+            self._gone.clear()
+            return self.max_seen + 1
+        # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
+        # and a removed span is passed in one step. (Not next(iter(d)): after many pops
+        # from its front a dict walks every deleted slot to find the first live one.)
+        low, d, spans, gone = self._low, self._single, self._spans, self._gone
+        while low not in d and low not in spans:
+            low = gone.pop(low, low + 1)
+        self._low = low
+        return low
 
     def first(self, n: int) -> list[MessageExt]:
         with self.lock:
@@ -187,9 +204,9 @@ class ConsumerCore:
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
-        # what the local pull thread does with a queue's new messages, not yet in its
-        # ProcessQueue: put them there and deliver (a push consumer with consume_threads=0 sets
-        # its listener's call here, which puts them only when it must)
+        # what the local pull thread does with a queue's new messages: put them in its
+        # ProcessQueue and deliver them (a push consumer with consume_threads=0 sets its
+        # listener's call here, which puts them only when it must: ProcessQueue.consumed)
         self._local_deliver = self._put_deliver
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
@@ -460,10 +477,6 @@ class ConsumerCore:
     def _may_pull(self, pq: ProcessQueue) -> bool:
         return True
 
-    def _put_deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        pq.put(msgs)
-        self._deliver(pq, msgs)
-
     def local_changed(self) -> None:
         """The queues read from a local store changed: the pull thread builds its set again
         at its next look (the next append, or its idle wait)."""
@@ -514,6 +527,10 @@ class ConsumerCore:
             self.offsets.update(mq, res.next_begin_offset, increase_only=False)
             return True
         return False
+
+    def _put_deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        pq.put(msgs)
+        self._deliver(pq, msgs)
 
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         raise NotImplementedError

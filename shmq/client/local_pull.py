@@ -106,6 +106,7 @@ class LocalPuller:
         ctl, seen_at, poke = _addr(store.cb.ctl), _addr(seen), core._local_poke
         poke_at, batch = _addr(poke), core.pull_batch_size
         spin, idle = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
+        short = min(idle, int(LOOK_AGAIN_S * 1e9))  # the wait while a queue is left out or absent
         qs, start, hold, poked, look_at = None, 0, -1, 0, 0.0
         while core._running:
             # a queue left out, or one without a slot (the wait answers it only when nothing
@@ -116,7 +117,7 @@ class LocalPuller:
                              core._local_plain)
                 look_at, hold, seen[0] = time.monotonic() + LOOK_AGAIN_S, -1, store.commit_pos
                 (next_at, offs_at), n = qs.addrs, len(qs.entries)
-            timeout = 0 if qs.full else (min(idle, int(LOOK_AGAIN_S * 1e9)) if qs.left_out or qs.absent else idle)
+            timeout = 0 if qs.full else (short if qs.left_out or qs.absent else idle)
             i, read = wait_read(ctl, next_at, offs_at, n, start, seen_at, hold, poke_at, poked, spin, timeout,
                                 qs.states, batch)
             if i < 0:
@@ -160,7 +161,7 @@ class LocalPuller:
                 msgs, nxt = reader.read_on(msgs, nxt, elsewhere, core.pull_batch_size)
         if msgs:  # the common wake-up: read in C by wait_read, no second look at the queue
             pq.next_offset = nxt
-            core._local_deliver(pq, msgs)  # puts them in pq, or settles them first (its contract)
+            core._local_deliver(pq, msgs)  # puts them in pq (or consumes them inline)
         else:  # wait_read did not read it, or found nothing: the pull decides (get_messages)
             core._pull_local_once(store, pq, reader)
         qs.offs[i] = nxt = pq.next_offset

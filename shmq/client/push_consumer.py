@@ -30,6 +30,9 @@ log = logging.getLogger("shmq.client.push")
 LOCK_RENEW_S = 20.0
 LOCK_LEASE_S = 30.0  # consume only while the lock was confirmed this recently (broker: 60 s)
 SUSPEND_S = 1.0
+# read once: an enum member looked up on its class goes through EnumType.__getattr__ (~190 ns on
+# CPython 3.11), and every listener call compared against it
+_SUCCESS = ConsumeResult.SUCCESS
 
 
 class PushConsumer(ConsumerCore):
@@ -103,7 +106,7 @@ class PushConsumer(ConsumerCore):
     def _call_listener(self, msgs: list[MessageExt]):
         try:
             r = self.listener(msgs)
-            return r if r is not None else ConsumeResult.SUCCESS
+            return r if r is not None else _SUCCESS
         except Exception:
             log.exception("%s: listener raised; the messages will be consumed again", self.group)
             return None
@@ -125,41 +128,43 @@ class PushConsumer(ConsumerCore):
             self.commit(pq, pq.remove(done))
 
     def _consume_inline(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """consume_threads=0, from the local pull thread, with ``msgs`` not yet in ``pq`` (the
-        ``_local_deliver`` contract). A batch of at most consume_batch_size (a caught-up
-        consumer's every batch) while nothing else of the queue is in flight calls the listener
-        first: no other thread can see or settle these messages (only this thread puts into this
-        ``pq``; a retry handed to the pool would be in it, and count), so on SUCCESS the offset
-        one past them is what putting and removing them would commit, and the committed offset
-        never passes a message before its listener returned. Otherwise they are put first and
-        settled as a pool thread would."""
-        if pq.count or len(msgs) > self.consume_batch_size:
+        """consume_threads=0, from the local pull thread, with ``msgs`` not put in the
+        ProcessQueue yet: a batch of at most consume_batch_size (a caught-up consumer's every
+        batch), contiguous and above everything seen (the C record walk's), is one listener
+        call and, consumed, settled in one step (``ProcessQueue.consumed``: no put, no
+        remove); a batch the listener did not consume is put then and goes the usual way (sent
+        back, or consumed again later), as does every other batch."""
+        n, first, last = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
+        if n > self.consume_batch_size or last - first != n - 1 or first <= pq.max_seen or pq.dropped:
             pq.put(msgs)
             self._consume_pulled(pq, msgs)
             return
-        if pq.dropped:
-            return
         result = self._call_listener(msgs)
-        if result is ConsumeResult.SUCCESS:
-            hi = msgs[-1].queue_offset
-            if hi > pq.max_seen:
-                pq.max_seen = hi
-            self.commit(pq, pq.max_seen + 1)
+        if result is _SUCCESS:
+            self.commit(pq, pq.consumed(first, last))
             return
-        pq.put(msgs)  # in flight while they are sent back (or consumed here again)
-        self._settle(pq, msgs, result, True)
+        pq.put(msgs)
+        done = self._not_consumed(pq, msgs, result)
+        if done:
+            self.commit(pq, pq.remove(done))
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt], settle: bool = True) -> list[MessageExt]:
         """Call the listener; returns the messages done with (consumed, or sent back for a
         retry), which ``settle`` removes and commits here."""
         if pq.dropped:
             return []
-        return self._settle(pq, msgs, self._call_listener(msgs), settle)
+        result = self._call_listener(msgs)
+        done = msgs if result is _SUCCESS else self._not_consumed(pq, msgs, result)
+        if settle and done:
+            self.commit(pq, pq.remove(done))
+        return done
 
-    def _settle(self, pq: ProcessQueue, msgs: list[MessageExt], result, settle: bool) -> list[MessageExt]:
-        """What the listener's ``result`` for ``msgs`` (in ``pq``) leaves done with."""
+    def _not_consumed(self, pq: ProcessQueue, msgs: list[MessageExt], result) -> list[MessageExt]:
+        """The listener did not answer SUCCESS for ``msgs`` (in the ProcessQueue): send them
+        back for a retry (CLUSTERING), or consume again here later what the broker did not
+        take; returns the messages done with."""
         done = msgs
-        if result is not ConsumeResult.SUCCESS and self.model == "CLUSTERING":
+        if self.model == "CLUSTERING":
             failed = [m for m in msgs if not self._send_back(m)]
             if failed:  # the broker did not take them back: consume them again here, later
                 time.sleep(min(5.0, 0.2 * (1 + failed[0].reconsume_times)))
@@ -167,10 +172,8 @@ class PushConsumer(ConsumerCore):
                     m.reconsume_times += 1
                 self._submit(self._consume_concurrently, pq, failed)
                 done = [m for m in msgs if not any(m is f for f in failed)]
-        elif result is not ConsumeResult.SUCCESS:
+        else:
             log.warning("%s: BROADCASTING drops %d messages the listener did not consume", self.group, len(msgs))
-        if settle and done:
-            self.commit(pq, pq.remove(done))
         return done
 
     def _send_back(self, m: MessageExt, delay_level: int = 0) -> bool:
@@ -267,7 +270,7 @@ class PushConsumer(ConsumerCore):
                 if not msgs:
                     return
                 result = self._call_listener(msgs)
-                if result is ConsumeResult.SUCCESS:
+                if result is _SUCCESS:
                     self.commit(pq, pq.remove(msgs))
                     continue
                 # suspend: the same messages again after a pause; past the max, to the DLQ

@@ -173,21 +173,39 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
-/* The walk itself (see read above): decodes into ``out``; *elsewhere as read answers it. */
-static Py_ssize_t walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, const Py_buffer *lg, long long log_base,
-                       const shmq_positions *P, const int64_t *next, long long qoff, PyObject *topic, PyObject *tu,
-                       PyObject *broker, PyObject *out, long long *elsewhere) {
+/* A 2- or 3-tuple of the new references a, b (and c), taken over (NULL: one of them failed,
+ * every one given is released); Py_BuildValue's format parse cost more than the read of a short
+ * batch. */
+static PyObject *tuple_of(PyObject *a, PyObject *b, PyObject *c, Py_ssize_t n) {
+    PyObject *t = a && b && (n < 3 || c) ? PyTuple_New(n) : NULL;
+    if (!t) { Py_XDECREF(a); Py_XDECREF(b); if (n > 2) Py_XDECREF(c); return NULL; }
+    PyTuple_SET_ITEM(t, 0, a);
+    PyTuple_SET_ITEM(t, 1, b);
+    if (n > 2) PyTuple_SET_ITEM(t, 2, c);
+    return t;
+}
+
+/* The walk itself (see read above): a new list of the decoded messages (NULL with an exception
+ * set), *used entries used, *elsewhere as read answers it. The list is made once at the most
+ * the walk can take (count, the published next offset, the ConsumeQueue mapping's end) and cut
+ * to what it took: no append per message. */
+static PyObject *walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, const Py_buffer *lg, long long log_base,
+                      const shmq_positions *P, const int64_t *next, long long qoff, PyObject *topic, PyObject *tu,
+                      PyObject *broker, Py_ssize_t *used_out, long long *elsewhere) {
     int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
     int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
     int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
     if (mx - qoff < count) count = mx - qoff;
+    Py_ssize_t room = at >= 0 && at <= cq->len ? (cq->len - at) / SHMQ_CQ_ENTRY_SIZE : 0;
+    if (room < count) count = room;
+    if (count < 0) count = 0;
     const char *tub = PyBytes_AS_STRING(tu);
     Py_ssize_t tlen = PyBytes_GET_SIZE(tu), used = 0;
     *elsewhere = -1;
+    PyObject *out = PyList_New(count);
+    if (!out) return NULL;
     for (; used < count; used++) {
-        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
-        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq->len) break;
-        const uint8_t *ent = (const uint8_t *)cq->buf + e;
+        const uint8_t *ent = (const uint8_t *)cq->buf + at + used * SHMQ_CQ_ENTRY_SIZE;
         int64_t phys = (int64_t)rd64(ent);
         int32_t size = (int32_t)rd32(ent + 8);
         if (size <= 0 || phys + size > commit || phys < min_pos) break;
@@ -195,10 +213,12 @@ static Py_ssize_t walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, con
         const uint8_t *r = (const uint8_t *)lg->buf + (phys - log_base);
         if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
         PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
-        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); return -1; }
-        Py_DECREF(m);
+        if (!m) { Py_SET_SIZE(out, used); Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, used, m);
     }
-    return used;
+    Py_SET_SIZE(out, used);  /* the slots past it are NULL and stay allocated: a valid list */
+    *used_out = used;
+    return out;
 }
 
 static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -219,13 +239,12 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (PyObject_GetBuffer(args[0], &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(args[4], &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     long long elsewhere = -1;
-    PyObject *out = PyList_New(0);
-    Py_ssize_t used = out ? walk(&cq, at, count, &lg, log_base, P, next, qoff, args[8], args[9], args[10], out,
-                                 &elsewhere) : -1;
+    Py_ssize_t used = 0;
+    PyObject *out = walk(&cq, at, count, &lg, log_base, P, next, qoff, args[8], args[9], args[10], &used, &elsewhere);
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
-    if (used < 0) { Py_XDECREF(out); return NULL; }
-    return Py_BuildValue("(NnL)", out, used, elsewhere);
+    if (!out) return NULL;
+    return tuple_of(out, PyLong_FromSsize_t(used), PyLong_FromLongLong(elsewhere), 3);
 }
 
 /* ---- one queue's read from its reader's state, and the wait that ends in it ---------------
@@ -260,16 +279,15 @@ static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count
     if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     long long elsewhere = -1;
-    Py_ssize_t count = max_count < per - n ? max_count : (Py_ssize_t)(per - n);
-    PyObject *out = PyList_New(0);
-    Py_ssize_t used = out ? walk(&cq, (Py_ssize_t)n * SHMQ_CQ_ENTRY_SIZE, count, &lg, log_base, P, next, offset,
-                                 PyList_GET_ITEM(st, Q_TOPIC), PyList_GET_ITEM(st, Q_UTF8),
-                                 PyList_GET_ITEM(st, Q_BROKER), out, &elsewhere) : -1;
+    Py_ssize_t count = max_count < per - n ? max_count : (Py_ssize_t)(per - n), used = 0;
+    PyObject *out = walk(&cq, (Py_ssize_t)n * SHMQ_CQ_ENTRY_SIZE, count, &lg, log_base, P, next, offset,
+                         PyList_GET_ITEM(st, Q_TOPIC), PyList_GET_ITEM(st, Q_UTF8), PyList_GET_ITEM(st, Q_BROKER),
+                         &used, &elsewhere);
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
-    if (used < 0) { Py_XDECREF(out); return NULL; }
+    if (!out) return NULL;
     if (elsewhere < 0 && used && n + used == per) elsewhere = -2;
-    return Py_BuildValue("(NLL)", out, offset + (long long)used, elsewhere);
+    return tuple_of(out, PyLong_FromLongLong(offset + (long long)used), PyLong_FromLongLong(elsewhere), 3);
 }
 
 static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -334,7 +352,7 @@ static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs,
  * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
  * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
- * max_count) with the GIL taken back: the local pull thread's wake-up and read in one call.
+ * max_count) with the GIL: the local pull thread's wake-up and read in one call.
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
  * whether the queue may be delivered to, and may drop what was read. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -367,7 +385,7 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     } else {
         read = REF(Py_None);
     }
-    return Py_BuildValue("(iN)", i, read);
+    return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
 static PyMethodDef methods[] = {

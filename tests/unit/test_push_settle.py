@@ -63,28 +63,36 @@ def test_batches_finished_by_two_threads_in_either_order():
     assert commits == [0, 16] and pq.count == 0
 
 
-def test_the_local_pull_threads_batch_commits_only_after_its_listener(monkeypatch):
-    """consume_threads=0: the local pull thread hands a batch not yet in the ProcessQueue
-    (``_local_deliver``). Nothing else in flight: the listener runs first and a SUCCESS commits
-    one past the batch; a failure keeps the offset below what was not consumed; with a retry
-    still in flight the batch waits behind it."""
+def test_inline_batches_settle_without_a_put_and_never_pass_a_message_going_round(monkeypatch):
+    # consume_threads=0: a batch the listener consumes is never put in the ProcessQueue; one it
+    # does not consume is put then; the committed offset stays at the message the broker did
+    # not take back, through later inline batches, until it is consumed
     monkeypatch.setattr("shmq.client.push_consumer.time.sleep", lambda s: None)
-    seen_commits_at_call, fail = [], {9}
-    c, commits, again = _consumer(lambda msgs: (seen_commits_at_call.append(list(commits)),
-                                                ConsumeResult.RECONSUME_LATER if msgs[0].queue_offset in fail
-                                                else ConsumeResult.SUCCESS)[1],
-                                  lambda m: False)  # the broker takes nothing back
-    deliver = c._consume_inline  # start()'s _local_deliver with consume_threads=0
+    bad = {5}
+    c, commits, again = _consumer(
+        lambda msgs: ConsumeResult.RECONSUME_LATER if any(m.queue_offset in bad for m in msgs) else ConsumeResult.SUCCESS,
+        lambda m: m.queue_offset != 5)
+    put = []
     pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
-    deliver(pq, [_msg(o) for o in range(0, 4)])
-    assert commits == [4] and seen_commits_at_call == [[]] and pq.count == 0
-    deliver(pq, [_msg(o) for o in range(4, 8)])
-    assert commits == [4, 8] and pq.count == 0
-    deliver(pq, [_msg(o) for o in range(9, 12)])  # 8 was filtered out before; 9 fails
-    assert commits == [4, 8] and pq.count == 3              # nothing committed: all three are in flight
-    assert [m.queue_offset for m in again[0][1]] == [9, 10, 11]
-    deliver(pq, [_msg(o) for o in range(12, 14)])  # behind the retry: put, committed no further
-    assert commits == [4, 8, 9] and pq.count == 3          # 12, 13 done, held at 9
-    fail.clear()
+    real_put = pq.put
+    pq.put = lambda msgs: (put.append([m.queue_offset for m in msgs]), real_put(msgs))
+    for first in range(0, 16, 4):
+        c._consume_inline(pq, [_msg(o) for o in range(first, first + 4)])
+    assert put == [[4, 5, 6, 7]]       # only the batch the listener did not consume
+    assert commits == [4, 5, 5, 5]     # held at 5 while it goes round again
+    assert [m.queue_offset for m in again[0][1]] == [5] and pq.count == 1
+    bad.clear()
     c._consume_concurrently(*again[0])
-    assert commits[-1] == 14 and pq.count == 0
+    assert commits[-1] == 16 and pq.count == 0
+    c._consume_inline(pq, [_msg(o) for o in range(16, 20)])
+    assert commits[-1] == 20 and put == [[4, 5, 6, 7]]
+
+
+def test_inline_batch_larger_than_the_listener_batch_or_below_what_was_seen_is_put(monkeypatch):
+    seen = []
+    c, commits, _ = _consumer(lambda msgs: seen.append([m.queue_offset for m in msgs]), lambda m: True)
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    c._consume_inline(pq, [_msg(o) for o in range(0, 6)])   # 6 > consume_batch_size 4
+    assert seen == [[0, 1, 2, 3], [4, 5]] and commits == [6] and pq.count == 0
+    c._consume_inline(pq, [_msg(o) for o in range(2, 4)])   # below max_seen (consumed again)
+    assert seen[-1] == [2, 3] and commits[-1] == 6 and pq.count == 0
