@@ -208,6 +208,9 @@ class ConsumerCore:
         # ProcessQueue and deliver them (a push consumer with consume_threads=0 sets its
         # listener's call here, which puts them only when it must: ProcessQueue.consumed)
         self._local_deliver = self._put_deliver
+        # the local pull thread's spin keeps the GIL (native/hot.c wait_read): only when that
+        # thread runs the listener itself, so no consume thread of ours waits on its spin
+        self._spin_keeps_gil = False
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []

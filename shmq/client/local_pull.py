@@ -2,8 +2,9 @@
 it) reads every queue the consumer holds on that broker straight from the mapped store
 (``ConsumerCore._pull_local_once``) and, between reads, sleeps in one C call,
 ``shmq_wait_queues`` (native/core.c): it spins ``spin_s`` (with the GIL, which native/hot.c's
-``wait_read`` hands on between slices), then sleeps on the store's "new data" futex (without
-it), and returns the index of a queue that has something new. Appends to queues this
+``wait_read`` hands on between slices, when this thread runs the listener itself:
+``consume_threads=0``), then sleeps on the store's "new data" futex (without it), and returns
+the index of a queue that has something new. Appends to queues this
 consumer does not read are slept through inside that call, and the set of queues is built
 again only when it changes (``ConsumerCore.local_changed``), so a wake-up for one message is one
 C call, one read and the delivery: no Python pass over the assigned queues per append.
@@ -105,7 +106,7 @@ class LocalPuller:
         seen = ffi.new("int64_t[1]")
         ctl, seen_at, poke = _addr(store.cb.ctl), _addr(seen), core._local_poke
         poke_at, batch = _addr(poke), core.pull_batch_size
-        spin, idle = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
+        spin, idle, keep = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9), core._spin_keeps_gil
         short = min(idle, int(LOOK_AGAIN_S * 1e9))  # the wait while a queue is left out or absent
         qs, start, hold, poked, look_at = None, 0, -1, 0, 0.0
         while core._running:
@@ -119,7 +120,7 @@ class LocalPuller:
                 (next_at, offs_at), n = qs.addrs, len(qs.entries)
             timeout = 0 if qs.full else (short if qs.left_out or qs.absent else idle)
             i, read = wait_read(ctl, next_at, offs_at, n, start, seen_at, hold, poke_at, poked, spin, timeout,
-                                qs.states, batch)
+                                qs.states, batch, keep)
             if i < 0:
                 if i == _STALE or not link.alive:
                     return

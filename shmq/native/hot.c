@@ -316,16 +316,24 @@ static int64_t mono_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* The spin keeps the GIL, in slices of this long: taking it back after a spin that found news
- * cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a wake-up caught
- * while spinning now skips. Between slices it is dropped and taken again, which hands it to a
- * thread that asked for it (CPython's drop request, after its switch interval), so the
- * consumer's other threads wait no longer than behind any running Python thread. The futex
- * sleep after the spin is made without it, as before. */
+/* With keep_gil, the spin keeps the GIL, in slices of this long: taking it back after a spin
+ * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which
+ * a wake-up caught while spinning then skips. Between slices it is dropped and taken again,
+ * which hands it to a thread that asked for it (CPython's drop request, after its switch
+ * interval): other Python threads wait as behind any running Python thread, so it is only for a
+ * pull thread that runs the listener itself (consume_threads=0), never one that hands messages
+ * to consume threads. The futex sleep after the spin is always made without it. */
 #define GIL_SLICE_NS 100000LL
 
 static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout) {
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
+    if (!keep_gil) {
+        int i;
+        Py_BEGIN_ALLOW_THREADS
+        i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout);
+        Py_END_ALLOW_THREADS
+        return i;
+    }
     int64_t t0 = mono_ns(), spin_end = t0 + (spin < timeout ? spin : timeout), now = t0;
     int i, spun = 0;
     while (now < spin_end) {  /* the spin, with the GIL */
@@ -346,9 +354,9 @@ static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs,
     return i;
 }
 
-/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count)
- *   -> (i, read)
- * shmq_wait_queues (core.c), spinning with the GIL and sleeping without it (wait_queues above;
+/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
+ *           keep_gil) -> (i, read)
+ * shmq_wait_queues (core.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
  * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
  * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
@@ -356,9 +364,9 @@ static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs,
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
  * whether the queue may be delivered to, and may drop what was read. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 13 || !PyList_CheckExact(args[11])) {
+    if (nargs != 14 || !PyList_CheckExact(args[11])) {
         PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
-                                         "timeout_ns, states: list, max_count)");
+                                         "timeout_ns, states: list, max_count, keep_gil)");
         return NULL;
     }
     if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
@@ -371,13 +379,15 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     long poked = PyLong_AsLong(args[8]);
     long long spin = PyLong_AsLongLong(args[9]), timeout = PyLong_AsLongLong(args[10]);
     Py_ssize_t max_count = PyLong_AsSsize_t(args[12]);
+    int keep_gil = PyObject_IsTrue(args[13]);
     PyObject *states = args[11];
-    if (PyErr_Occurred()) return NULL;
+    if (keep_gil < 0 || PyErr_Occurred()) return NULL;
     if (!ctl || !next || !offs || !seen || n < 1 || n > PyList_GET_SIZE(states) || n > INT_MAX) {
         PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
         return NULL;
     }
-    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
+    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
+                        keep_gil);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -397,7 +407,7 @@ static PyMethodDef methods[] = {
      "read_queue(QueueReader state, offset, max_count) -> (messages, next offset, elsewhere) or None"},
     {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
     {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
-     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count) "
+     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil) "
      "-> (queue index or a negative answer, read_queue's answer or None)"},
     {NULL, NULL, 0, NULL},
 };

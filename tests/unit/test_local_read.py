@@ -121,7 +121,7 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
 
         def wait(start, states):
             return wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 2, start, _addr(seen), -1,
-                             _addr(poke), 0, 0, int(0.05e9), states, 32)
+                             _addr(poke), 0, 0, int(0.05e9), states, 32, False)
         assert wait(0, [readers[0].st, None]) == (0, None)  # the ConsumeQueue file is not mapped yet
         for r in readers:
             r.read(0, 1)  # the reader maps it: wait_read reads from then on
@@ -154,8 +154,9 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
 
 
 def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store_root):
-    """wait_read spins with the GIL held (in slices it hands on to a thread that asks): a Python
-    thread beside it keeps running through a long spin, and its append is answered by it."""
+    """wait_read(keep_gil=True) spins with the GIL held (in slices it hands on to a thread that
+    asks): a Python thread beside it keeps running through a long spin, and its append is
+    answered by it."""
     from shmq.native import wait_read
     store = MessageStore.open(small_config(store_root))
     try:
@@ -178,11 +179,11 @@ def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store
         t.start()
         try:
             i, (msgs, nxt, elsewhere) = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen),
-                                                  -1, _addr(poke), 0, int(30e9), int(30e9), [reader.st], 32)
+                                                  -1, _addr(poke), 0, int(30e9), int(30e9), [reader.st], 32, True)
             at_answer = ticks[0]
             offs[0] = nxt
             assert wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke), 0,
-                             int(0.3e9), int(0.3e9), [reader.st], 32) == (-1, None)  # a spin to its timeout
+                             int(0.3e9), int(0.3e9), [reader.st], 32, True) == (-1, None)  # spun to its timeout
         finally:
             stop.set()
             t.join()
