@@ -18,9 +18,19 @@
  * Bound: the bytes and frames put and not yet taken (plus what the caller ``charge``s while a
  * connection is opened) never pass max_bytes / max_frames: a put over them queues nothing.
  * Every call runs holding the GIL and never waits, so the two threads see each call whole.
+ *
+ * Async sends (``put_async``, client/async_lane.py) take the same lane, so their frames keep
+ * their place among the oneways and the other requests: the call also draws the frame's opaque
+ * and makes its waiter (the caller's ``client.remote_send.AsyncSend``, its slots written here)
+ * and puts it in its segment's waiters by opaque; ``take`` hands those to the loop thread, which
+ * registers them with the connection before it writes the segment. Their opaques are negative
+ * (-1, -2, ... as a Java client's counter runs after 2^31 requests), so they never meet the
+ * positive ones the connection numbers its other requests with. A segment's async sends share
+ * one timeout (a put with another opens a new segment).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <structmember.h>
 #include <string.h>
 #include <time.h>
 #include "core.h"
@@ -35,6 +45,8 @@ typedef struct seg {
     char *buf;
     size_t len, cap;
     Py_ssize_t frames;
+    PyObject *waiters;  /* the async sends' waiters by opaque (a dict), or NULL */
+    PyObject *timeout;  /* their timeout (s), with waiters */
 } seg;
 
 typedef struct {
@@ -42,13 +54,15 @@ typedef struct {
     seg *head, *tail;
     int tail_open;
     Py_ssize_t bytes, frames, max_bytes, max_frames;
-    uint32_t opaque;
+    uint32_t opaque, aopaque;  /* the last oneway opaque; the last async one, negated */
     uint32_t puts;
     PyObject *append, *mark;
 } Lane;
 
 static void seg_free(seg *s) {
     Py_XDECREF(s->addr);
+    Py_XDECREF(s->waiters);
+    Py_XDECREF(s->timeout);
     PyMem_Free(s->buf);
     PyMem_Free(s);
 }
@@ -85,16 +99,23 @@ static void lane_dealloc(Lane *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the decimal text of v at p (at most 20 characters); returns its length */
+/* the decimal text of v at p (at most 20 characters), two digits a step; returns its length */
 static size_t put_int(char *p, long long v) {
-    char tmp[24];
-    size_t n = 0;
+    static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+                             "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+                             "8081828384858687888990919293949596979899";
+    char tmp[24], *e = tmp + sizeof tmp, *q = e;
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    size_t k = 0;
-    if (v < 0) p[k++] = '-';
-    while (n) p[k++] = tmp[--n];
-    return k;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        *--q = d2[2 * r + 1], *--q = d2[2 * r];
+    }
+    if (u >= 10) *--q = d2[2 * u + 1], *--q = d2[2 * u];
+    else *--q = (char)('0' + u);
+    if (v < 0) *--q = '-';
+    memcpy(p, q, (size_t)(e - q));
+    return (size_t)(e - q);
 }
 
 /* the JSON-escaped length of tags as msgspec writes a string (" and \ escaped, UTF-8 kept), or -1
@@ -115,15 +136,19 @@ static const char TAGS_HEAD[] = "\"" SHMQ_PROP_TAGS "\\u0001", TAGS_END[] = "\\u
                   UNIQ_HEAD[] = SHMQ_PROP_UNIQ_KEY "\\u0001";
 #define LIT(s) (sizeof(s) - 1)
 
-/* the segment a put for addr goes to: the open one for the same address, or a new one (its
- * marker job appended to the deque here, in the same GIL-held step) */
-static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
-    if (self->tail_open && self->tail) {
-        PyObject *a = self->tail->addr;
-        if (a == addr) return self->tail;
-        int eq = PyObject_RichCompareBool(a, addr, Py_EQ);
+/* the segment a put for addr goes to: the open one for the same address (for an async put, one
+ * whose async sends have no other timeout), or a new one (its marker job appended to the deque
+ * here, in the same GIL-held step) */
+static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status) {
+    seg *t = self->tail_open ? self->tail : NULL;
+    if (t) {
+        int eq = t->addr == addr ? 1 : PyObject_RichCompareBool(t->addr, addr, Py_EQ);
         if (eq < 0) return NULL;
-        if (eq) return self->tail;
+        if (eq && timeout && t->timeout && t->timeout != timeout) {
+            eq = PyObject_RichCompareBool(t->timeout, timeout, Py_EQ);
+            if (eq < 0) return NULL;
+        }
+        if (eq) return t;
     }
     seg *s = PyMem_Calloc(1, sizeof(seg));
     if (!s) return (seg *)PyErr_NoMemory();
@@ -141,68 +166,67 @@ static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
     return s;
 }
 
-/* put(addr, pieces, sysflag, flag, tags, body) -> status bits: the frame of one plain oneway
- * SEND_MESSAGE_V2 (pieces: the queue's template as 6 literal bytes around the slots sysflag,
- * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
- * EMONTH / UNSUPPORTED with nothing written */
-static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 6 || !PyTuple_CheckExact(a[1]) || PyTuple_GET_SIZE(a[1]) != 6 || !PyBytes_CheckExact(a[5])) {
-        PyErr_SetString(PyExc_TypeError, "put(addr, pieces: 6 bytes, sysflag, flag, tags, body: bytes)");
-        return NULL;
-    }
-    if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
-    if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
-    /* every 32nd put first hands back LOOK (the caller looks at the connection's state, which
-     * moves by bursts, not by one frame) and is then called again */
-    if (!(++self->puts & 31)) return PyLong_FromLong(ST_LOOK);
-    long long sysflag = PyLong_AsLongLong(a[2]), flag = PyLong_AsLongLong(a[3]);
-    if ((sysflag == -1 || flag == -1) && PyErr_Occurred()) return NULL;
-    const char *tags = NULL;
-    Py_ssize_t tn = 0, tj = 0;
-    if (a[4] != Py_None) {
-        if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
-        tags = PyUnicode_AsUTF8AndSize(a[4], &tn);
-        if (!tags) return NULL;
-        if (tn && (tj = tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
-        if (!tn) tags = NULL;
-    }
-    char id[32];
-    if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
+/* one frame's inputs, checked: the template's pieces, the tags (UTF-8, NULL for none), the body */
+typedef struct {
+    PyObject *const *pc;
+    Py_ssize_t lit, tn, tj, bl;
+    const char *tags, *body;
+} frame_in;
 
-    PyObject *const *pc = &PyTuple_GET_ITEM(a[1], 0);
-    Py_ssize_t lit = 0;
-    for (int i = 0; i < 6; i++) {
-        if (!PyBytes_CheckExact(pc[i])) { PyErr_SetString(PyExc_TypeError, "pieces: bytes"); return NULL; }
-        lit += PyBytes_GET_SIZE(pc[i]);
+/* 0, ST_UNSUPPORTED (a control character in the tags: the Python encoder's), or -1 (raised) */
+static int frame_check(PyObject *pieces, PyObject *tags, PyObject *body, frame_in *fi) {
+    if (!PyTuple_CheckExact(pieces) || PyTuple_GET_SIZE(pieces) != 6 || !PyBytes_CheckExact(body)) {
+        PyErr_SetString(PyExc_TypeError, "pieces: a tuple of 6 bytes, body: bytes");
+        return -1;
     }
-    Py_ssize_t bl = PyBytes_GET_SIZE(a[5]);
-    Py_ssize_t props = 1 + (tags ? LIT(TAGS_HEAD) - 1 + tj + LIT(TAGS_END) : 0) + LIT(UNIQ_HEAD) + 32 + 1;
-    Py_ssize_t most = 8 + lit + 4 * 21 + props + bl;  /* the header's numbers at their longest */
-    int status = 0;
-    seg *s = lane_seg(self, a[0], &status);
-    if (!s) return NULL;
+    fi->pc = &PyTuple_GET_ITEM(pieces, 0);
+    fi->lit = 0;
+    for (int i = 0; i < 6; i++) {
+        if (!PyBytes_CheckExact(fi->pc[i])) { PyErr_SetString(PyExc_TypeError, "pieces: bytes"); return -1; }
+        fi->lit += PyBytes_GET_SIZE(fi->pc[i]);
+    }
+    fi->tags = NULL, fi->tn = fi->tj = 0;
+    if (tags != Py_None) {
+        if (!PyUnicode_Check(tags)) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return -1; }
+        fi->tags = PyUnicode_AsUTF8AndSize(tags, &fi->tn);
+        if (!fi->tags) return -1;
+        if (fi->tn && (fi->tj = tags_json_len(fi->tags, fi->tn)) < 0) return ST_UNSUPPORTED;
+        if (!fi->tn) fi->tags = NULL;
+    }
+    fi->body = PyBytes_AS_STRING(body);
+    fi->bl = PyBytes_GET_SIZE(body);
+    return 0;
+}
+
+/* the frame (a SEND_MESSAGE_V2 with the template's pieces around sysflag, born ms, flag, the
+ * properties TAGS and UNIQ_KEY = id, opaque) at the end of s; its length, or -1 (raised, nothing
+ * committed: s->len is unchanged) */
+static Py_ssize_t frame_write(seg *s, const frame_in *fi, long long sysflag, long long flag, long long opaque,
+                              const char *id) {
+    Py_ssize_t props = 1 + (fi->tags ? LIT(TAGS_HEAD) - 1 + fi->tj + LIT(TAGS_END) : 0) + LIT(UNIQ_HEAD) + 32 + 1;
+    Py_ssize_t most = 8 + fi->lit + 4 * 21 + props + fi->bl;  /* the header's numbers at their longest */
     if (s->len + most > s->cap) {
         size_t cap = s->cap ? s->cap : 65536;
         while (cap < s->len + most) cap *= 2;
         char *b = PyMem_Realloc(s->buf, cap);
-        if (!b) return PyErr_NoMemory();
+        if (!b) return PyErr_NoMemory(), -1;
         s->buf = b, s->cap = cap;
     }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    PyObject *const *pc = fi->pc;
     char *f = s->buf + s->len, *p = f + 8;
 #define PIECE(i) (memcpy(p, PyBytes_AS_STRING(pc[i]), PyBytes_GET_SIZE(pc[i])), p += PyBytes_GET_SIZE(pc[i]))
     PIECE(0); p += put_int(p, sysflag);
     PIECE(1); p += put_int(p, born);
     PIECE(2); p += put_int(p, flag);
     PIECE(3);
-    if (tags) {
+    if (fi->tags) {
         memcpy(p, TAGS_HEAD, LIT(TAGS_HEAD)), p += LIT(TAGS_HEAD);
-        for (Py_ssize_t i = 0; i < tn; i++) {
-            if (tags[i] == '"' || tags[i] == '\\') *p++ = '\\';
-            *p++ = tags[i];
+        for (Py_ssize_t i = 0; i < fi->tn; i++) {
+            if (fi->tags[i] == '"' || fi->tags[i] == '\\') *p++ = '\\';
+            *p++ = fi->tags[i];
         }
         memcpy(p, TAGS_END, LIT(TAGS_END)), p += LIT(TAGS_END);
     } else {
@@ -211,26 +235,144 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     memcpy(p, UNIQ_HEAD, LIT(UNIQ_HEAD)), p += LIT(UNIQ_HEAD);
     memcpy(p, id, 32), p += 32;
     *p++ = '"';
-    PIECE(4); p += put_int(p, self->opaque);
+    PIECE(4); p += put_int(p, opaque);
     PIECE(5);
 #undef PIECE
     size_t hl = (size_t)(p - f - 8);
-    if (hl > 0xFFFFFF) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
+    if (hl > 0xFFFFFF) {
         PyErr_Format(PyExc_ValueError, "header of %zu bytes does not fit the 24-bit header length", hl);
-        return NULL;
+        return -1;
     }
-    memcpy(p, PyBytes_AS_STRING(a[5]), bl), p += bl;
-    uint32_t total = (uint32_t)(4 + hl + bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
+    memcpy(p, fi->body, fi->bl), p += fi->bl;
+    uint32_t total = (uint32_t)(4 + hl + fi->bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
     unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
     memcpy(f, w, 8);
     s->len += (size_t)(p - f);
     s->frames++;
-    self->bytes += p - f;
+    return p - f;
+}
+
+/* put(addr, pieces, sysflag, flag, tags, body) -> status bits: the frame of one plain oneway
+ * SEND_MESSAGE_V2 (pieces: the queue's oneway template as 6 literal bytes around the slots
+ * sysflag, born ms, flag, properties, opaque; tags: None or a str) written into the lane, or
+ * FULL / EMONTH / UNSUPPORTED with nothing written */
+static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 6) { PyErr_SetString(PyExc_TypeError, "put(addr, pieces, sysflag, flag, tags, body)"); return NULL; }
+    if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
+    /* every 32nd put first hands back LOOK (the caller looks at the connection's state, which
+     * moves by bursts, not by one frame) and is then called again */
+    if (!(++self->puts & 31)) return PyLong_FromLong(ST_LOOK);
+    long long sysflag = PyLong_AsLongLong(a[2]), flag = PyLong_AsLongLong(a[3]);
+    if ((sysflag == -1 || flag == -1) && PyErr_Occurred()) return NULL;
+    frame_in fi;
+    int rc = frame_check(a[1], a[4], a[5], &fi);
+    if (rc) return rc < 0 ? NULL : PyLong_FromLong(rc);
+    char id[32];
+    if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+    self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
+    int status = 0;
+    seg *s = lane_seg(self, a[0], NULL, &status);
+    if (!s) return NULL;
+    Py_ssize_t n = frame_write(s, &fi, sysflag, flag, self->opaque, id);
+    if (n < 0) return NULL;  /* (an empty new segment stays: its marker takes nothing) */
+    self->bytes += n;
     self->frames++;
     return PyLong_FromLong(status);
 }
 
-/* take() -> (addr, frames as bytes) of the oldest segment, or None */
+/* ---- async sends: the waiter, an AsyncSend made here (its slots at the offsets bound) ------- */
+enum { W_STATE, W_CALLBACK, W_EVENT, W_MORE, W_PRODUCER, W_MQ, W_REQ, W_UNIQ, W_TIMEOUT, W_LEFT, W_N };
+static const char *const w_names[W_N] = {"_state", "_callback", "_event", "_more", "producer", "mq", "req",
+                                         "uniq", "timeout", "left"};
+static PyTypeObject *w_type;
+static Py_ssize_t w_off[W_N];
+
+/* bind_async(AsyncSend): its slots' offsets, read from its member descriptors, once at import */
+static PyObject *bind_async(PyObject *self, PyObject *arg) {
+    if (!PyType_Check(arg) || ((PyTypeObject *)arg)->tp_dictoffset) {
+        PyErr_SetString(PyExc_TypeError, "bind_async(a class with __slots__ only)");
+        return NULL;
+    }
+    for (int i = 0; i < W_N; i++) {
+        PyObject *d = PyObject_GetAttrString(arg, w_names[i]);
+        if (!d) return NULL;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok) w_off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) return PyErr_Format(PyExc_TypeError, "%s is not a slot", w_names[i]);
+    }
+    Py_XSETREF(w_type, (PyTypeObject *)Py_NewRef(arg));
+    Py_RETURN_NONE;
+}
+
+/* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: W_CALLBACK
+ * on, W_STATE's 0 made here); its _value is unset until it is done, as there */
+static PyObject *new_waiter(PyObject *const *vals) {
+    PyObject *w = w_type->tp_alloc(w_type, 0);
+    if (!w) return NULL;
+    PyObject *zero = PyLong_FromLong(0);
+    *(PyObject **)((char *)w + w_off[W_STATE]) = zero;
+    for (int i = W_CALLBACK; i < W_N; i++) *(PyObject **)((char *)w + w_off[i]) = Py_NewRef(vals[i]);
+    return w;
+}
+
+/* put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, timeout, left) -> the
+ * AsyncSend of one plain async SEND_MESSAGE_V2 of ``msg`` (pieces: the queue's template, not
+ * oneway; flag, tags, body: msg's) written into the lane with its opaque and its waiter
+ * registered in its segment; or an int, FULL / EMONTH / UNSUPPORTED, with nothing written. The
+ * waiter's req is ``msg``: what a retry rebuilds its request from (AsyncSend.submit), as Java's
+ * async send retries with the message object it was given. */
+static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 11) {
+        PyErr_SetString(PyExc_TypeError, "put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, "
+                                         "timeout, left)");
+        return NULL;
+    }
+    if (!f_uniq || !w_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
+    long long flag = PyLong_AsLongLong(a[2]);
+    if (flag == -1 && PyErr_Occurred()) return NULL;
+    frame_in fi;
+    int rc = frame_check(a[1], a[3], a[4], &fi);
+    if (rc) return rc < 0 ? NULL : PyLong_FromLong(rc);
+    char id[32];
+    if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+    int status = 0;
+    seg *s = lane_seg(self, a[0], a[9], &status);
+    if (!s) return NULL;
+    if (!s->waiters && !(s->waiters = PyDict_New())) return NULL;
+    uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
+    PyObject *key = PyLong_FromLongLong(-(long long)next);
+    PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
+    PyObject *w = NULL;
+    if (uniq) {
+        PyObject *vals[W_N] = {NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
+        w = new_waiter(vals);
+    }
+    /* registered, then written: a frame in the lane always has its waiter */
+    Py_ssize_t n = -1;
+    if (w && !PyDict_SetItem(s->waiters, key, w) && (n = frame_write(s, &fi, 0, flag, -(long long)next, id)) < 0) {
+        PyObject *et, *ev, *tb;
+        PyErr_Fetch(&et, &ev, &tb);
+        if (PyDict_DelItem(s->waiters, key)) PyErr_Clear();
+        PyErr_Restore(et, ev, tb);
+    }
+    if (n < 0) {
+        Py_CLEAR(w);
+    } else {
+        self->aopaque = next;
+        if (!s->timeout) s->timeout = Py_NewRef(a[9]);
+        self->bytes += n;
+        self->frames++;
+    }
+    Py_XDECREF(key);
+    Py_XDECREF(uniq);
+    return w;
+}
+
+/* take() -> (addr, frames as bytes, waiters, timeout) of the oldest segment, or None; waiters:
+ * its async sends' by opaque (a dict) and their timeout, or None, None */
 static PyObject *lane_take(Lane *self, PyObject *unused) {
     seg *s = self->head;
     if (!s) Py_RETURN_NONE;
@@ -241,7 +383,9 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     self->bytes -= (Py_ssize_t)s->len;
     self->frames -= s->frames;
     PyObject *data = PyBytes_FromStringAndSize(s->buf, (Py_ssize_t)s->len);
-    PyObject *r = data ? PyTuple_Pack(2, s->addr, data) : NULL;
+    int some = s->waiters && PyDict_GET_SIZE(s->waiters);
+    PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
+                       : NULL;
     Py_XDECREF(data);
     seg_free(s);
     return r;
@@ -276,7 +420,9 @@ static PyObject *lane_queued(Lane *self, void *unused) {
 
 static PyMethodDef lane_methods[] = {
     {"put", (PyCFunction)(void (*)(void))lane_put, METH_FASTCALL, "put(addr, pieces, sysflag, flag, tags, body)"},
-    {"take", (PyCFunction)lane_take, METH_NOARGS, "take() -> (addr, bytes) of the oldest segment, or None"},
+    {"put_async", (PyCFunction)(void (*)(void))lane_put_async, METH_FASTCALL,
+     "put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, timeout, left) -> AsyncSend or status"},
+    {"take", (PyCFunction)lane_take, METH_NOARGS, "take() -> (addr, bytes, waiters, timeout) of the oldest segment, or None"},
     {"seal", (PyCFunction)lane_seal, METH_NOARGS, "later puts open a new segment"},
     {"charge", (PyCFunction)lane_charge, METH_O, "charge(n): bytes held elsewhere that count"},
     {"full", (PyCFunction)lane_full, METH_NOARGS, "over the bound"},
@@ -304,6 +450,7 @@ static PyTypeObject LaneType = {
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
+    {"bind_async", (PyCFunction)bind_async, METH_O, "bind_async(AsyncSend): the waiter put_async makes"},
     {NULL, NULL, 0, NULL},
 };
 

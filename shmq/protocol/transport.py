@@ -479,6 +479,16 @@ class Connection(asyncio.Protocol):
         self.last_activity = self._loop.time()
         return started
 
+    def start_lane(self, data: bytes, waiters: dict) -> bool:
+        """:meth:`start_frames` of requests framed with their opaques already (the client's lane,
+        client/async_lane.py): ``waiters`` by opaque, registered before ``data`` is written. False
+        when the connection is closed (none is sent)."""
+        if self.closed or self._transport is None:
+            return False
+        self._pending.update(waiters)
+        self.write_frame(data)
+        return True
+
     def send_frame(self, build: Callable[[int], bytes]) -> None:
         """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
         self.send_frames((build,))
