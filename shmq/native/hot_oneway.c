@@ -30,11 +30,11 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <structmember.h>
 #include <string.h>
 #include <time.h>
 #include "core.h"
 #include "uniq_bind.h"
+#include "async_slots.h"
 
 enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
 
@@ -281,39 +281,20 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     return PyLong_FromLong(status);
 }
 
-/* ---- async sends: the waiter, an AsyncSend made here (its slots at the offsets bound) ------- */
-enum { W_STATE, W_CALLBACK, W_EVENT, W_MORE, W_PRODUCER, W_MQ, W_REQ, W_UNIQ, W_TIMEOUT, W_LEFT, W_N };
-static const char *const w_names[W_N] = {"_state", "_callback", "_event", "_more", "producer", "mq", "req",
-                                         "uniq", "timeout", "left"};
-static PyTypeObject *w_type;
-static Py_ssize_t w_off[W_N];
-
-/* bind_async(AsyncSend): its slots' offsets, read from its member descriptors, once at import */
+/* ---- async sends: the waiter, an AsyncSend made here (async_slots.h) ---------------------- */
+/* bind_async(AsyncSend): its slots' offsets, once at import */
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
-    if (!PyType_Check(arg) || ((PyTypeObject *)arg)->tp_dictoffset) {
-        PyErr_SetString(PyExc_TypeError, "bind_async(a class with __slots__ only)");
-        return NULL;
-    }
-    for (int i = 0; i < W_N; i++) {
-        PyObject *d = PyObject_GetAttrString(arg, w_names[i]);
-        if (!d) return NULL;
-        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
-        if (ok) w_off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
-        Py_DECREF(d);
-        if (!ok) return PyErr_Format(PyExc_TypeError, "%s is not a slot", w_names[i]);
-    }
-    Py_XSETREF(w_type, (PyTypeObject *)Py_NewRef(arg));
+    if (as_bind(arg)) return NULL;
     Py_RETURN_NONE;
 }
 
-/* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: W_CALLBACK
- * on, W_STATE's 0 made here); its _value is unset until it is done, as there */
+/* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: AS_CALLBACK
+ * on; AS_STATE's 0 made here); its _value is unset until it is done, as there */
 static PyObject *new_waiter(PyObject *const *vals) {
-    PyObject *w = w_type->tp_alloc(w_type, 0);
+    PyObject *w = as_type->tp_alloc(as_type, 0);
     if (!w) return NULL;
-    PyObject *zero = PyLong_FromLong(0);
-    *(PyObject **)((char *)w + w_off[W_STATE]) = zero;
-    for (int i = W_CALLBACK; i < W_N; i++) *(PyObject **)((char *)w + w_off[i]) = Py_NewRef(vals[i]);
+    AS_SLOT(w, AS_STATE) = PyLong_FromLong(0);
+    for (int i = AS_CALLBACK; i < AS_N; i++) AS_SLOT(w, i) = Py_NewRef(vals[i]);
     return w;
 }
 
@@ -329,7 +310,7 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
                                          "timeout, left)");
         return NULL;
     }
-    if (!f_uniq || !w_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_uniq || !as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     long long flag = PyLong_AsLongLong(a[2]);
     if (flag == -1 && PyErr_Occurred()) return NULL;
@@ -347,7 +328,7 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
     PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
     PyObject *w = NULL;
     if (uniq) {
-        PyObject *vals[W_N] = {NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
+        PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
         w = new_waiter(vals);
     }
     /* registered, then written: a frame in the lane always has its waiter */
