@@ -354,8 +354,50 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
+/* records(body, topic, broker) -> [MessageExt], or None: a pulled body (a run of whole records,
+ * as a TCP PULL answer carries them) decoded by the walk's own decode, for the TCP consumer
+ * (client/message.py messages_from_records). None, and nothing made, as soon as one record is
+ * not what decode handles as message_from_view would: a record that does not check, a
+ * compressed one, or one of another topic than the queue's (a retry queue's original topic):
+ * the caller then decodes the whole body in Python, which raises on the bad record. */
+static PyObject *hot_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records(body, topic: str, broker: str)");
+        return NULL;
+    }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t tlen;
+    const char *tu = PyUnicode_AsUTF8AndSize(args[1], &tlen);
+    if (!tu) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t pos = 0;
+    while (out && pos < b.len) {
+        const uint8_t *r = p + pos;
+        uint32_t size = b.len - pos >= 4 ? rd32(r) : 0;
+        if (size > (uint64_t)(b.len - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
+            goto python;
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
+        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
+        PyObject *m = decode(r, size, args[1], tu, tlen, args[2]);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+        pos += size;
+    }
+    PyBuffer_Release(&b);
+    return out;
+python:
+    PyBuffer_Release(&b);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"records", (PyCFunction)(void (*)(void))hot_records, METH_FASTCALL,
+     "records(pulled body, topic, broker) -> [MessageExt], or None when Python must decode it"},
     {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
      "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
      "-> (messages, entries used, elsewhere)"},
