@@ -310,12 +310,49 @@ static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The spin keeps the GIL, in slices of this long: taking it back after a spin that found news
+ * cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a wake-up caught
+ * while spinning now skips. Between slices it is dropped and taken again, which hands it to a
+ * thread that asked for it (CPython's drop request, after its switch interval), so the
+ * consumer's other threads wait no longer than behind any running Python thread. The futex
+ * sleep after the spin is made without it, as before. */
+#define GIL_SLICE_NS 100000LL
+
+static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout) {
+    int64_t t0 = mono_ns(), spin_end = t0 + (spin < timeout ? spin : timeout), now = t0;
+    int i, spun = 0;
+    while (now < spin_end) {  /* the spin, with the GIL */
+        int64_t slice = spin_end - now < GIL_SLICE_NS ? spin_end - now : GIL_SLICE_NS;
+        i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, slice, slice);
+        if (i != -1) return i;
+        spun = 1;
+        Py_BEGIN_ALLOW_THREADS
+        Py_END_ALLOW_THREADS
+        now = mono_ns();
+    }
+    int64_t left = t0 + timeout - now;
+    if (left <= 0)  /* no time to sleep: one look (never sleeps), unless the spin made it */
+        return spun ? -1 : f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, 0);
+    Py_BEGIN_ALLOW_THREADS
+    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, left);
+    Py_END_ALLOW_THREADS
+    return i;
+}
+
 /* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count)
  *   -> (i, read)
- * shmq_wait_queues (core.c) with the GIL released (ctl, next, offs, seen, poke: addresses, as
- * int; the arrays stay owned by the caller, who keeps them alive), then, when it answers a queue
+ * shmq_wait_queues (core.c), spinning with the GIL and sleeping without it (wait_queues above;
+ * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
+ * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
- * max_count) with the GIL taken back: the local pull thread's wake-up and read in one call.
+ * max_count) with the GIL: the local pull thread's wake-up and read in one call.
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
  * whether the queue may be delivered to, and may drop what was read. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -340,10 +377,7 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
         return NULL;
     }
-    int i;
-    Py_BEGIN_ALLOW_THREADS
-    i = f_wait(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
-    Py_END_ALLOW_THREADS
+    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -354,8 +388,50 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
+/* records(body, topic, broker) -> [MessageExt], or None: a pulled body (a run of whole records,
+ * as a TCP PULL answer carries them) decoded by the walk's own decode, for the TCP consumer
+ * (client/message.py messages_from_records). None, and nothing made, as soon as one record is
+ * not what decode handles as message_from_view would: a record that does not check, a
+ * compressed one, or one of another topic than the queue's (a retry queue's original topic):
+ * the caller then decodes the whole body in Python, which raises on the bad record. */
+static PyObject *hot_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records(body, topic: str, broker: str)");
+        return NULL;
+    }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t tlen;
+    const char *tu = PyUnicode_AsUTF8AndSize(args[1], &tlen);
+    if (!tu) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t pos = 0;
+    while (out && pos < b.len) {
+        const uint8_t *r = p + pos;
+        uint32_t size = b.len - pos >= 4 ? rd32(r) : 0;
+        if (size > (uint64_t)(b.len - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
+            goto python;
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
+        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
+        PyObject *m = decode(r, size, args[1], tu, tlen, args[2]);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+        pos += size;
+    }
+    PyBuffer_Release(&b);
+    return out;
+python:
+    PyBuffer_Release(&b);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"records", (PyCFunction)(void (*)(void))hot_records, METH_FASTCALL,
+     "records(pulled body, topic, broker) -> [MessageExt], or None when Python must decode it"},
     {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
      "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
      "-> (messages, entries used, elsewhere)"},

@@ -25,6 +25,7 @@
 #include <time.h>
 #include "core.h"
 #include "uniq_bind.h"
+#include "send_frame.h"
 
 enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
 
@@ -85,36 +86,6 @@ static void lane_dealloc(Lane *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the decimal text of v at p (at most 20 characters); returns its length */
-static size_t put_int(char *p, long long v) {
-    char tmp[24];
-    size_t n = 0;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    size_t k = 0;
-    if (v < 0) p[k++] = '-';
-    while (n) p[k++] = tmp[--n];
-    return k;
-}
-
-/* the JSON-escaped length of tags as msgspec writes a string (" and \ escaped, UTF-8 kept), or -1
- * for a character below 0x20, which the caller leaves to the Python encoder */
-static Py_ssize_t tags_json_len(const char *t, Py_ssize_t n) {
-    Py_ssize_t out = n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c < 0x20) return -1;
-        if (c == '"' || c == '\\') out++;
-    }
-    return out;
-}
-
-/* the properties JSON: names from layout.h; \u0001 / \u0002 are the JSON escapes of
- * SHMQ_NAME_VALUE_SEP / SHMQ_PROPERTY_SEP, as msgspec writes them */
-static const char TAGS_HEAD[] = "\"" SHMQ_PROP_TAGS "\\u0001", TAGS_END[] = "\\u0002",
-                  UNIQ_HEAD[] = SHMQ_PROP_UNIQ_KEY "\\u0001";
-#define LIT(s) (sizeof(s) - 1)
-
 /* the segment a put for addr goes to: the open one for the same address, or a new one (its
  * marker job appended to the deque here, in the same GIL-held step) */
 static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
@@ -146,10 +117,12 @@ static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
  * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
  * EMONTH / UNSUPPORTED with nothing written */
 static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 6 || !PyTuple_CheckExact(a[1]) || PyTuple_GET_SIZE(a[1]) != 6 || !PyBytes_CheckExact(a[5])) {
+    sf_pieces pc;
+    if (na != 6 || !PyBytes_CheckExact(a[5])) {
         PyErr_SetString(PyExc_TypeError, "put(addr, pieces: 6 bytes, sysflag, flag, tags, body: bytes)");
         return NULL;
     }
+    if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     /* every 32nd put first hands back LOOK (the caller looks at the connection's state, which
@@ -163,7 +136,7 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
         if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
         tags = PyUnicode_AsUTF8AndSize(a[4], &tn);
         if (!tags) return NULL;
-        if (tn && (tj = tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
+        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
         if (!tn) tags = NULL;
     }
     char id[32];
@@ -172,16 +145,7 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     clock_gettime(CLOCK_REALTIME, &ts);
     long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
-
-    PyObject *const *pc = &PyTuple_GET_ITEM(a[1], 0);
-    Py_ssize_t lit = 0;
-    for (int i = 0; i < 6; i++) {
-        if (!PyBytes_CheckExact(pc[i])) { PyErr_SetString(PyExc_TypeError, "pieces: bytes"); return NULL; }
-        lit += PyBytes_GET_SIZE(pc[i]);
-    }
-    Py_ssize_t bl = PyBytes_GET_SIZE(a[5]);
-    Py_ssize_t props = 1 + (tags ? LIT(TAGS_HEAD) - 1 + tj + LIT(TAGS_END) : 0) + LIT(UNIQ_HEAD) + 32 + 1;
-    Py_ssize_t most = 8 + lit + 4 * 21 + props + bl;  /* the header's numbers at their longest */
+    Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
     seg *s = lane_seg(self, a[0], &status);
     if (!s) return NULL;
@@ -192,40 +156,15 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
         if (!b) return PyErr_NoMemory();
         s->buf = b, s->cap = cap;
     }
-    char *f = s->buf + s->len, *p = f + 8;
-#define PIECE(i) (memcpy(p, PyBytes_AS_STRING(pc[i]), PyBytes_GET_SIZE(pc[i])), p += PyBytes_GET_SIZE(pc[i]))
-    PIECE(0); p += put_int(p, sysflag);
-    PIECE(1); p += put_int(p, born);
-    PIECE(2); p += put_int(p, flag);
-    PIECE(3);
-    if (tags) {
-        memcpy(p, TAGS_HEAD, LIT(TAGS_HEAD)), p += LIT(TAGS_HEAD);
-        for (Py_ssize_t i = 0; i < tn; i++) {
-            if (tags[i] == '"' || tags[i] == '\\') *p++ = '\\';
-            *p++ = tags[i];
-        }
-        memcpy(p, TAGS_END, LIT(TAGS_END)), p += LIT(TAGS_END);
-    } else {
-        *p++ = '"';
-    }
-    memcpy(p, UNIQ_HEAD, LIT(UNIQ_HEAD)), p += LIT(UNIQ_HEAD);
-    memcpy(p, id, 32), p += 32;
-    *p++ = '"';
-    PIECE(4); p += put_int(p, self->opaque);
-    PIECE(5);
-#undef PIECE
-    size_t hl = (size_t)(p - f - 8);
-    if (hl > 0xFFFFFF) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
-        PyErr_Format(PyExc_ValueError, "header of %zu bytes does not fit the 24-bit header length", hl);
+    Py_ssize_t n = sf_write(s->buf + s->len, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                            PyBytes_AS_STRING(a[5]), bl);
+    if (n < 0) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
+        PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
         return NULL;
     }
-    memcpy(p, PyBytes_AS_STRING(a[5]), bl), p += bl;
-    uint32_t total = (uint32_t)(4 + hl + bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
-    unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
-    memcpy(f, w, 8);
-    s->len += (size_t)(p - f);
+    s->len += (size_t)n;
     s->frames++;
-    self->bytes += p - f;
+    self->bytes += n;
     self->frames++;
     return PyLong_FromLong(status);
 }
