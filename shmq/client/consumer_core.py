@@ -136,8 +136,9 @@ class ProcessQueue:
         span; returns the offset safe to commit, as ``remove`` does."""
         with self.lock:
             self.max_seen = last
-            if self.count:
-                self._gone[first] = last + 1
+            if not self.count:  # nothing in flight, so _gone is empty (_safe empties it at 0)
+                return last + 1
+            self._gone[first] = last + 1
             return self._safe()
 
     def _safe(self) -> int:
