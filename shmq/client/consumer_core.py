@@ -56,7 +56,7 @@ class ProcessQueue:
         self.next_offset = next_offset
         self._spans: dict[int, list[MessageExt]] = {}
         self._single: dict[int, MessageExt] = {}
-        self._n = 0                            # messages in flight (in both)
+        self.count = 0                         # messages in flight (in both); a plain attribute, read per wake-up
         self._low = next_offset                # <= the smallest offset in flight (when any)
         self._gone: dict[int, int] = {}        # spans removed above _low: first offset -> one past the last
         self.watch = None                      # local pulls: (store, pointer to the queue's max offset, QueueReader)
@@ -73,10 +73,10 @@ class ProcessQueue:
         n, lo, hi = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
         with self.lock:
             if lo > self.max_seen and hi - lo == n - 1:
-                if not self._n:
+                if not self.count:
                     self._low = lo
                 self._spans[lo] = msgs
-                self._n += n
+                self.count += n
                 self.max_seen = hi
                 return
             self._split()
@@ -91,7 +91,7 @@ class ProcessQueue:
                     low = o
                 elif o > high:
                     high = o
-            self._n = len(d)
+            self.count = len(d)
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high
@@ -113,7 +113,7 @@ class ProcessQueue:
             lo = msgs[0].queue_offset if msgs else None
             if lo is not None and spans.get(lo) is msgs:  # the batch as put: one entry
                 del spans[lo]
-                self._n -= len(msgs)
+                self.count -= len(msgs)
                 hi = msgs[-1].queue_offset + 1
                 if lo == self._low:
                     self._low = hi
@@ -124,27 +124,41 @@ class ProcessQueue:
                 d = self._single
                 for m in msgs:
                     d.pop(m.queue_offset, None)
-                self._n = len(d)
-            if not self._n:
-                self._gone.clear()
-                return self.max_seen + 1
-            # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
-            # and a removed span is passed in one step. (Not next(iter(d)): after many pops
-            # from its front a dict walks every deleted slot to find the first live one.)
-            low, d, gone = self._low, self._single, self._gone
-            while low not in d and low not in spans:
-                low = gone.pop(low, low + 1)
-            self._low = low
-            return low
+                self.count = len(d)
+            return self._safe()
+
+    def consumed(self, first: int, last: int) -> int:
+        """A batch consumed by the thread that pulled it before it was ever put (the inline
+        push consumer, consume_threads=0): offsets first..last, contiguous and above everything
+        seen (the caller checked both before the listener ran, and only that thread moves
+        ``max_seen`` of a local queue). While it was consumed it was not in flight, which is
+        safe: nothing above ``max_seen`` can be committed. Now it is passed like a removed
+        span; returns the offset safe to commit, as ``remove`` does."""
+        with self.lock:
+            self.max_seen = last
+            if not self.count:  # nothing in flight, so _gone is empty (_safe empties it at 0)
+                return last + 1
+            self._gone[first] = last + 1
+            return self._safe()
+
+    def _safe(self) -> int:
+        """The offset safe to commit (the lock is held)."""
+        if not self.count:
+            self._gone.clear()
+            return self.max_seen + 1
+        # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
+        # and a removed span is passed in one step. (Not next(iter(d)): after many pops
+        # from its front a dict walks every deleted slot to find the first live one.)
+        low, d, spans, gone = self._low, self._single, self._spans, self._gone
+        while low not in d and low not in spans:
+            low = gone.pop(low, low + 1)
+        self._low = low
+        return low
 
     def first(self, n: int) -> list[MessageExt]:
         with self.lock:
             self._split()
             return [self._single[k] for k in sorted(self._single)[:n]]
-
-    @property
-    def count(self) -> int:
-        return self._n
 
 
 class ConsumerCore:
@@ -187,9 +201,11 @@ class ConsumerCore:
         self._pull_from: dict[MessageQueue, int] = {}  # brokerId each queue's last pull answer suggested
         self._local_threads: dict[str, threading.Thread] = {}
         self._local_poke = ffi.new("int32_t[1]")  # bumped when the local queue set changes (local_pull.py)
-        # what the local pull thread does with a queue's new messages once they are in its
-        # ProcessQueue (a push consumer with consume_threads=0 sets its listener's call here)
-        self._local_deliver = self._deliver
+        # what the local pull thread does with a queue's new messages: put them in its
+        # ProcessQueue and deliver them (a push consumer with consume_threads=0 sets its
+        # listener's call here, which puts them only when it must: ProcessQueue.consumed)
+        self._local_deliver = self._put_deliver
+        self._gated = False  # whether _may_pull can answer False (an orderly consumer's locks)
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []
@@ -478,7 +494,6 @@ class ConsumerCore:
             msgs, nxt = reader.read(pq.next_offset, self.pull_batch_size)
             if msgs:
                 pq.next_offset = nxt
-                pq.put(msgs)
                 self._local_deliver(pq, msgs)
                 return True
         codes = self._filters.get(mq.topic, (None, None))[1]
@@ -496,7 +511,6 @@ class ConsumerCore:
             msgs = self._accept(mq.topic, msgs)
             pq.next_offset = res.next_begin_offset
             if msgs:
-                pq.put(msgs)
                 self._local_deliver(pq, msgs)
             return True
         if st is GetStatus.NO_MATCHED_MESSAGE:
@@ -511,6 +525,10 @@ class ConsumerCore:
             self.offsets.update(mq, res.next_begin_offset, increase_only=False)
             return True
         return False
+
+    def _put_deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
+        pq.put(msgs)
+        self._deliver(pq, msgs)
 
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         raise NotImplementedError

@@ -37,6 +37,7 @@ from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture
+from .sync_send import exchange, plain
 from .uniq_id import generator, new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
@@ -208,7 +209,7 @@ class Producer(ProducerBase):
             r = self._fast.send(msg)
             if r is not None:
                 return r
-        wire = self._wire(msg)
+        wire = None if plain(self, msg) else self._wire(msg)  # None: built in C (client/sync_send.py)
         info = self._publish_info(msg.topic)
         deadline = time.monotonic() + (timeout or self.send_timeout)
         last: Exception | None = None
@@ -242,9 +243,10 @@ class Producer(ProducerBase):
         info = self._publish_info(msg.topic)
         return self._send_one(mq, msg, wire, info, time.monotonic() + (timeout or self.send_timeout))
 
-    def _send_one(self, mq: MessageQueue, msg: Message, wire: tuple, info: TopicPublishInfo,
+    def _send_one(self, mq: MessageQueue, msg: Message, wire: tuple | None, info: TopicPublishInfo,
                   deadline: float) -> SendResult:
-        """One try of a sync send of ``msg`` (``wire``: its ``_wire``) to ``mq``."""
+        """One try of a sync send of ``msg`` (``wire``: its ``_wire``, or None for a plain message,
+        whose frame the C sync send builds) to ``mq``."""
         link = None if info.via_default else self.links.get(mq.broker_name)
         if link is not None:
             return self._send_local(link, mq, msg, *self._prepare(msg), info)
@@ -252,6 +254,12 @@ class Producer(ProducerBase):
         addr = inst.master_addr(mq.broker_name)
         if addr is None:
             raise RemotingError(f"no address for broker {mq.broker_name}")
+        if wire is None:
+            r = exchange(self, addr, mq, False, msg.flag, msg.tags or None, msg.body, None,
+                         max(0.001, deadline - time.monotonic()))
+            if r is not None:
+                return r
+            wire = self._wire(msg)
         body, text, sysflag, uniq = wire
         req = self._remote(mq, msg.flag, body, text, sysflag, batch=False, oneway=False)
         resp = self._invoke_sync(addr, req, max(0.001, deadline - time.monotonic()))
@@ -265,9 +273,13 @@ class Producer(ProducerBase):
         try:
             return c.invoke(cmd, timeout)
         except RemotingError:
-            self._tls.conns.pop(addr, None)  # a timed-out or broken connection is not reused
-            c.close()
+            self._drop_sync(addr, c)
             raise
+
+    def _drop_sync(self, addr: str, c: SyncRemotingClient) -> None:
+        """A timed-out or broken sync connection is closed and not reused."""
+        self._tls.conns.pop(addr, None)
+        c.close()
 
     def _sync_conn(self, addr: str) -> SyncRemotingClient:
         conns = getattr(self._tls, "conns", None)
@@ -494,8 +506,12 @@ class Producer(ProducerBase):
                 addr = inst.master_addr(mq.broker_name)
                 if addr is None:
                     raise RemotingError(f"no address for broker {mq.broker_name}")
+                left = max(0.001, deadline - time.monotonic())
+                r = exchange(self, addr, mq, True, 0, None, batch, ids, left)  # in C (client/sync_send.py)
+                if r is not None:
+                    return r
                 req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
-                resp = self._invoke_sync(addr, req, max(0.001, deadline - time.monotonic()))
+                resp = self._invoke_sync(addr, req, left)
                 return self._send_result(resp, mq, ids)
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:

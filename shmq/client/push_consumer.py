@@ -30,6 +30,9 @@ log = logging.getLogger("shmq.client.push")
 LOCK_RENEW_S = 20.0
 LOCK_LEASE_S = 30.0  # consume only while the lock was confirmed this recently (broker: 60 s)
 SUSPEND_S = 1.0
+# read once: an enum member looked up on its class goes through EnumType.__getattr__ (~190 ns on
+# CPython 3.11), and every listener call compared against it
+_SUCCESS = ConsumeResult.SUCCESS
 
 
 class PushConsumer(ConsumerCore):
@@ -57,6 +60,7 @@ class PushConsumer(ConsumerCore):
         if self.listener is None:
             raise ShmqError("set a listener with on_message() before start()")
         self._inline = self.consume_threads == 0
+        self._gated = self.orderly and self.model == "CLUSTERING"  # _may_pull below
         if self._inline and not self.orderly:
             # the local pull thread calls the listener itself, with no per-batch look at which
             # thread it is (_deliver's question; that thread is never the client's loop)
@@ -103,7 +107,7 @@ class PushConsumer(ConsumerCore):
     def _call_listener(self, msgs: list[MessageExt]):
         try:
             r = self.listener(msgs)
-            return r if r is not None else ConsumeResult.SUCCESS
+            return r if r is not None else _SUCCESS
         except Exception:
             log.exception("%s: listener raised; the messages will be consumed again", self.group)
             return None
@@ -125,21 +129,43 @@ class PushConsumer(ConsumerCore):
             self.commit(pq, pq.remove(done))
 
     def _consume_inline(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
-        """consume_threads=0, from the local pull thread: a batch of at most consume_batch_size
-        (a caught-up consumer's every batch) is one listener call, settled by it."""
-        if len(msgs) > self.consume_batch_size:
+        """consume_threads=0, from the local pull thread, with ``msgs`` not put in the
+        ProcessQueue yet: a batch of at most consume_batch_size (a caught-up consumer's every
+        batch), contiguous and above everything seen (the C record walk's), is one listener
+        call and, consumed, settled in one step (``ProcessQueue.consumed``: no put, no
+        remove); a batch the listener did not consume is put then and goes the usual way (sent
+        back, or consumed again later), as does every other batch."""
+        n, first, last = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
+        if n > self.consume_batch_size or last - first != n - 1 or first <= pq.max_seen or pq.dropped:
+            pq.put(msgs)
             self._consume_pulled(pq, msgs)
-        else:
-            self._consume_concurrently(pq, msgs)
+            return
+        result = self._call_listener(msgs)
+        if result is _SUCCESS:
+            self.commit(pq, pq.consumed(first, last))
+            return
+        pq.put(msgs)
+        done = self._not_consumed(pq, msgs, result)
+        if done:
+            self.commit(pq, pq.remove(done))
 
     def _consume_concurrently(self, pq: ProcessQueue, msgs: list[MessageExt], settle: bool = True) -> list[MessageExt]:
         """Call the listener; returns the messages done with (consumed, or sent back for a
         retry), which ``settle`` removes and commits here."""
         if pq.dropped:
             return []
-        done = msgs
         result = self._call_listener(msgs)
-        if result is not ConsumeResult.SUCCESS and self.model == "CLUSTERING":
+        done = msgs if result is _SUCCESS else self._not_consumed(pq, msgs, result)
+        if settle and done:
+            self.commit(pq, pq.remove(done))
+        return done
+
+    def _not_consumed(self, pq: ProcessQueue, msgs: list[MessageExt], result) -> list[MessageExt]:
+        """The listener did not answer SUCCESS for ``msgs`` (in the ProcessQueue): send them
+        back for a retry (CLUSTERING), or consume again here later what the broker did not
+        take; returns the messages done with."""
+        done = msgs
+        if self.model == "CLUSTERING":
             failed = [m for m in msgs if not self._send_back(m)]
             if failed:  # the broker did not take them back: consume them again here, later
                 time.sleep(min(5.0, 0.2 * (1 + failed[0].reconsume_times)))
@@ -147,10 +173,8 @@ class PushConsumer(ConsumerCore):
                     m.reconsume_times += 1
                 self._submit(self._consume_concurrently, pq, failed)
                 done = [m for m in msgs if not any(m is f for f in failed)]
-        elif result is not ConsumeResult.SUCCESS:
+        else:
             log.warning("%s: BROADCASTING drops %d messages the listener did not consume", self.group, len(msgs))
-        if settle and done:
-            self.commit(pq, pq.remove(done))
         return done
 
     def _send_back(self, m: MessageExt, delay_level: int = 0) -> bool:
@@ -247,7 +271,7 @@ class PushConsumer(ConsumerCore):
                 if not msgs:
                     return
                 result = self._call_listener(msgs)
-                if result is ConsumeResult.SUCCESS:
+                if result is _SUCCESS:
                     self.commit(pq, pq.remove(msgs))
                     continue
                 # suspend: the same messages again after a pause; past the max, to the DLQ

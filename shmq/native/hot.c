@@ -1,7 +1,8 @@
 /*
  * shmq/native/hot.c -- module shmq.native._hot: the local consumer's record walk (``read``:
  * ConsumeQueue entries -> records -> MessageExt objects, read-only, with the GIL held) and the
- * module's init. The producer's half (the local send's append, LocalSend, encode_batch, and why
+ * module's init; the same decode over a TCP pull's body (``records``) and a broker worker's
+ * unfiltered pull answer, the records copied from the mapping (``read_raw``). The producer's half (the local send's append, LocalSend, encode_batch, and why
  * they keep the GIL) is hot_send.c; Message's C base is hot_message.c.
  */
 #include "hot.h"
@@ -173,21 +174,39 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
-/* The walk itself (see read above): decodes into ``out``; *elsewhere as read answers it. */
-static Py_ssize_t walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, const Py_buffer *lg, long long log_base,
-                       const shmq_positions *P, const int64_t *next, long long qoff, PyObject *topic, PyObject *tu,
-                       PyObject *broker, PyObject *out, long long *elsewhere) {
+/* A 2- or 3-tuple of the new references a, b (and c), taken over (NULL: one of them failed,
+ * every one given is released); Py_BuildValue's format parse cost more than the read of a short
+ * batch. */
+static PyObject *tuple_of(PyObject *a, PyObject *b, PyObject *c, Py_ssize_t n) {
+    PyObject *t = a && b && (n < 3 || c) ? PyTuple_New(n) : NULL;
+    if (!t) { Py_XDECREF(a); Py_XDECREF(b); if (n > 2) Py_XDECREF(c); return NULL; }
+    PyTuple_SET_ITEM(t, 0, a);
+    PyTuple_SET_ITEM(t, 1, b);
+    if (n > 2) PyTuple_SET_ITEM(t, 2, c);
+    return t;
+}
+
+/* The walk itself (see read above): a new list of the decoded messages (NULL with an exception
+ * set), *used entries used, *elsewhere as read answers it. The list is made once at the most
+ * the walk can take (count, the published next offset, the ConsumeQueue mapping's end) and cut
+ * to what it took: no append per message. */
+static PyObject *walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, const Py_buffer *lg, long long log_base,
+                      const shmq_positions *P, const int64_t *next, long long qoff, PyObject *topic, PyObject *tu,
+                      PyObject *broker, Py_ssize_t *used_out, long long *elsewhere) {
     int64_t mx = __atomic_load_n(next, __ATOMIC_ACQUIRE);
     int64_t commit = __atomic_load_n(&P->commit_pos, __ATOMIC_ACQUIRE);
     int64_t min_pos = __atomic_load_n(&P->min_pos, __ATOMIC_ACQUIRE);
     if (mx - qoff < count) count = mx - qoff;
+    Py_ssize_t room = at >= 0 && at <= cq->len ? (cq->len - at) / SHMQ_CQ_ENTRY_SIZE : 0;
+    if (room < count) count = room;
+    if (count < 0) count = 0;
     const char *tub = PyBytes_AS_STRING(tu);
     Py_ssize_t tlen = PyBytes_GET_SIZE(tu), used = 0;
     *elsewhere = -1;
+    PyObject *out = PyList_New(count);
+    if (!out) return NULL;
     for (; used < count; used++) {
-        Py_ssize_t e = at + used * SHMQ_CQ_ENTRY_SIZE;
-        if (e < 0 || e + SHMQ_CQ_ENTRY_SIZE > cq->len) break;
-        const uint8_t *ent = (const uint8_t *)cq->buf + e;
+        const uint8_t *ent = (const uint8_t *)cq->buf + at + used * SHMQ_CQ_ENTRY_SIZE;
         int64_t phys = (int64_t)rd64(ent);
         int32_t size = (int32_t)rd32(ent + 8);
         if (size <= 0 || phys + size > commit || phys < min_pos) break;
@@ -195,10 +214,12 @@ static Py_ssize_t walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, con
         const uint8_t *r = (const uint8_t *)lg->buf + (phys - log_base);
         if (!record_ok(r, (uint32_t)size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED)) break;
         PyObject *m = decode(r, (uint32_t)size, topic, tub, tlen, broker);
-        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); return -1; }
-        Py_DECREF(m);
+        if (!m) { Py_SET_SIZE(out, used); Py_DECREF(out); return NULL; }
+        PyList_SET_ITEM(out, used, m);
     }
-    return used;
+    Py_SET_SIZE(out, used);  /* the slots past it are NULL and stay allocated: a valid list */
+    *used_out = used;
+    return out;
 }
 
 static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -219,13 +240,12 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
     if (PyObject_GetBuffer(args[0], &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(args[4], &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     long long elsewhere = -1;
-    PyObject *out = PyList_New(0);
-    Py_ssize_t used = out ? walk(&cq, at, count, &lg, log_base, P, next, qoff, args[8], args[9], args[10], out,
-                                 &elsewhere) : -1;
+    Py_ssize_t used = 0;
+    PyObject *out = walk(&cq, at, count, &lg, log_base, P, next, qoff, args[8], args[9], args[10], &used, &elsewhere);
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
-    if (used < 0) { Py_XDECREF(out); return NULL; }
-    return Py_BuildValue("(NnL)", out, used, elsewhere);
+    if (!out) return NULL;
+    return tuple_of(out, PyLong_FromSsize_t(used), PyLong_FromLongLong(elsewhere), 3);
 }
 
 /* ---- one queue's read from its reader's state, and the wait that ends in it ---------------
@@ -240,36 +260,51 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * (both: the reader maps the next file and goes on). */
 enum { Q_CI, Q_CQ, Q_LOGBASE, Q_LOG, Q_PER, Q_MIN, Q_NEXT, Q_POS, Q_TOPIC, Q_UTF8, Q_BROKER, Q_N };
 
-static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+/* a QueueReader state's numbers (0), or -1 with an exception set */
+typedef struct { long long ci, per, log_base; const int64_t *minp, *next; const shmq_positions *P; } qstate;
+
+static int queue_state(PyObject *st, qstate *q) {
     if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != Q_N || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_TOPIC)) ||
         !PyBytes_CheckExact(PyList_GET_ITEM(st, Q_UTF8)) || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_BROKER))) {
         PyErr_SetString(PyExc_TypeError, "read_queue: not a QueueReader state");
-        return NULL;
+        return -1;
     }
+    q->ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI));
+    q->per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
+    q->log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
+    q->minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
+    q->next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
+    q->P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
+    if (PyErr_Occurred()) return -1;
+    if (!q->minp || !q->next || !q->P || q->per <= 0) {
+        PyErr_SetString(PyExc_ValueError, "read_queue: null position");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+    qstate q;
+    if (queue_state(st, &q)) return NULL;
     if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
-    long long ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI)), per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
-    long long log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
-    const int64_t *minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
-    const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
-    const shmq_positions *P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
-    if (PyErr_Occurred()) return NULL;
-    if (!minp || !next || !P || per <= 0) { PyErr_SetString(PyExc_ValueError, "read_queue: null position"); return NULL; }
+    long long ci = q.ci, per = q.per, log_base = q.log_base;
+    const int64_t *minp = q.minp, *next = q.next;
+    const shmq_positions *P = q.P;
     if (offset < __atomic_load_n(minp, __ATOMIC_ACQUIRE) || offset < 0 || offset / per != ci) Py_RETURN_NONE;
     long long n = offset % per;
     Py_buffer cq, lg;
     if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
     if (PyObject_GetBuffer(PyList_GET_ITEM(st, Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
     long long elsewhere = -1;
-    Py_ssize_t count = max_count < per - n ? max_count : (Py_ssize_t)(per - n);
-    PyObject *out = PyList_New(0);
-    Py_ssize_t used = out ? walk(&cq, (Py_ssize_t)n * SHMQ_CQ_ENTRY_SIZE, count, &lg, log_base, P, next, offset,
-                                 PyList_GET_ITEM(st, Q_TOPIC), PyList_GET_ITEM(st, Q_UTF8),
-                                 PyList_GET_ITEM(st, Q_BROKER), out, &elsewhere) : -1;
+    Py_ssize_t count = max_count < per - n ? max_count : (Py_ssize_t)(per - n), used = 0;
+    PyObject *out = walk(&cq, (Py_ssize_t)n * SHMQ_CQ_ENTRY_SIZE, count, &lg, log_base, P, next, offset,
+                         PyList_GET_ITEM(st, Q_TOPIC), PyList_GET_ITEM(st, Q_UTF8), PyList_GET_ITEM(st, Q_BROKER),
+                         &used, &elsewhere);
     PyBuffer_Release(&lg);
     PyBuffer_Release(&cq);
-    if (used < 0) { Py_XDECREF(out); return NULL; }
+    if (!out) return NULL;
     if (elsewhere < 0 && used && n + used == per) elsewhere = -2;
-    return Py_BuildValue("(NLL)", out, offset + (long long)used, elsewhere);
+    return tuple_of(out, PyLong_FromLongLong(offset + (long long)used), PyLong_FromLongLong(elsewhere), 3);
 }
 
 static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -278,6 +313,64 @@ static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred()) return NULL;
     return read_queue(args[0], offset, max_count);
+}
+
+/* read_raw(st, offset, max_count, max_bytes) -> (body, count, next offset, max offset, min offset)
+ * or an int: the broker's answer to a pull of a QueueReader's queue (store/reader.py read_raw)
+ * as get_messages gives it with no filter, its records copied into one bytes object. Only what
+ * get_messages would answer FOUND for in the same way: from ``offset`` (min <= offset < max),
+ * up to max_count entries and max_bytes (at least one), stopping at the queue's published end
+ * or at a record past the commit position, the same visibility invariant (acquire loads). The
+ * int says why not, and nothing is copied: -1 get_messages decides (an offset out of range, an
+ * expired or empty entry, the end of the ConsumeQueue file in the middle of the read), -2 the
+ * ConsumeQueue file of ``offset`` is not mapped in st, >= 0 the commit-log offset of a record
+ * outside st's CommitLog mapping (the caller maps either and asks again). Records are not
+ * checked: the pull hands on the stored bytes, as get_messages does. */
+static PyObject *hot_read_raw(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "read_raw(state, offset, max_count, max_bytes)"); return NULL; }
+    qstate q;
+    if (queue_state(args[0], &q)) return NULL;
+    long long offset = PyLong_AsLongLong(args[1]), max_bytes = PyLong_AsLongLong(args[3]);
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t mn = __atomic_load_n(q.minp, __ATOMIC_ACQUIRE), mx = __atomic_load_n(q.next, __ATOMIC_ACQUIRE);
+    int64_t commit = __atomic_load_n(&q.P->commit_pos, __ATOMIC_ACQUIRE);
+    int64_t min_pos = __atomic_load_n(&q.P->min_pos, __ATOMIC_ACQUIRE);
+    if (offset < mn || offset >= mx || max_count < 1 || max_count > 1024) return PyLong_FromLong(-1);
+    if (offset / q.per != q.ci) return PyLong_FromLong(-2);
+    Py_buffer cq, lg;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    const uint8_t *recs[1024];
+    uint32_t sizes[1024];
+    long long at = offset % q.per, why = -1, total = 0;
+    int undecided = 0;                                       /* then why is the int answer */
+    Py_ssize_t n = 0;
+    while (n < max_count && offset + n < mx) {
+        Py_ssize_t e = (Py_ssize_t)(at + n) * SHMQ_CQ_ENTRY_SIZE;
+        if (at + n >= q.per || e + SHMQ_CQ_ENTRY_SIZE > cq.len) { undecided = 1; break; }
+        const uint8_t *ent = (const uint8_t *)cq.buf + e;
+        int64_t phys = (int64_t)rd64(ent);
+        int32_t size = (int32_t)rd32(ent + 8);
+        if (size <= 0 || phys < min_pos) { undecided = 1; break; }
+        if (phys + size > commit) break;                     /* published entry, unpublished record */
+        if (n && total + size > max_bytes) break;
+        if (phys < q.log_base || phys - q.log_base + size > lg.len) { undecided = 1; why = phys; break; }
+        recs[n] = (const uint8_t *)lg.buf + (phys - q.log_base);
+        sizes[n++] = (uint32_t)size;
+        total += size;
+    }
+    PyObject *body = NULL;
+    if (!undecided && n) {
+        body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+        for (Py_ssize_t i = 0, pos = 0; body && i < n; pos += sizes[i++])
+            memcpy(PyBytes_AS_STRING(body) + pos, recs[i], sizes[i]);
+    }
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&cq);
+    if (undecided || !n) return PyLong_FromLongLong(why);
+    if (!body) return NULL;
+    return Py_BuildValue("(NnLLL)", body, n, offset + (long long)n, (long long)mx, (long long)mn);
 }
 
 /* the type is core.h's own declaration, so the call cannot drift from the definition */
@@ -292,12 +385,49 @@ static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* The spin keeps the GIL, in slices of this long: taking it back after a spin that found news
+ * cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a wake-up caught
+ * while spinning now skips. Between slices it is dropped and taken again, which hands it to a
+ * thread that asked for it (CPython's drop request, after its switch interval), so the
+ * consumer's other threads wait no longer than behind any running Python thread. The futex
+ * sleep after the spin is made without it, as before. */
+#define GIL_SLICE_NS 100000LL
+
+static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout) {
+    int64_t t0 = mono_ns(), spin_end = t0 + (spin < timeout ? spin : timeout), now = t0;
+    int i, spun = 0;
+    while (now < spin_end) {  /* the spin, with the GIL */
+        int64_t slice = spin_end - now < GIL_SLICE_NS ? spin_end - now : GIL_SLICE_NS;
+        i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, slice, slice);
+        if (i != -1) return i;
+        spun = 1;
+        Py_BEGIN_ALLOW_THREADS
+        Py_END_ALLOW_THREADS
+        now = mono_ns();
+    }
+    int64_t left = t0 + timeout - now;
+    if (left <= 0)  /* no time to sleep: one look (never sleeps), unless the spin made it */
+        return spun ? -1 : f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, 0);
+    Py_BEGIN_ALLOW_THREADS
+    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, left);
+    Py_END_ALLOW_THREADS
+    return i;
+}
+
 /* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count)
  *   -> (i, read)
- * shmq_wait_queues (core.c) with the GIL released (ctl, next, offs, seen, poke: addresses, as
- * int; the arrays stay owned by the caller, who keeps them alive), then, when it answers a queue
+ * shmq_wait_queues (core.c), spinning with the GIL and sleeping without it (wait_queues above;
+ * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
+ * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
- * max_count) with the GIL taken back: the local pull thread's wake-up and read in one call.
+ * max_count) with the GIL: the local pull thread's wake-up and read in one call.
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
  * whether the queue may be delivered to, and may drop what was read. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -322,10 +452,7 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
         return NULL;
     }
-    int i;
-    Py_BEGIN_ALLOW_THREADS
-    i = f_wait(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
-    Py_END_ALLOW_THREADS
+    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -333,11 +460,55 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     } else {
         read = REF(Py_None);
     }
-    return Py_BuildValue("(iN)", i, read);
+    return tuple_of(PyLong_FromLong(i), read, NULL, 2);
+}
+
+/* records(body, topic, broker) -> [MessageExt], or None: a pulled body (a run of whole records,
+ * as a TCP PULL answer carries them) decoded by the walk's own decode, for the TCP consumer
+ * (client/message.py messages_from_records). None, and nothing made, as soon as one record is
+ * not what decode handles as message_from_view would: a record that does not check, a
+ * compressed one, or one of another topic than the queue's (a retry queue's original topic):
+ * the caller then decodes the whole body in Python, which raises on the bad record. */
+static PyObject *hot_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records(body, topic: str, broker: str)");
+        return NULL;
+    }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t tlen;
+    const char *tu = PyUnicode_AsUTF8AndSize(args[1], &tlen);
+    if (!tu) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t pos = 0;
+    while (out && pos < b.len) {
+        const uint8_t *r = p + pos;
+        uint32_t size = b.len - pos >= 4 ? rd32(r) : 0;
+        if (size > (uint64_t)(b.len - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
+            goto python;
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
+        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
+        PyObject *m = decode(r, size, args[1], tu, tlen, args[2]);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+        pos += size;
+    }
+    PyBuffer_Release(&b);
+    return out;
+python:
+    PyBuffer_Release(&b);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"read_raw", (PyCFunction)(void (*)(void))hot_read_raw, METH_FASTCALL,
+     "read_raw(QueueReader state, offset, max_count, max_bytes) -> (body, count, next, max, min) or int"},
+    {"records", (PyCFunction)(void (*)(void))hot_records, METH_FASTCALL,
+     "records(pulled body, topic, broker) -> [MessageExt], or None when Python must decode it"},
     {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
      "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
      "-> (messages, entries used, elsewhere)"},

@@ -28,12 +28,14 @@
  * positive ones the connection numbers its other requests with. A segment's async sends share
  * one timeout (a put with another opens a new segment).
  */
+
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
 #include <time.h>
 #include "core.h"
 #include "uniq_bind.h"
+#include "send_frame.h"
 #include "async_slots.h"
 
 enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
@@ -99,43 +101,6 @@ static void lane_dealloc(Lane *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the decimal text of v at p (at most 20 characters), two digits a step; returns its length */
-static size_t put_int(char *p, long long v) {
-    static const char d2[] = "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
-                             "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
-                             "8081828384858687888990919293949596979899";
-    char tmp[24], *e = tmp + sizeof tmp, *q = e;
-    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    while (u >= 100) {
-        unsigned r = (unsigned)(u % 100);
-        u /= 100;
-        *--q = d2[2 * r + 1], *--q = d2[2 * r];
-    }
-    if (u >= 10) *--q = d2[2 * u + 1], *--q = d2[2 * u];
-    else *--q = (char)('0' + u);
-    if (v < 0) *--q = '-';
-    memcpy(p, q, (size_t)(e - q));
-    return (size_t)(e - q);
-}
-
-/* the JSON-escaped length of tags as msgspec writes a string (" and \ escaped, UTF-8 kept), or -1
- * for a character below 0x20, which the caller leaves to the Python encoder */
-static Py_ssize_t tags_json_len(const char *t, Py_ssize_t n) {
-    Py_ssize_t out = n;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        unsigned char c = (unsigned char)t[i];
-        if (c < 0x20) return -1;
-        if (c == '"' || c == '\\') out++;
-    }
-    return out;
-}
-
-/* the properties JSON: names from layout.h; \u0001 / \u0002 are the JSON escapes of
- * SHMQ_NAME_VALUE_SEP / SHMQ_PROPERTY_SEP, as msgspec writes them */
-static const char TAGS_HEAD[] = "\"" SHMQ_PROP_TAGS "\\u0001", TAGS_END[] = "\\u0002",
-                  UNIQ_HEAD[] = SHMQ_PROP_UNIQ_KEY "\\u0001";
-#define LIT(s) (sizeof(s) - 1)
-
 /* the segment a put for addr goes to: the open one for the same address (for an async put, one
  * whose async sends have no other timeout), or a new one (its marker job appended to the deque
  * here, in the same GIL-held step) */
@@ -166,98 +131,28 @@ static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status)
     return s;
 }
 
-/* one frame's inputs, checked: the template's pieces, the tags (UTF-8, NULL for none), the body */
-typedef struct {
-    PyObject *const *pc;
-    Py_ssize_t lit, tn, tj, bl;
-    const char *tags, *body;
-} frame_in;
-
-/* 0, ST_UNSUPPORTED (a control character in the tags: the Python encoder's), or -1 (raised) */
-static int frame_check(PyObject *pieces, PyObject *tags, PyObject *body, frame_in *fi) {
-    if (!PyTuple_CheckExact(pieces) || PyTuple_GET_SIZE(pieces) != 6 || !PyBytes_CheckExact(body)) {
-        PyErr_SetString(PyExc_TypeError, "pieces: a tuple of 6 bytes, body: bytes");
-        return -1;
-    }
-    fi->pc = &PyTuple_GET_ITEM(pieces, 0);
-    fi->lit = 0;
-    for (int i = 0; i < 6; i++) {
-        if (!PyBytes_CheckExact(fi->pc[i])) { PyErr_SetString(PyExc_TypeError, "pieces: bytes"); return -1; }
-        fi->lit += PyBytes_GET_SIZE(fi->pc[i]);
-    }
-    fi->tags = NULL, fi->tn = fi->tj = 0;
-    if (tags != Py_None) {
-        if (!PyUnicode_Check(tags)) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return -1; }
-        fi->tags = PyUnicode_AsUTF8AndSize(tags, &fi->tn);
-        if (!fi->tags) return -1;
-        if (fi->tn && (fi->tj = tags_json_len(fi->tags, fi->tn)) < 0) return ST_UNSUPPORTED;
-        if (!fi->tn) fi->tags = NULL;
-    }
-    fi->body = PyBytes_AS_STRING(body);
-    fi->bl = PyBytes_GET_SIZE(body);
+/* room for ``most`` more bytes in s: 0, or -1 with MemoryError */
+static int seg_reserve(seg *s, Py_ssize_t most) {
+    if (s->len + (size_t)most <= s->cap) return 0;
+    size_t cap = s->cap ? s->cap : 65536;
+    while (cap < s->len + (size_t)most) cap *= 2;
+    char *b = PyMem_Realloc(s->buf, cap);
+    if (!b) return PyErr_NoMemory(), -1;
+    s->buf = b, s->cap = cap;
     return 0;
 }
 
-/* the frame (a SEND_MESSAGE_V2 with the template's pieces around sysflag, born ms, flag, the
- * properties TAGS and UNIQ_KEY = id, opaque) at the end of s; its length, or -1 (raised, nothing
- * committed: s->len is unchanged) */
-static Py_ssize_t frame_write(seg *s, const frame_in *fi, long long sysflag, long long flag, long long opaque,
-                              const char *id) {
-    Py_ssize_t props = 1 + (fi->tags ? LIT(TAGS_HEAD) - 1 + fi->tj + LIT(TAGS_END) : 0) + LIT(UNIQ_HEAD) + 32 + 1;
-    Py_ssize_t most = 8 + fi->lit + 4 * 21 + props + fi->bl;  /* the header's numbers at their longest */
-    if (s->len + most > s->cap) {
-        size_t cap = s->cap ? s->cap : 65536;
-        while (cap < s->len + most) cap *= 2;
-        char *b = PyMem_Realloc(s->buf, cap);
-        if (!b) return PyErr_NoMemory(), -1;
-        s->buf = b, s->cap = cap;
-    }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-    PyObject *const *pc = fi->pc;
-    char *f = s->buf + s->len, *p = f + 8;
-#define PIECE(i) (memcpy(p, PyBytes_AS_STRING(pc[i]), PyBytes_GET_SIZE(pc[i])), p += PyBytes_GET_SIZE(pc[i]))
-    PIECE(0); p += put_int(p, sysflag);
-    PIECE(1); p += put_int(p, born);
-    PIECE(2); p += put_int(p, flag);
-    PIECE(3);
-    if (fi->tags) {
-        memcpy(p, TAGS_HEAD, LIT(TAGS_HEAD)), p += LIT(TAGS_HEAD);
-        for (Py_ssize_t i = 0; i < fi->tn; i++) {
-            if (fi->tags[i] == '"' || fi->tags[i] == '\\') *p++ = '\\';
-            *p++ = fi->tags[i];
-        }
-        memcpy(p, TAGS_END, LIT(TAGS_END)), p += LIT(TAGS_END);
-    } else {
-        *p++ = '"';
-    }
-    memcpy(p, UNIQ_HEAD, LIT(UNIQ_HEAD)), p += LIT(UNIQ_HEAD);
-    memcpy(p, id, 32), p += 32;
-    *p++ = '"';
-    PIECE(4); p += put_int(p, opaque);
-    PIECE(5);
-#undef PIECE
-    size_t hl = (size_t)(p - f - 8);
-    if (hl > 0xFFFFFF) {
-        PyErr_Format(PyExc_ValueError, "header of %zu bytes does not fit the 24-bit header length", hl);
-        return -1;
-    }
-    memcpy(p, fi->body, fi->bl), p += fi->bl;
-    uint32_t total = (uint32_t)(4 + hl + fi->bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
-    unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
-    memcpy(f, w, 8);
-    s->len += (size_t)(p - f);
-    s->frames++;
-    return p - f;
-}
-
 /* put(addr, pieces, sysflag, flag, tags, body) -> status bits: the frame of one plain oneway
- * SEND_MESSAGE_V2 (pieces: the queue's oneway template as 6 literal bytes around the slots
- * sysflag, born ms, flag, properties, opaque; tags: None or a str) written into the lane, or
- * FULL / EMONTH / UNSUPPORTED with nothing written */
+ * SEND_MESSAGE_V2 (pieces: the queue's template as 6 literal bytes around the slots sysflag,
+ * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
+ * EMONTH / UNSUPPORTED with nothing written */
 static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 6) { PyErr_SetString(PyExc_TypeError, "put(addr, pieces, sysflag, flag, tags, body)"); return NULL; }
+    sf_pieces pc;
+    if (na != 6 || !PyBytes_CheckExact(a[5])) {
+        PyErr_SetString(PyExc_TypeError, "put(addr, pieces: 6 bytes, sysflag, flag, tags, body: bytes)");
+        return NULL;
+    }
+    if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     /* every 32nd put first hands back LOOK (the caller looks at the connection's state, which
@@ -265,17 +160,34 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     if (!(++self->puts & 31)) return PyLong_FromLong(ST_LOOK);
     long long sysflag = PyLong_AsLongLong(a[2]), flag = PyLong_AsLongLong(a[3]);
     if ((sysflag == -1 || flag == -1) && PyErr_Occurred()) return NULL;
-    frame_in fi;
-    int rc = frame_check(a[1], a[4], a[5], &fi);
-    if (rc) return rc < 0 ? NULL : PyLong_FromLong(rc);
+    const char *tags = NULL;
+    Py_ssize_t tn = 0, tj = 0;
+    if (a[4] != Py_None) {
+        if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
+        tags = PyUnicode_AsUTF8AndSize(a[4], &tn);
+        if (!tags) return NULL;
+        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
+        if (!tn) tags = NULL;
+    }
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
+    Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
     seg *s = lane_seg(self, a[0], NULL, &status);
     if (!s) return NULL;
-    Py_ssize_t n = frame_write(s, &fi, sysflag, flag, self->opaque, id);
-    if (n < 0) return NULL;  /* (an empty new segment stays: its marker takes nothing) */
+    if (seg_reserve(s, most)) return NULL;
+    Py_ssize_t n = sf_write(s->buf + s->len, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                            PyBytes_AS_STRING(a[5]), bl);
+    if (n < 0) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
+        PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
+        return NULL;
+    }
+    s->len += (size_t)n;
+    s->frames++;
     self->bytes += n;
     self->frames++;
     return PyLong_FromLong(status);
@@ -305,23 +217,35 @@ static PyObject *new_waiter(PyObject *const *vals) {
  * waiter's req is ``msg``: what a retry rebuilds its request from (AsyncSend.submit), as Java's
  * async send retries with the message object it was given. */
 static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 11) {
-        PyErr_SetString(PyExc_TypeError, "put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, "
-                                         "timeout, left)");
+    sf_pieces pc;
+    if (na != 11 || !PyBytes_CheckExact(a[4])) {
+        PyErr_SetString(PyExc_TypeError, "put_async(addr, pieces, flag, tags, body: bytes, msg, producer, callback, "
+                                         "mq, timeout, left)");
         return NULL;
     }
+    if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq || !as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     long long flag = PyLong_AsLongLong(a[2]);
     if (flag == -1 && PyErr_Occurred()) return NULL;
-    frame_in fi;
-    int rc = frame_check(a[1], a[3], a[4], &fi);
-    if (rc) return rc < 0 ? NULL : PyLong_FromLong(rc);
+    const char *tags = NULL;
+    Py_ssize_t tn = 0, tj = 0;
+    if (a[3] != Py_None) {
+        if (!PyUnicode_Check(a[3])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
+        tags = PyUnicode_AsUTF8AndSize(a[3], &tn);
+        if (!tags) return NULL;
+        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
+        if (!tn) tags = NULL;
+    }
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
     seg *s = lane_seg(self, a[0], a[9], &status);
-    if (!s) return NULL;
+    if (!s || seg_reserve(s, most)) return NULL;
     if (!s->waiters && !(s->waiters = PyDict_New())) return NULL;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     PyObject *key = PyLong_FromLongLong(-(long long)next);
@@ -331,24 +255,27 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
         w = new_waiter(vals);
     }
-    /* registered, then written: a frame in the lane always has its waiter */
-    Py_ssize_t n = -1;
-    if (w && !PyDict_SetItem(s->waiters, key, w) && (n = frame_write(s, &fi, 0, flag, -(long long)next, id)) < 0) {
-        PyObject *et, *ev, *tb;
-        PyErr_Fetch(&et, &ev, &tb);
-        if (PyDict_DelItem(s->waiters, key)) PyErr_Clear();
-        PyErr_Restore(et, ev, tb);
-    }
-    if (n < 0) {
-        Py_CLEAR(w);
-    } else {
-        self->aopaque = next;
-        if (!s->timeout) s->timeout = Py_NewRef(a[9]);
-        self->bytes += n;
-        self->frames++;
-    }
+    /* registered, then written (nothing after the write can fail): a frame in the lane always
+     * has its waiter */
+    if (w && PyDict_SetItem(s->waiters, key, w)) Py_CLEAR(w);
     Py_XDECREF(key);
     Py_XDECREF(uniq);
+    if (!w) return NULL;
+    Py_ssize_t n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, -(long long)next,
+                            PyBytes_AS_STRING(a[4]), bl);
+    if (n < 0) {  /* (never, for a template's pieces: the header is far below 16 MiB) */
+        PyObject *k = PyLong_FromLongLong(-(long long)next);
+        if (k && PyDict_DelItem(s->waiters, k)) PyErr_Clear();
+        Py_XDECREF(k);
+        Py_DECREF(w);
+        return PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
+    }
+    self->aopaque = next;
+    if (!s->timeout) s->timeout = Py_NewRef(a[9]);
+    s->len += (size_t)n;
+    s->frames++;
+    self->bytes += n;
+    self->frames++;
     return w;
 }
 

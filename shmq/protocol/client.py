@@ -172,10 +172,28 @@ class SyncRemotingClient:
         self._decoder = FrameDecoder(max_frame_size)
         self._ready: list[RemotingCommand] = []
         self._opaque = 0
+        # one receive buffer for the client's life: a recv(256 KiB) made a bytes object of that
+        # size per read, which glibc maps and unmaps (mmap, mremap, munmap: three system calls)
+        self._rbuf = memoryview(bytearray(256 * 1024))
 
     def _next_opaque(self) -> int:
         self._opaque = self._opaque % 0x7FFFFFFF + 1
         return self._opaque
+
+    next_opaque = _next_opaque  # for a caller that writes its own request (client/sync_send.py)
+
+    @property
+    def spin_s(self) -> float:
+        """How long a wait for an answer polls before it blocks, in seconds (``spin_us``)."""
+        return self._spin_s
+
+    def idle(self) -> bool:
+        """Nothing read and not yet taken: the socket's next bytes are the next frame's."""
+        return not self._ready and not self._decoder.pending
+
+    def feed(self, data: bytes) -> None:
+        """Bytes read from this client's socket by someone else: decoded as :meth:`receive` would."""
+        self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
 
     def send_raw(self, data: bytes) -> None:
         self.sock.sendall(data)
@@ -191,27 +209,27 @@ class SyncRemotingClient:
             if left <= 0:
                 raise RemotingTimeout(f"nothing from {self.addr} in time")
             try:
-                data = self._spin_recv() if self._spin_s else None
-                if data is None:
+                n = self._spin_recv() if self._spin_s else None
+                if n is None:
                     self.sock.settimeout(left)
-                    data = self.sock.recv(256 * 1024)
+                    n = self.sock.recv_into(self._rbuf)
             except socket.timeout:
                 raise RemotingTimeout(f"nothing from {self.addr} in time") from None
             except OSError as e:
                 raise RemotingClosed(f"connection to {self.addr} failed: {e}") from None
-            if not data:
+            if not n:
                 raise RemotingClosed(f"connection to {self.addr} closed by the server")
-            self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
+            self.feed(self._rbuf[:n])
         return self._ready.pop(0)
 
-    def _spin_recv(self) -> bytes | None:
-        """What the socket has within ``spin_us`` (b"" at EOF), or None: nothing came, block."""
+    def _spin_recv(self) -> int | None:
+        """How many bytes the socket gave within ``spin_us`` (0 at EOF), or None: nothing came, block."""
         end = time.perf_counter() + self._spin_s
         self.sock.settimeout(0.0)  # a socket with a timeout would poll() before each recv
-        recv = self.sock.recv
+        recv, buf = self.sock.recv_into, self._rbuf
         while True:
             try:
-                return recv(256 * 1024)
+                return recv(buf)
             except BlockingIOError:
                 if time.perf_counter() > end:
                     return None
@@ -225,16 +243,17 @@ class SyncRemotingClient:
             if self.rpc_hook is None:
                 opaque = self._next_opaque()
                 self.sock.sendall(cmd.frame(opaque))
-                return self._response(opaque, timeout)
+                return self.response(opaque, timeout)
             cmd = cmd.command()
         cmd.opaque = self._next_opaque()
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         if self.rpc_hook is not None:
             self.rpc_hook(cmd)
         self.send(cmd)
-        return self._response(cmd.opaque, timeout)
+        return self.response(cmd.opaque, timeout)
 
-    def _response(self, opaque: int, timeout: float | None) -> RemotingCommand:
+    def response(self, opaque: int, timeout: float | None) -> RemotingCommand:
+        """The answer to the request numbered ``opaque``; whatever else comes first is dropped."""
         deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         while True:
             resp = self.receive(max(0.0, deadline - time.monotonic()))

@@ -383,16 +383,26 @@ class Connection(asyncio.Protocol):
         """The peer does not read what we write (the transport's buffer is over its high-water mark)."""
         return self._write_paused
 
-    def defer_flush(self) -> None:
+    def defer_flush(self) -> bool:
         """Until :meth:`flush`, what is sent is coalesced as during a read, with no flush
-        callback: for a callback outside any read that answers several requests of several
-        connections at once (held pulls, broker/worker/pull_hold.py), so the answers leave in
-        one write per connection in this turn of the loop, not in a callback of the next."""
+        callback: for a callback that answers several requests of several connections at once
+        (held pulls, broker/worker/pull_hold.py), so the answers leave in one write per
+        connection in this turn of the loop, not in a callback of the next. False (and nothing
+        to flush after) when this connection is in a read already: its read flushes them."""
+        if self._in_read:
+            return False
         self._in_read = True
+        return True
 
     def flush(self) -> None:
         """Write what :meth:`defer_flush` held back, now."""
         self._in_read = False
+        self._flush()
+
+    def flush_now(self) -> None:
+        """Write what was coalesced so far at once, in the middle of a read: for a fast path
+        whose answers must leave before the work it does next (send_fast.py, whose sends
+        then answer the held pulls they satisfied in the same read)."""
         self._flush()
 
     def _flush(self) -> None:

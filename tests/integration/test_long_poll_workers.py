@@ -88,3 +88,35 @@ def test_held_pulls_answered_by_appends_on_another_worker(start_broker):
     finally:
         c.close()
         d.close()
+
+
+def _send_cmd(topic: str, body: bytes, opaque: int):
+    h = SendMessageRequestHeader(producerGroup="pg", topic=topic, defaultTopic="TBW102", defaultTopicQueueNums=4,
+                                 queueId=0, sysFlag=0, bornTimestamp=0, flag=0, properties=None)
+    cmd = request(RequestCode.SEND_MESSAGE_V2, send_header_to_v2(h), body)
+    cmd.opaque = opaque
+    return cmd
+
+
+def test_a_c_served_send_answers_itself_then_the_pull_it_satisfied_in_one_read(start_broker):
+    """The C send path (a queue the worker served before) answers the held pulls its sends
+    satisfied in the same read, right after the sends' own answers: on another connection of
+    the worker, and on the send's own connection, where the send's answer comes first."""
+    br = start_broker(workers=2)
+    c, d = _same_worker(br.addr)
+    try:
+        create_topic(c, "LPFast", queues=1)
+        assert send(c, "LPFast", b"warm").code == 0  # the Python path learns the queue for C
+        for i in range(3):  # another connection of the same worker holds the pull
+            _park(d, "LPFast", 1 + i, 90 + i)
+            assert send(c, "LPFast", b"m%d" % i).code == 0
+            assert _answer(d, 90 + i) == [b"m%d" % i]
+        # the same connection holds the pull and sends: two answers, the send's first
+        _park(c, "LPFast", 4, 95)
+        c.send(_send_cmd("LPFast", b"own", 96))
+        first, second = c.receive(10), c.receive(10)
+        assert (first.opaque, first.code, second.opaque, second.code) == (96, 0, 95, 0)
+        assert [bytes(m.body) for m in iter_records(second.body)] == [b"own"]
+    finally:
+        c.close()
+        d.close()

@@ -81,13 +81,21 @@ def test_a_batch_with_gaps_and_orderly_first():
 
 def test_random_settling_matches_the_lowest_in_flight():
     # a reference model: whatever mix of whole batches, parts and single messages is settled,
-    # in whatever order, remove() answers min(in flight) or one past everything put
+    # in whatever order, and batches consumed inline without being put between them,
+    # remove() and consumed() answer min(in flight) or one past everything seen
     import random
     rnd = random.Random(7)
     for _ in range(200):
         pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
         nxt, live, pending = 0, {}, []
         for _ in range(rnd.randint(1, 30)):
+            if rnd.random() < 0.15:  # consumed inline by its puller, never put (consumed())
+                size = rnd.randint(1, 8)
+                got = pq.consumed(nxt, nxt + size - 1)
+                nxt += size
+                assert got == (min(live) if live else nxt) and pq.max_seen == nxt - 1
+                assert pq.count == len(live)
+                continue
             if rnd.random() < 0.6 or not pending:
                 size = rnd.randint(1, 8)
                 offs = list(range(nxt, nxt + size))

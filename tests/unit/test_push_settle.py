@@ -61,3 +61,38 @@ def test_batches_finished_by_two_threads_in_either_order():
     gate.set()
     t.join(5)
     assert commits == [0, 16] and pq.count == 0
+
+
+def test_inline_batches_settle_without_a_put_and_never_pass_a_message_going_round(monkeypatch):
+    # consume_threads=0: a batch the listener consumes is never put in the ProcessQueue; one it
+    # does not consume is put then; the committed offset stays at the message the broker did
+    # not take back, through later inline batches, until it is consumed
+    monkeypatch.setattr("shmq.client.push_consumer.time.sleep", lambda s: None)
+    bad = {5}
+    c, commits, again = _consumer(
+        lambda msgs: ConsumeResult.RECONSUME_LATER if any(m.queue_offset in bad for m in msgs) else ConsumeResult.SUCCESS,
+        lambda m: m.queue_offset != 5)
+    put = []
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    real_put = pq.put
+    pq.put = lambda msgs: (put.append([m.queue_offset for m in msgs]), real_put(msgs))
+    for first in range(0, 16, 4):
+        c._consume_inline(pq, [_msg(o) for o in range(first, first + 4)])
+    assert put == [[4, 5, 6, 7]]       # only the batch the listener did not consume
+    assert commits == [4, 5, 5, 5]     # held at 5 while it goes round again
+    assert [m.queue_offset for m in again[0][1]] == [5] and pq.count == 1
+    bad.clear()
+    c._consume_concurrently(*again[0])
+    assert commits[-1] == 16 and pq.count == 0
+    c._consume_inline(pq, [_msg(o) for o in range(16, 20)])
+    assert commits[-1] == 20 and put == [[4, 5, 6, 7]]
+
+
+def test_inline_batch_larger_than_the_listener_batch_or_below_what_was_seen_is_put(monkeypatch):
+    seen = []
+    c, commits, _ = _consumer(lambda msgs: seen.append([m.queue_offset for m in msgs]), lambda m: True)
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    c._consume_inline(pq, [_msg(o) for o in range(0, 6)])   # 6 > consume_batch_size 4
+    assert seen == [[0, 1, 2, 3], [4, 5]] and commits == [6] and pq.count == 0
+    c._consume_inline(pq, [_msg(o) for o in range(2, 4)])   # below max_seen (consumed again)
+    assert seen[-1] == [2, 3] and commits[-1] == 6 and pq.count == 0

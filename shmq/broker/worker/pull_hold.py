@@ -10,7 +10,8 @@ A hold's callback runs once, on the loop. Two things schedule the check:
 
 * this worker's own appends: every append of the worker calls :meth:`appended` on the loop
   (the send, batch, send-back, end-transaction, recall and reply paths), which checks in the
-  next callback, after the send's own answer is written, with no thread hop;
+  next callback, after the send's own answer is written, with no thread hop; the C send path
+  (send_fast.py) writes its answers and then checks in the same read (:meth:`appended_in_read`);
 * everybody else's: a small C thread (``shmq_pullwake_*`` in native/core.c, no GIL) sleeps on
   the data futex while holds exist and writes an eventfd the loop reads. The worker takes its
   own futex wake bit (``shmq_set_data_wake_bit``) and that thread sleeps with every bit but
@@ -122,6 +123,20 @@ class PullHolds:
             self._check_pending = True
             self.loop.call_soon(self.check)
 
+    def appended_in_read(self, conn, answers: bytes | None) -> bool:
+        """As :meth:`appended`, for the C send path in a read of ``conn`` (send_fast.py) with
+        the ``answers`` it built: when pulls are held, the answers are written and everything
+        ``conn`` has coalesced leaves first, then the holds are checked in this callback, not
+        the next, which saves the loop a turn (a select and a callback) per message when the
+        producer and the consumer share a worker. True when it wrote ``answers``."""
+        if not self._holds:
+            return False
+        if answers is not None:
+            conn.write_frame(answers)
+        conn.flush_now()
+        self.check()
+        return True
+
     def _woken(self) -> None:
         """The bridge saw someone else's append (on the loop)."""
         try:
@@ -147,13 +162,13 @@ class PullHolds:
                     or getattr(h.owner, "closed", False):
                 conn = h.owner
                 if hasattr(conn, "defer_flush") and (answered is None or conn not in answered):
-                    conn.defer_flush()
-                    answered = answered or set()
-                    answered.add(conn)
+                    answered = answered or {}
+                    answered[conn] = conn.defer_flush()  # False: in its own read, which flushes
                 self._release(h, True)
         if answered:
-            for conn in answered:
-                conn.flush()
+            for conn, deferred in answered.items():
+                if deferred:
+                    conn.flush()
 
     def _sweep_after(self, at: float) -> None:
         if self._sweep is not None:

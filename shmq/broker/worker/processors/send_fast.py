@@ -114,11 +114,14 @@ class FastSends:
                                                        conn.limits.max_frame_size)
         if stored:
             self.w.stats["put"] += stored
-            self.w.holds.appended()
+            holds = self.w.holds
             if answers is not None and self._confirmer is not None:
                 # SYNC_FLUSH: none of these answers leaves before every byte below end is durable
                 self._confirmer().add(end, _answer_run, (conn.defer(None), answers))
                 answers = None
+                holds.appended()
+            elif holds.appended_in_read(conn, answers):
+                answers = None  # written, then the held pulls they satisfied answered
         return pos, answers, stop
 
 

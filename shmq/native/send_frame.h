@@ -1,0 +1,123 @@
+/*
+ * shmq/native/send_frame.h -- the one C writer of a plain send's frame (SEND_MESSAGE_V2 or
+ * SEND_BATCH_MESSAGE) from its queue's template, header-only: native/hot_oneway.c (the oneway
+ * lane) and native/sync_send.c (a sync send) each compile it in. Include it after Python.h.
+ *
+ * The template is ``protocol.headers.SendFrame.pieces``: the six literal byte strings of the one
+ * JSON encoder's header around the slots sysflag, born ms, flag, properties, opaque, so the
+ * frame is the template path's (``SendFrame.frame``), byte for byte (tests/unit/test_oneway_lane.py,
+ * tests/unit/test_sync_send.py):
+ *
+ *   total (4, big-endian) | 0 << 24 | header length (4) | p0 sysflag p1 born p2 flag p3 PROPS p4 opaque p5 | body
+ *
+ * PROPS, the properties text as a JSON string: with an id, [TAGS \u0001 tags \u0002] UNIQ_KEY
+ * \u0001 id (what Producer._wire makes of a plain message, escaped as msgspec writes it: the
+ * names from layout.h); without one, "" (a batch: each message's properties are in the body).
+ */
+#ifndef SHMQ_SEND_FRAME_H
+#define SHMQ_SEND_FRAME_H
+
+#include <stdint.h>
+#include <string.h>
+#include "layout.h"
+
+/* the template's six pieces, borrowed from their bytes objects */
+typedef struct { const char *p[6]; Py_ssize_t n[6]; Py_ssize_t lit; } sf_pieces;
+
+/* pieces: a tuple of 6 bytes: 0, or -1 with TypeError */
+static inline int sf_pieces_of(PyObject *t, sf_pieces *out) {
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 6) {
+        PyErr_SetString(PyExc_TypeError, "pieces: a tuple of 6 bytes");
+        return -1;
+    }
+    out->lit = 0;
+    for (int i = 0; i < 6; i++) {
+        PyObject *b = PyTuple_GET_ITEM(t, i);
+        if (!PyBytes_CheckExact(b)) { PyErr_SetString(PyExc_TypeError, "pieces: bytes"); return -1; }
+        out->p[i] = PyBytes_AS_STRING(b);
+        out->n[i] = PyBytes_GET_SIZE(b);
+        out->lit += out->n[i];
+    }
+    return 0;
+}
+
+/* the decimal text of v at p (at most 20 characters); returns its length */
+static inline size_t sf_put_int(char *p, long long v) {
+    char tmp[24];
+    size_t n = 0;
+    unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    size_t k = 0;
+    if (v < 0) p[k++] = '-';
+    while (n) p[k++] = tmp[--n];
+    return k;
+}
+
+/* the JSON-escaped length of tags as msgspec writes a string (" and \ escaped, UTF-8 kept), or -1
+ * for a character below 0x20, which the caller leaves to the Python encoder */
+static inline Py_ssize_t sf_tags_json_len(const char *t, Py_ssize_t n) {
+    Py_ssize_t out = n;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)t[i];
+        if (c < 0x20) return -1;
+        if (c == '"' || c == '\\') out++;
+    }
+    return out;
+}
+
+/* the properties JSON: names from layout.h; \u0001 / \u0002 are the JSON escapes of
+ * SHMQ_NAME_VALUE_SEP / SHMQ_PROPERTY_SEP, as msgspec writes them */
+static const char SF_TAGS_HEAD[] = "\"" SHMQ_PROP_TAGS "\\u0001", SF_TAGS_END[] = "\\u0002",
+                  SF_UNIQ_HEAD[] = SHMQ_PROP_UNIQ_KEY "\\u0001";
+#define SF_LIT(s) (sizeof(s) - 1)
+
+/* the most bytes sf_write writes for these pieces, tags (tj: sf_tags_json_len; NULL: none), id
+ * (NULL: a batch's "") and body length: the header's numbers at their longest */
+static inline Py_ssize_t sf_most(const sf_pieces *pc, const char *tags, Py_ssize_t tj, const char *id,
+                                 Py_ssize_t bl) {
+    Py_ssize_t props = id ? 1 + (tags ? SF_LIT(SF_TAGS_HEAD) - 1 + tj + SF_LIT(SF_TAGS_END) : 0)
+                            + SF_LIT(SF_UNIQ_HEAD) + 32 + 1 : 2;
+    return 8 + pc->lit + 4 * 21 + props + bl;
+}
+
+/* The frame at f (sf_most bytes free): its length, or minus its header's length when that passes
+ * the 24-bit header length (nothing is raised: the caller says so). tags: tn bytes, or NULL. */
+static inline Py_ssize_t sf_write(char *f, const sf_pieces *pc, long long sysflag, long long born, long long flag,
+                                  const char *tags, Py_ssize_t tn, const char *id, long long opaque,
+                                  const char *body, Py_ssize_t bl) {
+    char *p = f + 8;
+#define SF_PIECE(i) (memcpy(p, pc->p[i], pc->n[i]), p += pc->n[i])
+    SF_PIECE(0); p += sf_put_int(p, sysflag);
+    SF_PIECE(1); p += sf_put_int(p, born);
+    SF_PIECE(2); p += sf_put_int(p, flag);
+    SF_PIECE(3);
+    if (!id) {
+        *p++ = '"';
+    } else if (tags) {
+        memcpy(p, SF_TAGS_HEAD, SF_LIT(SF_TAGS_HEAD)), p += SF_LIT(SF_TAGS_HEAD);
+        for (Py_ssize_t i = 0; i < tn; i++) {
+            if (tags[i] == '"' || tags[i] == '\\') *p++ = '\\';
+            *p++ = tags[i];
+        }
+        memcpy(p, SF_TAGS_END, SF_LIT(SF_TAGS_END)), p += SF_LIT(SF_TAGS_END);
+    } else {
+        *p++ = '"';
+    }
+    if (id) {
+        memcpy(p, SF_UNIQ_HEAD, SF_LIT(SF_UNIQ_HEAD)), p += SF_LIT(SF_UNIQ_HEAD);
+        memcpy(p, id, 32), p += 32;
+    }
+    *p++ = '"';
+    SF_PIECE(4); p += sf_put_int(p, opaque);
+    SF_PIECE(5);
+#undef SF_PIECE
+    size_t hl = (size_t)(p - f - 8);
+    if (hl > 0xFFFFFF) return -(Py_ssize_t)hl;
+    memcpy(p, body, bl), p += bl;
+    uint32_t total = (uint32_t)(4 + hl + bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
+    unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
+    memcpy(f, w, 8);
+    return p - f;
+}
+
+#endif

@@ -1,0 +1,286 @@
+/*
+ * shmq/native/sync_send.c -- a TCP producer's sync send, whole, in one C call on the caller's
+ * thread (module shmq.native._sync), used by client/sync_send.py.
+ *
+ * Why: a sync send over TCP cost its producer 42-49 us of CPU (bench/RESULTS.md, session 4):
+ * ~130,000 instructions of Python per send (the request object, the template's % fill, the
+ * FrameDecoder, decode_command, send_result) and eight system calls (a poll before the send and
+ * the recv that a socket with a timeout makes, and an mmap / mremap / munmap for the 256 KiB
+ * bytes object each recv allocated). ``call`` does the same work in C: it draws the UNIQ_KEY,
+ * writes the frame with the oneway lane's writer (send_frame.h: the template path's bytes),
+ * sends it, waits for the answer with the GIL released (recv first, then poll: one send and one
+ * recv when the answer is there, polling up to ``spin`` seconds before it blocks, as
+ * SyncRemotingClient's spin_us), reads it with the async answers' reader (send_answer.h) and
+ * returns the SendResult. The socket is the SyncRemotingClient's own (non-blocking: it has a
+ * timeout), used by one thread, one request at a time.
+ *
+ * Every answer it does not read exactly as send_result would -- a refusal, a binary or escaped
+ * header, a queueId other than the queue asked, a transactionId, a frame after the answer, an
+ * answer larger than its buffer -- comes back as (uniq, bytes read): the caller feeds those bytes
+ * to the client's frame decoder and its Python path takes it from there. Frames before the answer
+ * that are not it (a request from the broker) are skipped, as SyncRemotingClient._response does.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <time.h>
+#include "core.h"
+#include "uniq_bind.h"
+#include "send_frame.h"
+#include "send_answer.h"
+
+enum { ST_EMONTH = 1, ST_UNSUPPORTED = 2 };
+#define ANSWER_BUF 16384   /* a send's answer is ~200 bytes; more: the Python decoder's */
+#define FRAME_STACK 4096   /* frames up to this are built on the stack */
+
+static PyObject *result_type, *send_ok;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* poll fd for ev until deadline: 1 ready, 0 timed out, -1 errno, -4 a signal came (intr) */
+static int wait_fd(int fd, short ev, double deadline, int intr) {
+    for (;;) {
+        double left = deadline - now_s();
+        if (left <= 0) return 0;
+        struct pollfd p = {fd, ev, 0};
+        int ms = (int)(left * 1000) + 1, r = poll(&p, 1, ms);
+        if (r > 0) return 1;
+        if (r < 0 && errno != EINTR) return -1;
+        if (r < 0 && intr) return -4;
+    }
+}
+
+/* the whole frame written: 0, or -1 errno (ETIMEDOUT: the deadline passed) */
+static int send_all(int fd, const char *p, size_t n, double deadline) {
+    while (n) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) { p += w; n -= (size_t)w; continue; }
+        if (w < 0 && errno == EINTR) continue;
+        if (w < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            int r = wait_fd(fd, POLLOUT, deadline, 0);
+            if (r == 0) { errno = ETIMEDOUT; return -1; }
+            if (r < 0) return -1;
+            continue;
+        }
+        return -1;
+    }
+    return 0;
+}
+
+/* Whether the answer to ``opaque`` is in buf[0..n): read into h (its body's length *body), the
+ * last bytes read (1); not yet complete (0); or the Python decoder's from here on (-1: a frame
+ * the reader does not read, or bytes after the answer). */
+static int find_answer(const char *buf, size_t n, int64_t opaque, header *h, Py_ssize_t *body) {
+    size_t pos = 0;
+    while (n - pos >= 4) {
+        size_t total = rh_be32((const uint8_t *)buf + pos);
+        if (total < 4 || total > n - pos - 4) return total < 4 || total > ANSWER_BUF ? -1 : 0;
+        if (frame_header(buf + pos + 4, (Py_ssize_t)total, h, body, NULL)) return -1;
+        if ((h->flag & 1) && h->opaque == opaque) return pos + 4 + total == n ? 1 : -1;
+        pos += 4 + total;  /* not the answer: a request from the broker, dropped as in Python */
+    }
+    return 0;
+}
+
+/* read until the answer is whole: 1 (read into h), -1 the Python decoder's (*n bytes read), 0
+ * timed out, -2 closed by the peer, -3 errno, -4 a signal interrupted the wait (call again) */
+static int read_answer(int fd, char *buf, size_t *n, int64_t opaque, double spin, double deadline,
+                       header *h, Py_ssize_t *body) {
+    double spin_end = spin > 0 ? now_s() + spin : 0;
+    if (!spin_end) {  /* not polling: the answer is not there yet, wait for it before the recv */
+        int w = wait_fd(fd, POLLIN, deadline, 1);
+        if (w <= 0) return w == -1 ? -3 : w;
+    }
+    for (;;) {
+        ssize_t r = recv(fd, buf + *n, ANSWER_BUF - *n, MSG_DONTWAIT);
+        if (r > 0) {
+            *n += (size_t)r;
+            int f = find_answer(buf, *n, opaque, h, body);
+            if (f) return f;
+            if (*n == ANSWER_BUF) return -1;
+            continue;
+        }
+        if (r == 0) return -2;
+        if (errno == EINTR) continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK) return -3;
+        if (spin_end && now_s() < spin_end) continue;
+        int w = wait_fd(fd, POLLIN, deadline, 1);
+        if (w <= 0) return w == -1 ? -3 : w;
+    }
+}
+
+/* the SendResult of a SUCCESS answer ``h`` (send_result's rules), or None: Python's */
+static PyObject *result_of(const header *h, Py_ssize_t body, PyObject *uniq, PyObject *mq) {
+    long qid = -1;
+    if (PyTuple_Check(mq) && PyTuple_GET_SIZE(mq) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(mq, 2)))
+        qid = PyLong_AsLong(PyTuple_GET_ITEM(mq, 2));
+    span msg_id;
+    int64_t offset;
+    if (h->code || body || !h->has_ext || qid < 0 || success_fields(h, qid, &msg_id, &offset)) Py_RETURN_NONE;
+    PyObject *mid = PyUnicode_DecodeASCII((const char *)msg_id.p, msg_id.n, NULL);
+    PyObject *off = mid ? PyLong_FromLongLong(offset) : NULL;
+    int truthy = off ? PyObject_IsTrue(uniq) : -1;
+    PyObject *r = NULL;
+    if (truthy >= 0) {
+        PyObject *args[5] = {send_ok, truthy ? uniq : mid, mid, mq, off};
+        r = PyObject_Vectorcall(result_type, args, 5, NULL);
+    }
+    Py_XDECREF(mid);
+    Py_XDECREF(off);
+    return r;
+}
+
+/* the answer's bytes (the GIL held): a SendResult, or (uniq, data) for the Python path; NULL
+ * with the error set for a timeout, a close or a socket error */
+static PyObject *answer(int rc, int err, const char *buf, size_t n, const header *h, Py_ssize_t body,
+                        PyObject *uniq, PyObject *mq) {
+    if (rc == 0) { PyErr_SetString(PyExc_TimeoutError, "no answer in time"); return NULL; }
+    if (rc == -2) { PyErr_SetString(PyExc_ConnectionResetError, "closed by the server"); return NULL; }
+    if (rc == -3) { errno = err; return PyErr_SetFromErrno(PyExc_OSError); }
+    if (rc == 1) {
+        PyObject *r = result_of(h, body, uniq, mq);
+        if (r != Py_None) return r;
+        Py_DECREF(r);
+    }
+    PyObject *data = PyBytes_FromStringAndSize(buf, (Py_ssize_t)n);
+    return data ? Py_BuildValue("(ON)", uniq, data) : NULL;
+}
+
+/* the frame's own parts, read from call()'s arguments (the GIL held): 0, a status, or -1 raised */
+typedef struct {
+    sf_pieces pc;
+    long long sysflag, flag;
+    const char *tags, *body;
+    Py_ssize_t tn, tj, bl;
+    double timeout, spin;
+    int64_t opaque;
+} request;
+
+static int request_of(PyObject *const *a, request *q) {
+    if (sf_pieces_of(a[1], &q->pc)) return -1;
+    if (!PyBytes_CheckExact(a[5])) { PyErr_SetString(PyExc_TypeError, "body: bytes"); return -1; }
+    q->sysflag = PyLong_AsLongLong(a[2]);
+    q->flag = PyLong_AsLongLong(a[3]);
+    q->opaque = PyLong_AsLongLong(a[7]);
+    q->timeout = PyFloat_AsDouble(a[8]);
+    q->spin = PyFloat_AsDouble(a[9]);
+    if (PyErr_Occurred()) return -1;
+    q->tags = NULL, q->tn = q->tj = 0;
+    if (a[4] != Py_None) {
+        if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return -1; }
+        q->tags = PyUnicode_AsUTF8AndSize(a[4], &q->tn);
+        if (!q->tags) return -1;
+        if (q->tn && (q->tj = sf_tags_json_len(q->tags, q->tn)) < 0) return ST_UNSUPPORTED;
+        if (!q->tn) q->tags = NULL;
+    }
+    q->body = PyBytes_AS_STRING(a[5]);
+    q->bl = PyBytes_GET_SIZE(a[5]);
+    return 0;
+}
+
+/* call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq) -> a SendResult,
+ * (uniq, bytes read) for the Python path, or the int EMONTH / UNSUPPORTED with nothing sent.
+ * uniq None: a message's, drawn here and put in its properties with tags; else a batch's ids
+ * (properties ""). Raises TimeoutError, ConnectionResetError (EOF) or OSError: the connection is
+ * then in an unknown state and the caller closes it. */
+static PyObject *s_call(PyObject *self, PyObject *const *a, Py_ssize_t na) {
+    if (na != 11) { PyErr_SetString(PyExc_TypeError, "call() takes 11 arguments"); return NULL; }
+    if (!f_uniq || !result_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    int fd = PyObject_AsFileDescriptor(a[0]);
+    request q;
+    int st = fd < 0 ? -1 : request_of(a, &q);
+    if (st) return st < 0 ? NULL : PyLong_FromLong(st);
+    char id[32];
+    PyObject *uniq = a[6];
+    if (uniq == Py_None) {
+        if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+        if (!(uniq = PyUnicode_New(32, 127))) return NULL;
+        memcpy(PyUnicode_DATA(uniq), id, 32);
+    } else {
+        Py_INCREF(uniq);
+    }
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    char stack[FRAME_STACK], *f = stack;
+    Py_ssize_t most = sf_most(&q.pc, q.tags, q.tj, a[6] == Py_None ? id : NULL, q.bl);
+    if (most > FRAME_STACK && !(f = PyMem_RawMalloc((size_t)most))) { Py_DECREF(uniq); return PyErr_NoMemory(); }
+    Py_ssize_t len = sf_write(f, &q.pc, q.sysflag, born, q.flag, q.tags, q.tn, a[6] == Py_None ? id : NULL,
+                              (uint32_t)q.opaque, q.body, q.bl);
+    PyObject *r = NULL;
+    if (len < 0) {
+        PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -len);
+        goto out;
+    }
+    char buf[ANSWER_BUF];
+    size_t n = 0;
+    header h;
+    Py_ssize_t body = 0;
+    int rc, err = 0, sent = 0;
+    double deadline = now_s() + q.timeout;
+    for (;;) {  /* the GIL is taken back only for a signal's handlers (KeyboardInterrupt) */
+        Py_BEGIN_ALLOW_THREADS
+        rc = sent ? 0 : send_all(fd, f, (size_t)len, deadline);
+        if (rc < 0) rc = errno == ETIMEDOUT ? 0 : -3;
+        else sent = 1, rc = read_answer(fd, buf, &n, q.opaque, q.spin, deadline, &h, &body);
+        err = errno;
+        Py_END_ALLOW_THREADS
+        if (rc != -4) break;
+        if (PyErr_CheckSignals()) goto out;
+    }
+    r = answer(rc, err, buf, n, &h, body, uniq, a[10]);
+out:
+    if (f != stack) PyMem_RawFree(f);
+    Py_DECREF(uniq);
+    return r;
+}
+
+/* bind(SendResult, SendStatus.SEND_OK, shmq_uniq_ids address, shmq_uniq address): once, at import */
+static PyObject *s_bind(PyObject *self, PyObject *args) {
+    PyObject *t, *ok, *f, *u;
+    if (!PyArg_ParseTuple(args, "OOOO", &t, &ok, &f, &u)) return NULL;
+    PyObject *pair = PyTuple_Pack(2, f, u);
+    PyObject *r = pair ? uniq_bind(self, pair) : NULL;
+    Py_XDECREF(pair);
+    if (!r) return NULL;
+    Py_XSETREF(result_type, Py_NewRef(t));
+    Py_XSETREF(send_ok, Py_NewRef(ok));
+    return r;
+}
+
+/* the tests' view: find_answer over bytes -> (1, code, opaque, body) / 0 / -1 */
+static PyObject *s_find(PyObject *self, PyObject *args) {
+    Py_buffer b;
+    long long opaque;
+    if (!PyArg_ParseTuple(args, "y*L", &b, &opaque)) return NULL;
+    header h;
+    Py_ssize_t body = 0;
+    int f = b.len > ANSWER_BUF ? -1 : find_answer(b.buf, (size_t)b.len, opaque, &h, &body);
+    PyBuffer_Release(&b);
+    if (f != 1) return PyLong_FromLong(f);
+    return Py_BuildValue("(iLLn)", 1, (long long)h.code, (long long)h.opaque, body);
+}
+
+static PyMethodDef methods[] = {
+    {"bind", (PyCFunction)s_bind, METH_VARARGS, "bind(SendResult, SEND_OK, shmq_uniq_ids address, shmq_uniq address)"},
+    {"call", (PyCFunction)(void (*)(void))s_call, METH_FASTCALL,
+     "call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq)"},
+    {"find", (PyCFunction)s_find, METH_VARARGS, "find(data, opaque): the answer reader's verdict"},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_sync", NULL, -1, methods};
+
+PyMODINIT_FUNC PyInit__sync(void) {
+    PyObject *m = PyModule_Create(&module);
+    if (!m) return NULL;
+    PyModule_AddIntConstant(m, "EMONTH", ST_EMONTH);
+    PyModule_AddIntConstant(m, "UNSUPPORTED", ST_UNSUPPORTED);
+    return m;
+}

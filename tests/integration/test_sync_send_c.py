@@ -1,0 +1,63 @@
+"""A sync send over TCP in one C call (client/sync_send.py, native/sync_send.c) against a real
+broker: the consumer gets what was sent (body, tags, flag, the UNIQ_KEY the SendResult names),
+batches included, with the spinning wait too; and a connection broken under the producer is
+dropped and the send retried on a new one, with no error to the caller."""
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from shmq import Message, Producer, SendStatus
+from shmq.client import sync_send
+
+from .broker_helpers import start_broker  # noqa: F401
+from .client_helpers import Collector, consumer, make_topic, wait_route
+from .conftest import namesrv, processes, start_namesrv  # noqa: F401
+
+
+@pytest.fixture
+def env(namesrv, start_broker):
+    b = start_broker(namesrv)
+    make_topic(b, "T", 4)
+    wait_route(namesrv.addr, "T")
+    return namesrv, b
+
+
+@pytest.mark.parametrize("spin_us", [0, 100])
+def test_what_the_c_send_stores_is_what_was_sent(env, spin_us):
+    ns, _ = env
+    sent = {}
+    with Producer("pg", ns.addr, local="never", sync_spin_us=spin_us) as p:
+        p.send(Message("T", b"first"))  # the topic's first send checks it (Python), later ones are C
+        assert sync_send.plain(p, Message("T", b"x", tags="A"))
+        for i in range(20):
+            m = Message("T", b"m%d" % i, tags=["A", 'q"\\', None][i % 3], flag=i % 4)
+            r = p.send(m)
+            assert r.status is SendStatus.SEND_OK and len(r.msg_id) == 32 and len(r.offset_msg_id) == 32
+            sent[m.body] = (m.tags, m.flag, r.msg_id, r.queue.queue_id, r.queue_offset)
+        rb = p.send_batch([Message("T", b"b%d" % i) for i in range(5)])
+        assert rb.status is SendStatus.SEND_OK and rb.msg_id.count(",") == 4
+    col = Collector()
+    c = consumer(ns.addr, "cg", "T", col)
+    try:
+        assert col.wait_for(lambda s: len(s.msgs) >= 26), len(col.msgs)
+    finally:
+        c.shutdown()
+    got = {m.body: m for m in col.msgs}
+    for body, (tags, flag, msg_id, qid, off) in sent.items():
+        m = got[body]
+        assert (m.tags or None, m.flag, m.msg_id, m.queue_id, m.queue_offset) == (tags, flag, msg_id, qid, off)
+    assert [got[b"b%d" % i].msg_id for i in range(5)] == rb.msg_id.split(",")
+
+
+def test_a_broken_connection_is_dropped_and_the_send_retried(env):
+    ns, b = env
+    with Producer("pg", ns.addr, local="never") as p:
+        p.send(Message("T", b"first"))
+        p.send(Message("T", b"second"))
+        (addr, conn), = p._tls.conns.items()
+        conn.sock.shutdown(socket.SHUT_RDWR)  # the connection breaks under the producer
+        r = p.send(Message("T", b"third"))
+        assert r.status is SendStatus.SEND_OK
+        assert conn.sock.fileno() == -1 and p._tls.conns[addr] is not conn  # closed, replaced

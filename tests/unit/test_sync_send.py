@@ -1,0 +1,151 @@
+"""A sync send over TCP in one C call (client/sync_send.py, native/sync_send.c): its frame is byte
+for byte the template path's (RemoteSend.frame, itself the generic encoder's), a SUCCESS answer
+becomes the SendResult send_result makes of it, every answer the C reader does not take comes
+back as the bytes read (and the Python path then gives the same result or error), a request
+from the server before the answer is skipped, and a silent or closing server is an error, not a
+hang or a crash."""
+from __future__ import annotations
+
+import socket
+import threading
+
+import pytest
+
+from shmq.client import sync_send
+from shmq.client.message import MessageQueue, SendResult
+from shmq.client.producer import _TAGS_END, _TAGS_HEAD, _UNIQ_HEAD, Producer
+from shmq.client.remote_send import RemoteSend, send_result
+from shmq.errors import BrokerError
+from shmq.native import _sync
+from shmq.protocol import RemotingCommand, RequestCode
+from shmq.protocol.codes import FLAG_RESPONSE
+from shmq.protocol.command import decode_command, encode_command
+from shmq.protocol.frame import FrameDecoder
+
+TAGS = [None, "TagA", 'q"\\b', "ünï 中", "%d%%s"]
+MQ = MessageQueue("T%d", "b", 3)
+
+
+def _target(batch: bool):
+    p = Producer("pg%dgrp", local="never")  # a % in the group and the topic: the template escapes them
+    return p._frames.get(MQ, p.create_topic_key, p.default_queue_nums, batch, False)
+
+
+def _ok(req: RemotingCommand, **ext) -> bytes:
+    fields = {"msgId": "7F0000010000ABCD", "queueId": "3", "queueOffset": "41"}
+    fields.update(ext)
+    return encode_command(RemotingCommand(code=0, opaque=req.opaque, flag=FLAG_RESPONSE,
+                                          ext_fields={k: v for k, v in fields.items() if v is not None}))
+
+
+def _exchange(answer, *, tags=None, body=b"x" * 100, uniq=None, flag=0, batch=False, timeout=5.0, spin=0.0):
+    """One _sync.call over a socket pair whose server end answers ``answer(request)`` (bytes, or
+    None to stay silent, or "close"). Returns (call's result, the request's frame, what was answered)."""
+    cli, srv = socket.socketpair()
+    got: dict = {}
+
+    def serve():
+        dec = FrameDecoder(1 << 20)
+        frames: list = []
+        while not frames:
+            data = srv.recv(65536)
+            if not data:
+                return
+            frames = dec.feed(data)
+        got["frame"] = frames[0]
+        out = answer(decode_command(frames[0]))
+        if out == "close":
+            srv.close()
+        elif out is not None:
+            got["sent"] = out
+            srv.sendall(out)
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    try:
+        r = _sync.call(cli, _target(batch).template.pieces, 0, flag, tags, body, uniq, 77, timeout, spin, MQ)
+    finally:
+        t.join(5)
+        cli.close()
+        srv.close()
+    return r, got.get("frame"), got.get("sent")
+
+
+@pytest.mark.parametrize("tags", TAGS)
+def test_the_frame_is_the_template_frame_and_the_answer_the_send_result(tags):
+    r, frame, sent = _exchange(_ok, tags=tags, flag=5)
+    assert r.__class__ is SendResult
+    ext = decode_command(frame).ext_fields
+    uniq = r.msg_id
+    text = (_TAGS_HEAD + tags + _TAGS_END if tags else _UNIQ_HEAD) + uniq
+    want = RemoteSend(_target(False), 0, int(ext["g"]), 5, text, b"x" * 100).frame(77)
+    assert frame == want[4:]  # the frame decoder strips the length word
+    assert repr(r) == repr(send_result(decode_command(sent[4:]), MQ, uniq))
+
+
+def test_a_batch_frame_and_its_result():
+    ids = "A" * 32 + "," + "B" * 32
+    r, frame, sent = _exchange(_ok, body=b"batch-body", uniq=ids, batch=True)
+    ext = decode_command(frame).ext_fields
+    assert frame == RemoteSend(_target(True), 0, int(ext["g"]), 0, "", b"batch-body").frame(77)[4:]
+    assert repr(r) == repr(send_result(decode_command(sent[4:]), MQ, ids))
+
+
+def _refusal(req):
+    return encode_command(RemotingCommand(code=17, opaque=req.opaque, flag=FLAG_RESPONSE, remark="no topic"))
+
+
+def _trailing(req):  # a request from the server after the answer: the decoder's to keep
+    return _ok(req) + encode_command(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=5))
+
+
+@pytest.mark.parametrize("answer", [
+    _refusal, _trailing,
+    lambda req: _ok(req, transactionId="tx1"),
+    lambda req: _ok(req, queueId="2"),  # another queue than asked: send_result makes its own mq
+    lambda req: _ok(req, msgId='a"b'),  # an escaped string
+    lambda req: encode_command(RemotingCommand(code=0, opaque=req.opaque, flag=FLAG_RESPONSE, body=b"?",
+                                               ext_fields={"msgId": "m", "queueId": "3", "queueOffset": "1"})),
+])
+def test_answers_the_reader_does_not_take_come_back_as_the_bytes_read(answer):
+    r, _, sent = _exchange(answer)
+    assert r.__class__ is tuple
+    uniq, data = r
+    assert data == sent and len(uniq) == 32
+    frames = FrameDecoder(1 << 20).feed(data)
+    resp = next(c for c in map(decode_command, frames) if c.flag & FLAG_RESPONSE and c.opaque == 77)
+    if resp.code:
+        with pytest.raises(BrokerError):
+            send_result(resp, MQ, uniq)
+
+
+def test_a_server_request_before_the_answer_is_skipped():
+    def answer(req):
+        return encode_command(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=9)) + _ok(req)
+    r, _, _ = _exchange(answer)
+    assert r.__class__ is SendResult and r.queue_offset == 41
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.02])
+def test_silence_is_a_timeout_and_a_close_an_error(spin):
+    with pytest.raises(TimeoutError):
+        _exchange(lambda req: None, timeout=0.2, spin=spin)
+    with pytest.raises(ConnectionResetError):
+        _exchange(lambda req: "close", spin=spin)
+
+
+def test_bad_arguments_raise_and_send_nothing():
+    cli, srv = socket.socketpair()
+    try:
+        pieces = _target(False).template.pieces
+        with pytest.raises(TypeError):
+            _sync.call(cli, pieces[:5], 0, 0, None, b"x", None, 1, 1.0, 0.0, MQ)
+        with pytest.raises(TypeError):
+            _sync.call(cli, pieces, 0, 0, None, "not bytes", None, 1, 1.0, 0.0, MQ)
+        assert _sync.call(cli, pieces, 0, 0, "a\x01b", b"x", None, 1, 1.0, 0.0, MQ) == sync_send.UNSUPPORTED
+        srv.setblocking(False)
+        with pytest.raises(BlockingIOError):
+            srv.recv(1)  # nothing was written
+    finally:
+        cli.close()
+        srv.close()
