@@ -44,7 +44,7 @@ def start(client, conn, req, waiter) -> int | None:
             return None
         return conn.start_request(req, waiter)
     if waiter is None:
-        conn.send_frame(req.frame)
+        conn.send_frames((req.frame,))
         return None
     return conn.start_frame(req.frame, waiter)
 
