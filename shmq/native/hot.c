@@ -391,40 +391,35 @@ static int64_t mono_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
-/* With keep_gil, the spin keeps the GIL, in slices of this long: taking it back after a spin
- * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which
- * a wake-up caught while spinning then skips. Between slices it is dropped and taken again,
- * which hands it to a thread that asked for it (CPython's drop request, after its switch
- * interval): other Python threads wait as behind any running Python thread, so it is only for a
- * pull thread that runs the listener itself (consume_threads=0), never one that hands messages
- * to consume threads. The futex sleep after the spin is always made without it. */
-#define GIL_SLICE_NS 100000LL
+/* With keep_gil, the first GIL_HOLD_NS of the spin keep the GIL: taking it back after a spin
+ * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a
+ * wake-up caught in that part skips (at 10,000 msgs/s the next message comes within it). Then it
+ * is dropped for the rest of the spin and the futex sleep, and not taken again until the wait
+ * ends: a thread that wants it meanwhile gets it at that drop (or, as behind any running Python
+ * thread, by CPython's drop request, honoured once this thread runs Python again). It is never
+ * dropped and taken back in a loop: each drop wakes a waiting thread, which restarts its
+ * switch-interval wait and, losing the race for the GIL to the spinner, would never ask for it.
+ * Only for a pull thread that runs the listener itself (consume_threads=0), never one that hands
+ * messages to consume threads. */
+#define GIL_HOLD_NS 200000LL
 
 static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
                        int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
-    if (!keep_gil) {
-        int i;
-        Py_BEGIN_ALLOW_THREADS
-        i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout);
-        Py_END_ALLOW_THREADS
-        return i;
-    }
-    int64_t t0 = mono_ns(), spin_end = t0 + (spin < timeout ? spin : timeout), now = t0;
-    int i, spun = 0;
-    while (now < spin_end) {  /* the spin, with the GIL */
-        int64_t slice = spin_end - now < GIL_SLICE_NS ? spin_end - now : GIL_SLICE_NS;
-        i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, slice, slice);
+    int64_t t0 = mono_ns(), held = 0;
+    if (keep_gil) {
+        held = spin < timeout ? spin : timeout;
+        if (held > GIL_HOLD_NS) held = GIL_HOLD_NS;
+        /* held 0 (no spin, or a zero timeout): one look, which never sleeps, still with the GIL */
+        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held);
         if (i != -1) return i;
-        spun = 1;
-        Py_BEGIN_ALLOW_THREADS
-        Py_END_ALLOW_THREADS
-        now = mono_ns();
+        if (held <= 0 && timeout <= 0) return i;
     }
-    int64_t left = t0 + timeout - now;
-    if (left <= 0)  /* no time to sleep: one look (never sleeps), unless the spin made it */
-        return spun ? -1 : f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, 0);
+    int64_t elapsed = keep_gil ? mono_ns() - t0 : 0, left = timeout - elapsed;
+    if (keep_gil && left <= 0) return -1;
+    int i;
     Py_BEGIN_ALLOW_THREADS
-    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, 0, left);
+    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin > elapsed ? spin - elapsed : 0,
+               left > 0 ? left : 0);
     Py_END_ALLOW_THREADS
     return i;
 }

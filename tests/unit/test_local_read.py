@@ -154,9 +154,9 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
 
 
 def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store_root):
-    """wait_read(keep_gil=True) spins with the GIL held (in slices it hands on to a thread that
-    asks): a Python thread beside it keeps running through a long spin, and its append is
-    answered by it."""
+    """wait_read(keep_gil=True) spins its first 200 us with the GIL held, then without it: a
+    Python thread beside it keeps running through a long spin (never starved by it), and its
+    append is answered by it."""
     from shmq.native import wait_read
     store = MessageStore.open(small_config(store_root))
     try:
