@@ -45,7 +45,7 @@ SINK = r"""
 import re, socket, struct, threading
 s = socket.create_server(("127.0.0.1", 0))
 print(s.getsockname()[1], flush=True)
-OPAQUE = re.compile(rb'"flag":(\d+),"language":"JAVA","opaque":(\d+),')
+OPAQUE = re.compile(rb'"flag":(\d+),"language":"JAVA","opaque":(-?\d+),')
 ANSWER = (b'{"code":0,"extFields":{"msgId":"7F00000100002A9F0000000000001234","queueId":"%d",'
           b'"queueOffset":"1234"},"flag":1,"language":"JAVA","opaque":%d,"serializeTypeCurrentRPC":"JSON",'
           b'"version":409}')

@@ -56,6 +56,22 @@ def _cpu_seconds() -> float:
     return t.user + t.system
 
 
+def pin_to_cpu(slot: int) -> int | None:
+    """``--pin`` (SHMQ_BENCH_PIN=1): this process onto one CPU of those it may use, the slot-th,
+    round robin, so a run's producers and consumers get CPUs of their own when there are enough.
+    Unpinned, the kernel decides, and under load it put a busy-polling consumer on its
+    producer's CPU for most messages (RESULTS, Session 5, busypoll): the consumer then sees a
+    message only once the producer sleeps again. Every row of a run is pinned alike. Returns the
+    CPU, or None where affinity cannot be set."""
+    try:
+        cpus = sorted(os.sched_getaffinity(0))
+        cpu = cpus[slot % len(cpus)]
+        os.sched_setaffinity(0, {cpu})
+        return cpu
+    except (AttributeError, OSError):
+        return None
+
+
 def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict: dict, shared: dict, conn) -> None:
     """Entry point of a spawned producer or consumer."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -63,6 +79,8 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
     go, cgo, stop, release, prog = (shared["go"], shared["cgo"], shared["stop"], shared["release"],
                                      shared["progress"])
     slot = idx if role == "producer" else sc.producers + idx
+    if os.environ.get("SHMQ_BENCH_PIN") == "1":
+        pin_to_cpu(slot)  # before the endpoint starts its threads, which inherit it
     endpoint = None
     ppid = os.getppid()
     orphan = lambda: os.getppid() != ppid  # noqa: E731  (the harness died: stop, do not linger)

@@ -47,6 +47,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spin-us", type=float, default=None,
                    help="local shmq consumers spin this long before sleeping on the store's futex (default 50; "
                         "2000000: busy-polling; also SHMQ_BENCH_SPIN_US)")
+    p.add_argument("--pin", action="store_true", default=os.environ.get("SHMQ_BENCH_PIN") == "1",
+                   help="each producer and consumer process on a CPU of its own (round robin over the CPUs "
+                        "it may use), for every row alike; the broker and the harness are not pinned "
+                        "(also SHMQ_BENCH_PIN=1)")
     p.add_argument("--quick", action="store_true", default=os.environ.get("SHMQ_BENCH_QUICK") == "1",
                    help="a seconds-long version (tests; also SHMQ_BENCH_QUICK=1)")
     p.add_argument("--keep", action="store_true", help="keep the temporary directory (logs, stores)")
@@ -85,6 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_curve_parser().parse_args(argv[1:]) if curve else build_parser().parse_args(argv)
     if getattr(args, "spin_us", None) is not None:
         os.environ["SHMQ_BENCH_SPIN_US"] = f"{args.spin_us:g}"  # read by the consumer children (bench/peers)
+    if getattr(args, "pin", False):
+        os.environ["SHMQ_BENCH_PIN"] = "1"  # read by every producer and consumer child (bench/engine.py)
     from shmq.bench import curve_main, main as bench_main
     try:
         return curve_main.run(args) if curve else bench_main.run(args)

@@ -56,7 +56,7 @@ class ProcessQueue:
         self.next_offset = next_offset
         self._spans: dict[int, list[MessageExt]] = {}
         self._single: dict[int, MessageExt] = {}
-        self._n = 0                            # messages in flight (in both)
+        self.count = 0                         # messages in flight (in both); a plain attribute, read per wake-up
         self._low = next_offset                # <= the smallest offset in flight (when any)
         self._gone: dict[int, int] = {}        # spans removed above _low: first offset -> one past the last
         self.watch = None                      # local pulls: (store, pointer to the queue's max offset, QueueReader)
@@ -73,10 +73,10 @@ class ProcessQueue:
         n, lo, hi = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
         with self.lock:
             if lo > self.max_seen and hi - lo == n - 1:
-                if not self._n:
+                if not self.count:
                     self._low = lo
                 self._spans[lo] = msgs
-                self._n += n
+                self.count += n
                 self.max_seen = hi
                 return
             self._split()
@@ -91,7 +91,7 @@ class ProcessQueue:
                     low = o
                 elif o > high:
                     high = o
-            self._n = len(d)
+            self.count = len(d)
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high
@@ -113,7 +113,7 @@ class ProcessQueue:
             lo = msgs[0].queue_offset if msgs else None
             if lo is not None and spans.get(lo) is msgs:  # the batch as put: one entry
                 del spans[lo]
-                self._n -= len(msgs)
+                self.count -= len(msgs)
                 hi = msgs[-1].queue_offset + 1
                 if lo == self._low:
                     self._low = hi
@@ -124,7 +124,7 @@ class ProcessQueue:
                 d = self._single
                 for m in msgs:
                     d.pop(m.queue_offset, None)
-                self._n = len(d)
+                self.count = len(d)
             return self._safe()
 
     def consumed(self, first: int, last: int) -> int:
@@ -136,13 +136,14 @@ class ProcessQueue:
         span; returns the offset safe to commit, as ``remove`` does."""
         with self.lock:
             self.max_seen = last
-            if self._n:
-                self._gone[first] = last + 1
+            if not self.count:  # nothing in flight, so _gone is empty (_safe empties it at 0)
+                return last + 1
+            self._gone[first] = last + 1
             return self._safe()
 
     def _safe(self) -> int:
         """The offset safe to commit (the lock is held)."""
-        if not self._n:
+        if not self.count:
             self._gone.clear()
             return self.max_seen + 1
         # _low <= every offset in flight, and it only moves up: amortised O(1) per offset,
@@ -158,10 +159,6 @@ class ProcessQueue:
         with self.lock:
             self._split()
             return [self._single[k] for k in sorted(self._single)[:n]]
-
-    @property
-    def count(self) -> int:
-        return self._n
 
 
 class ConsumerCore:
@@ -208,6 +205,10 @@ class ConsumerCore:
         # ProcessQueue and deliver them (a push consumer with consume_threads=0 sets its
         # listener's call here, which puts them only when it must: ProcessQueue.consumed)
         self._local_deliver = self._put_deliver
+        # the local pull thread's spin keeps the GIL (native/hot.c wait_read): only when that
+        # thread runs the listener itself, so no consume thread of ours waits on its spin
+        self._spin_keeps_gil = False
+        self._gated = False  # whether _may_pull can answer False (an orderly consumer's locks)
         self._running = False
         self._rebalance_lock: asyncio.Lock | None = None
         self._bg = []

@@ -18,7 +18,7 @@ import time
 from collections.abc import Coroutine
 from typing import Any
 
-from shmq.errors import RemotingClosed, RemotingConnectError, RemotingError, ShmqError, TopicNotExist
+from shmq.errors import RemotingConnectError, RemotingError, ShmqError, TopicNotExist
 from shmq.message.names import TBW102
 from shmq.protocol import RemotingClient, RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.acl_sign import Credentials
@@ -29,6 +29,7 @@ from shmq.service import AsyncService
 from .handoff import ClientLoop
 from .oneway import MARK, Lane, wait_room
 from .remote_send import RemoteSend, answers
+from .request_start import failed, send_oneways, start_asyncs, start_lane, start_one, start_timers
 from .route import TopicPublishInfo, publish_info, subscribe_queues
 
 log = logging.getLogger("shmq.client")
@@ -43,15 +44,6 @@ UNREACHABLE_S = 5.0
 ONEWAY_BACKLOG = 65535
 ONEWAY_BACKLOG_BYTES = 16 * 1024 * 1024
 _ids = itertools.count(1)
-
-
-def _failed(waiter, e: Exception) -> None:
-    """A submitted request that could not be sent: its waiter hears; a oneway one (no waiter) is
-    dropped, as a oneway send's caller asked not to hear about it."""
-    if waiter is not None:
-        waiter.set_exception(e)
-    else:
-        log.debug("oneway send failed: %s", e)
 
 
 def client_ip() -> str:
@@ -189,28 +181,6 @@ class ClientInstance:
         conn = c.connection if c is not None else None
         return conn is not None and conn.writing_paused
 
-    @staticmethod
-    def _start(client: RemotingClient, conn, req, waiter) -> int | None:
-        """Hand one submitted request to ``conn``: its frame, or the command (signed first, when
-        the client signs, or with a large body the transport writes uncopied). The opaque to
-        expire, or None for oneway."""
-        if req.__class__ is bytes:  # oneway frames from the lane
-            conn.write_frame(req)
-            return None
-        if req.__class__ is not RemotingCommand and (client.rpc_hook is not None or len(req.body) >= _FRAME_BODY_MAX):
-            req = req.command()
-        if req.__class__ is RemotingCommand:
-            if client.rpc_hook is not None:
-                client.rpc_hook(req)
-            if waiter is None:
-                conn.send_oneway(req)
-                return None
-            return conn.start_request(req, waiter)
-        if waiter is None:
-            conn.send_frame(req.frame)
-            return None
-        return conn.start_frame(req.frame, waiter)
-
     def _drain_submitted(self) -> None:
         self._drain_scheduled = False
         jobs = self._submitted
@@ -222,13 +192,13 @@ class ClientInstance:
         lane = self.oneway_lane
         for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
             addr, cmd, waiter, timeout = job = jobs.popleft()
-            if cmd is MARK:  # plain oneways: this marker's segment is the lane's oldest (hot_oneway.c)
-                cmd = lane.take()[1]
+            if cmd is MARK:  # plain oneways and asyncs: this marker's segment is the lane's oldest (hot_oneway.c)
+                _, cmd, waiter, timeout = lane.take()  # waiter: its async sends by opaque, or None
             if asyncs and (waiter is None or addr != last or conn.closed):  # written in order
-                self._start_asyncs(conn, asyncs, timers)
+                start_asyncs(conn, asyncs, timers)
             if addr != last or conn is None or conn.closed:
                 if oneways:
-                    self._send_oneways(conn, oneways)
+                    send_oneways(conn, oneways)
                 held = self._held.get(addr)
                 if held is not None:  # its connection is being opened: after the ones before it
                     if cmd.__class__ is bytes:
@@ -245,10 +215,17 @@ class ClientInstance:
                     self.loop.create_task(self._connect_and_start(client))
                     last = None
                     continue
+            if cmd.__class__ is bytes and waiter is not None:  # a lane segment with async sends
+                if oneways:
+                    send_oneways(conn, oneways)
+                if asyncs:
+                    start_asyncs(conn, asyncs, timers)
+                start_lane(conn, cmd, waiter, timeout, timers)
+                continue
             if waiter is None:
                 if cmd.__class__ is bytes:
                     if oneways:
-                        self._send_oneways(conn, oneways)
+                        send_oneways(conn, oneways)
                     conn.write_frame(cmd)
                     continue
                 taken += len(cmd.body)
@@ -256,57 +233,19 @@ class ClientInstance:
                     oneways.append(cmd.frame)  # the common oneway send: _start's last case
                     continue
             if oneways:
-                self._send_oneways(conn, oneways)
+                send_oneways(conn, oneways)
             if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
                 asyncs.append(job)  # the common async send: _start's last case, in a run
                 continue
             if asyncs:
-                self._start_asyncs(conn, asyncs, timers)
-            self._start_one(client, conn, cmd, waiter, timeout, timers)
+                start_asyncs(conn, asyncs, timers)
+            start_one(client, conn, cmd, waiter, timeout, timers)
         if oneways:
-            self._send_oneways(conn, oneways)
+            send_oneways(conn, oneways)
         if asyncs:
-            self._start_asyncs(conn, asyncs, timers)
+            start_asyncs(conn, asyncs, timers)
         lane.charge(-taken)
-        self._start_timers(timers)
-
-    @staticmethod
-    def _send_oneways(conn, builds: list) -> None:
-        try:
-            conn.send_frames(builds)
-        except Exception as e:  # noqa: BLE001 - oneway: the caller asked not to hear
-            log.debug("oneway sends failed: %s", e)
-        builds.clear()
-
-    @staticmethod
-    def _start_asyncs(conn, jobs: list, timers: dict) -> None:
-        """Start a run of common async sends to ``conn`` (``Connection.start_frames``: one call, not
-        four per send); each failure reaches its own waiter."""
-        started = conn.start_frames(jobs)
-        if started is None:  # the connection is closed: each hears it
-            for job in jobs:
-                _failed(job[2], RemotingClosed(f"connection to {conn.peer} is closed"))
-        else:
-            for job, opaque in zip(jobs, started):
-                if opaque.__class__ is int:
-                    timers.setdefault((conn, job[1].code, job[3]), []).append(opaque)
-                else:
-                    _failed(job[2], opaque)
-        jobs.clear()
-
-    def _start_one(self, client, conn, cmd, waiter, timeout: float, timers: dict) -> None:
-        try:
-            opaque = self._start(client, conn, cmd, waiter)
-        except Exception as e:  # noqa: BLE001 - the waiter hears of every failure
-            _failed(waiter, e)
-            return
-        if opaque is not None:
-            timers.setdefault((conn, cmd.code, timeout), []).append(opaque)
-
-    def _start_timers(self, timers: dict) -> None:
-        """One timer per connection, code and timeout for the requests started together."""
-        for (conn, code, timeout), opaques in timers.items():
-            self.loop.call_later(timeout, conn.expire, opaques, code, timeout)
+        start_timers(self.loop, timers)
 
     async def _connect_and_start(self, client: RemotingClient) -> None:
         """Open ``client``'s connection, then start the requests held for it, in order (or fail
@@ -320,13 +259,13 @@ class ClientInstance:
             conn, err = None, e
         timers: dict[tuple, list[int]] = {}
         for cmd, waiter, timeout in self._held.pop(client.addr, ()):
-            if waiter is None:
+            if waiter is None or cmd.__class__ is bytes:  # what was held counted against the bound
                 self.oneway_lane.charge(-(len(cmd) if cmd.__class__ is bytes else len(cmd.body)))
             if conn is None:
-                _failed(waiter, err)
+                failed(waiter, err)
             else:
-                self._start_one(client, conn, cmd, waiter, timeout, timers)
-        self._start_timers(timers)
+                start_one(client, conn, cmd, waiter, timeout, timers)
+        start_timers(self.loop, timers)
 
     def every(self, interval: float, job, what: str) -> AsyncService:
         """Start ``job`` every ``interval`` s on the loop (routes, heartbeats, and the

@@ -15,7 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import NAME_VALUE_SEP, decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import MessageBase, SendResult, bind_ext, bind_message, bind_result
+from shmq.native import MessageBase, SendResult, bind_ext, bind_message, bind_result, hot_records
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -304,8 +304,14 @@ def message_from_view(mv, pos: int = 0, broker_name: str = "") -> MessageExt:
                       sysflag, flag, broker_name, born, store)
 
 
-def messages_from_records(buf, broker_name: str = ""):
-    """Decode a pull response body (a run of records)."""
+def messages_from_records(buf, broker_name: str = "", topic: str | None = None):
+    """Decode a pull response body (a run of records). With the queue's ``topic`` (not a retry
+    topic, whose messages show their original one) the whole body is decoded in one C call
+    (``hot_records``, the local walk's decode) unless a record needs this path."""
+    if topic is not None and not topic.startswith(RETRY_PREFIX):
+        msgs = hot_records(buf, topic, broker_name)
+        if msgs is not None:
+            return msgs
     mv = memoryview(buf)
     pos = 0
     out = []

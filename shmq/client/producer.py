@@ -27,6 +27,7 @@ from shmq.protocol.acl_sign import credentials
 from shmq.store import recall, validate
 from shmq.store.put import PutRequest
 
+from .async_lane import send_plain_async
 from .instance import ClientInstance
 from .local import LocalLinks
 from .local_send import MAX_BATCH_BYTES, LocalSender, _tags_head
@@ -94,6 +95,13 @@ class Producer(ProducerBase):
         self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
         self._frames = Frames(group)
         self._sendable: set[str] = set()  # topics _prepare checked (_wire)
+
+    def __setattr__(self, name: str, value) -> None:
+        # every setting a plain send reads is copied into its LaneState (client/oneway.py):
+        # whatever is set, it is made again from the producer as it is now
+        object.__setattr__(self, name, value)
+        if name != "_lane_state":
+            object.__setattr__(self, "_lane_state", None)
 
     @property
     def compress_over(self) -> int:
@@ -387,6 +395,9 @@ class Producer(ProducerBase):
         its locks) of the SendResult; ``callback(result_or_exception)`` (RocketMQ's SendCallback) runs
         once when it is done, on the client's loop thread for a broker's answer."""
         try:
+            send = send_plain_async(self, msg, callback, timeout)  # a plain one: one C call (async_lane.py)
+            if send is not None:
+                return send
             body, text, sysflag, uniq = self._wire(msg)
             info = self._publish_info(msg.topic)
             mq = self._select(info, None)
@@ -403,6 +414,10 @@ class Producer(ProducerBase):
             if not send.done():
                 send._fail(e)
         return send
+
+    def _async_local(self, link, mq: MessageQueue, msg: Message, info: TopicPublishInfo, callback) -> SendFuture:
+        """An async send to a broker whose store is mapped here: done at once."""
+        return _done(callback, self._send_local(link, mq, msg, *self._prepare(msg), info))
 
     def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
                          ) -> SendFuture:

@@ -59,7 +59,8 @@ class PushConsumer(ConsumerCore):
     def start(self):
         if self.listener is None:
             raise ShmqError("set a listener with on_message() before start()")
-        self._inline = self.consume_threads == 0
+        self._inline = self._spin_keeps_gil = self.consume_threads == 0
+        self._gated = self.orderly and self.model == "CLUSTERING"  # _may_pull below
         if self._inline and not self.orderly:
             # the local pull thread calls the listener itself, with no per-batch look at which
             # thread it is (_deliver's question; that thread is never the client's loop)

@@ -13,16 +13,19 @@ gets the command (:meth:`RemoteSend.command`).
 from __future__ import annotations
 
 import os
+import time
 from concurrent.futures import InvalidStateError
 
 from shmq.errors import BrokerError, RemotingError
+from shmq.message.names import TAGS, UNIQ_KEY
+from shmq.message.properties import encode_properties
 from shmq.native import _answer
 from shmq.protocol import RemotingCommand, RequestCode
 from shmq.protocol.codes import FLAG_ONEWAY
 from shmq.protocol.command import encode_command, json_text
 from shmq.protocol.headers import SendFrame, send_v2_ext
 
-from .message import MessageQueue, SendResult, SendStatus
+from .message import Message, MessageQueue, SendResult, SendStatus
 from .send_future import SendFuture
 
 # response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
@@ -121,12 +124,23 @@ class AsyncSend(SendFuture):
 
     def submit(self) -> None:
         """(Again) to the broker's master address as the route has it now."""
+        if self.req.__class__ is Message:  # sent through the lane (client/async_lane.py): its request
+            self.req = self._request(self.req)
         inst = self.producer._inst()
         addr = inst.master_addr(self.mq.broker_name)
         if addr is None:
             self.set_exception(RemotingError(f"no address for broker {self.mq.broker_name}"))
         else:
             inst.submit_request(addr, self.req, self, self.timeout)
+
+    def _request(self, msg: Message) -> RemoteSend:
+        """The request of a plain send the lane framed: the queue's SendTarget, the properties as
+        _wire makes them (TAGS, then the same UNIQ_KEY), a new born time as each of Java's tries
+        takes."""
+        p, tags = self.producer, msg.tags
+        target = p._frames.get(self.mq, p.create_topic_key, p.default_queue_nums, False, False)
+        props = {TAGS: tags, UNIQ_KEY: self.uniq} if tags else {UNIQ_KEY: self.uniq}
+        return RemoteSend(target, 0, int(time.time() * 1000), msg.flag, encode_properties(props), msg.body)
 
     _resolve = SendFuture.set_result
     _fail = SendFuture.set_exception

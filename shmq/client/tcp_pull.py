@@ -219,7 +219,7 @@ class TcpPull:
         nxt = _int(ext.get("nextBeginOffset"), pq.next_offset)
         code = resp.code
         if code == ResponseCode.SUCCESS:
-            msgs = core._accept(mq.topic, messages_from_records(resp.body, mq.broker_name))
+            msgs = core._accept(mq.topic, messages_from_records(resp.body, mq.broker_name, mq.topic))
             pq.next_offset = nxt
             if msgs:
                 pq.put(msgs)

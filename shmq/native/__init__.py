@@ -3,7 +3,8 @@
 held, ``hot_encode_batch`` the same batch only encoded (a TCP send's body), and ``hot_read`` the
 consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk in hot.c;
 ``read_queue`` the same walk from a QueueReader's state, ``wait_read`` shmq_wait_queues and
-then that read, one call per wake-up of the local pull thread);
+then that read, one call per wake-up of the local pull thread; ``hot_records`` the same decode
+over a TCP pull's body; ``read_raw`` a worker's unfiltered pull answer, the records copied);
 ``bind_ext`` names the class the walk builds, ``bind_message`` the one the send functions read,
 whose C base is ``MessageBase`` (hot_message.c); ``SendResult`` is C (hot_result.c), and
 ``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
@@ -26,7 +27,9 @@ MessageBase = _hot.MessageBase
 LocalSend = _hot.LocalSend
 bind_topic = _hot.bind_topic
 hot_read = _hot.read
+hot_records = _hot.records
 read_queue = _hot.read_queue
+read_raw = _hot.read_raw
 wait_read = _hot.wait_read
 bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
@@ -34,6 +37,6 @@ SendResult = _hot.SendResult
 ProducerBase = _hot.ProducerBase
 PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put")))
 
-__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "read_queue",
+__all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "hot_records", "read_queue", "read_raw",
            "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic",
            "SendResult", "ProducerBase", "RemotingSends", "PUT_ADDRESS"]

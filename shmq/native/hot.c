@@ -1,7 +1,8 @@
 /*
  * shmq/native/hot.c -- module shmq.native._hot: the local consumer's record walk (``read``:
  * ConsumeQueue entries -> records -> MessageExt objects, read-only, with the GIL held) and the
- * module's init. The producer's half (the local send's append, LocalSend, encode_batch, and why
+ * module's init; the same decode over a TCP pull's body (``records``) and a broker worker's
+ * unfiltered pull answer, the records copied from the mapping (``read_raw``). The producer's half (the local send's append, LocalSend, encode_batch, and why
  * they keep the GIL) is hot_send.c; Message's C base is hot_message.c.
  */
 #include "hot.h"
@@ -259,20 +260,36 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * (both: the reader maps the next file and goes on). */
 enum { Q_CI, Q_CQ, Q_LOGBASE, Q_LOG, Q_PER, Q_MIN, Q_NEXT, Q_POS, Q_TOPIC, Q_UTF8, Q_BROKER, Q_N };
 
-static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+/* a QueueReader state's numbers (0), or -1 with an exception set */
+typedef struct { long long ci, per, log_base; const int64_t *minp, *next; const shmq_positions *P; } qstate;
+
+static int queue_state(PyObject *st, qstate *q) {
     if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != Q_N || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_TOPIC)) ||
         !PyBytes_CheckExact(PyList_GET_ITEM(st, Q_UTF8)) || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_BROKER))) {
         PyErr_SetString(PyExc_TypeError, "read_queue: not a QueueReader state");
-        return NULL;
+        return -1;
     }
+    q->ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI));
+    q->per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
+    q->log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
+    q->minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
+    q->next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
+    q->P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
+    if (PyErr_Occurred()) return -1;
+    if (!q->minp || !q->next || !q->P || q->per <= 0) {
+        PyErr_SetString(PyExc_ValueError, "read_queue: null position");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+    qstate q;
+    if (queue_state(st, &q)) return NULL;
     if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
-    long long ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI)), per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
-    long long log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
-    const int64_t *minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
-    const int64_t *next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
-    const shmq_positions *P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
-    if (PyErr_Occurred()) return NULL;
-    if (!minp || !next || !P || per <= 0) { PyErr_SetString(PyExc_ValueError, "read_queue: null position"); return NULL; }
+    long long ci = q.ci, per = q.per, log_base = q.log_base;
+    const int64_t *minp = q.minp, *next = q.next;
+    const shmq_positions *P = q.P;
     if (offset < __atomic_load_n(minp, __ATOMIC_ACQUIRE) || offset < 0 || offset / per != ci) Py_RETURN_NONE;
     long long n = offset % per;
     Py_buffer cq, lg;
@@ -298,6 +315,64 @@ static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_
     return read_queue(args[0], offset, max_count);
 }
 
+/* read_raw(st, offset, max_count, max_bytes) -> (body, count, next offset, max offset, min offset)
+ * or an int: the broker's answer to a pull of a QueueReader's queue (store/reader.py read_raw)
+ * as get_messages gives it with no filter, its records copied into one bytes object. Only what
+ * get_messages would answer FOUND for in the same way: from ``offset`` (min <= offset < max),
+ * up to max_count entries and max_bytes (at least one), stopping at the queue's published end
+ * or at a record past the commit position, the same visibility invariant (acquire loads). The
+ * int says why not, and nothing is copied: -1 get_messages decides (an offset out of range, an
+ * expired or empty entry, the end of the ConsumeQueue file in the middle of the read), -2 the
+ * ConsumeQueue file of ``offset`` is not mapped in st, >= 0 the commit-log offset of a record
+ * outside st's CommitLog mapping (the caller maps either and asks again). Records are not
+ * checked: the pull hands on the stored bytes, as get_messages does. */
+static PyObject *hot_read_raw(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "read_raw(state, offset, max_count, max_bytes)"); return NULL; }
+    qstate q;
+    if (queue_state(args[0], &q)) return NULL;
+    long long offset = PyLong_AsLongLong(args[1]), max_bytes = PyLong_AsLongLong(args[3]);
+    Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    int64_t mn = __atomic_load_n(q.minp, __ATOMIC_ACQUIRE), mx = __atomic_load_n(q.next, __ATOMIC_ACQUIRE);
+    int64_t commit = __atomic_load_n(&q.P->commit_pos, __ATOMIC_ACQUIRE);
+    int64_t min_pos = __atomic_load_n(&q.P->min_pos, __ATOMIC_ACQUIRE);
+    if (offset < mn || offset >= mx || max_count < 1 || max_count > 1024) return PyLong_FromLong(-1);
+    if (offset / q.per != q.ci) return PyLong_FromLong(-2);
+    Py_buffer cq, lg;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
+    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
+    const uint8_t *recs[1024];
+    uint32_t sizes[1024];
+    long long at = offset % q.per, why = -1, total = 0;
+    int undecided = 0;                                       /* then why is the int answer */
+    Py_ssize_t n = 0;
+    while (n < max_count && offset + n < mx) {
+        Py_ssize_t e = (Py_ssize_t)(at + n) * SHMQ_CQ_ENTRY_SIZE;
+        if (at + n >= q.per || e + SHMQ_CQ_ENTRY_SIZE > cq.len) { undecided = 1; break; }
+        const uint8_t *ent = (const uint8_t *)cq.buf + e;
+        int64_t phys = (int64_t)rd64(ent);
+        int32_t size = (int32_t)rd32(ent + 8);
+        if (size <= 0 || phys < min_pos) { undecided = 1; break; }
+        if (phys + size > commit) break;                     /* published entry, unpublished record */
+        if (n && total + size > max_bytes) break;
+        if (phys < q.log_base || phys - q.log_base + size > lg.len) { undecided = 1; why = phys; break; }
+        recs[n] = (const uint8_t *)lg.buf + (phys - q.log_base);
+        sizes[n++] = (uint32_t)size;
+        total += size;
+    }
+    PyObject *body = NULL;
+    if (!undecided && n) {
+        body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
+        for (Py_ssize_t i = 0, pos = 0; body && i < n; pos += sizes[i++])
+            memcpy(PyBytes_AS_STRING(body) + pos, recs[i], sizes[i]);
+    }
+    PyBuffer_Release(&lg);
+    PyBuffer_Release(&cq);
+    if (undecided || !n) return PyLong_FromLongLong(why);
+    if (!body) return NULL;
+    return Py_BuildValue("(NnLLL)", body, n, offset + (long long)n, (long long)mx, (long long)mn);
+}
+
 /* the type is core.h's own declaration, so the call cannot drift from the definition */
 typedef __typeof__(shmq_wait_queues) wait_fn;
 static wait_fn *f_wait;
@@ -310,18 +385,58 @@ static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count)
- *   -> (i, read)
- * shmq_wait_queues (core.c) with the GIL released (ctl, next, offs, seen, poke: addresses, as
- * int; the arrays stay owned by the caller, who keeps them alive), then, when it answers a queue
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* With keep_gil, the first GIL_HOLD_NS of the spin keep the GIL: taking it back after a spin
+ * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a
+ * wake-up caught in that part skips (at 10,000 msgs/s the next message comes within it). Then it
+ * is dropped for the rest of the spin and the futex sleep, and not taken again until the wait
+ * ends: a thread that wants it meanwhile gets it at that drop (or, as behind any running Python
+ * thread, by CPython's drop request, honoured once this thread runs Python again). It is never
+ * dropped and taken back in a loop: each drop wakes a waiting thread, which restarts its
+ * switch-interval wait and, losing the race for the GIL to the spinner, would never ask for it.
+ * Only for a pull thread that runs the listener itself (consume_threads=0), never one that hands
+ * messages to consume threads. */
+#define GIL_HOLD_NS 200000LL
+
+static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
+    int64_t t0 = mono_ns(), held = 0;
+    if (keep_gil) {
+        held = spin < timeout ? spin : timeout;
+        if (held > GIL_HOLD_NS) held = GIL_HOLD_NS;
+        /* held 0 (no spin, or a zero timeout): one look, which never sleeps, still with the GIL */
+        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held);
+        if (i != -1) return i;
+        if (held <= 0 && timeout <= 0) return i;
+    }
+    int64_t elapsed = keep_gil ? mono_ns() - t0 : 0, left = timeout - elapsed;
+    if (keep_gil && left <= 0) return -1;
+    int i;
+    Py_BEGIN_ALLOW_THREADS
+    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin > elapsed ? spin - elapsed : 0,
+               left > 0 ? left : 0);
+    Py_END_ALLOW_THREADS
+    return i;
+}
+
+/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
+ *           keep_gil) -> (i, read)
+ * shmq_wait_queues (core.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
+ * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
+ * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
- * max_count) with the GIL taken back: the local pull thread's wake-up and read in one call.
+ * max_count) with the GIL: the local pull thread's wake-up and read in one call.
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
  * whether the queue may be delivered to, and may drop what was read. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 13 || !PyList_CheckExact(args[11])) {
+    if (nargs != 14 || !PyList_CheckExact(args[11])) {
         PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
-                                         "timeout_ns, states: list, max_count)");
+                                         "timeout_ns, states: list, max_count, keep_gil)");
         return NULL;
     }
     if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
@@ -334,16 +449,15 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     long poked = PyLong_AsLong(args[8]);
     long long spin = PyLong_AsLongLong(args[9]), timeout = PyLong_AsLongLong(args[10]);
     Py_ssize_t max_count = PyLong_AsSsize_t(args[12]);
+    int keep_gil = PyObject_IsTrue(args[13]);
     PyObject *states = args[11];
-    if (PyErr_Occurred()) return NULL;
+    if (keep_gil < 0 || PyErr_Occurred()) return NULL;
     if (!ctl || !next || !offs || !seen || n < 1 || n > PyList_GET_SIZE(states) || n > INT_MAX) {
         PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
         return NULL;
     }
-    int i;
-    Py_BEGIN_ALLOW_THREADS
-    i = f_wait(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout);
-    Py_END_ALLOW_THREADS
+    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
+                        keep_gil);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -354,8 +468,52 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
+/* records(body, topic, broker) -> [MessageExt], or None: a pulled body (a run of whole records,
+ * as a TCP PULL answer carries them) decoded by the walk's own decode, for the TCP consumer
+ * (client/message.py messages_from_records). None, and nothing made, as soon as one record is
+ * not what decode handles as message_from_view would: a record that does not check, a
+ * compressed one, or one of another topic than the queue's (a retry queue's original topic):
+ * the caller then decodes the whole body in Python, which raises on the bad record. */
+static PyObject *hot_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3 || !PyUnicode_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "records(body, topic: str, broker: str)");
+        return NULL;
+    }
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t tlen;
+    const char *tu = PyUnicode_AsUTF8AndSize(args[1], &tlen);
+    if (!tu) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE)) return NULL;
+    PyObject *out = PyList_New(0);
+    const uint8_t *p = (const uint8_t *)b.buf;
+    Py_ssize_t pos = 0;
+    while (out && pos < b.len) {
+        const uint8_t *r = p + pos;
+        uint32_t size = b.len - pos >= 4 ? rd32(r) : 0;
+        if (size > (uint64_t)(b.len - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
+            goto python;
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
+        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
+        PyObject *m = decode(r, size, args[1], tu, tlen, args[2]);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+        pos += size;
+    }
+    PyBuffer_Release(&b);
+    return out;
+python:
+    PyBuffer_Release(&b);
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"bind_ext", (PyCFunction)hot_bind_ext, METH_VARARGS, "bind_ext(MessageExt, slot descriptors, lazy marker)"},
+    {"read_raw", (PyCFunction)(void (*)(void))hot_read_raw, METH_FASTCALL,
+     "read_raw(QueueReader state, offset, max_count, max_bytes) -> (body, count, next, max, min) or int"},
+    {"records", (PyCFunction)(void (*)(void))hot_records, METH_FASTCALL,
+     "records(pulled body, topic, broker) -> [MessageExt], or None when Python must decode it"},
     {"read", (PyCFunction)(void (*)(void))hot_read, METH_FASTCALL,
      "read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker) "
      "-> (messages, entries used, elsewhere)"},
@@ -363,7 +521,7 @@ static PyMethodDef methods[] = {
      "read_queue(QueueReader state, offset, max_count) -> (messages, next offset, elsewhere) or None"},
     {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
     {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
-     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count) "
+     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil) "
      "-> (queue index or a negative answer, read_queue's answer or None)"},
     {NULL, NULL, 0, NULL},
 };

@@ -18,7 +18,17 @@
  * Bound: the bytes and frames put and not yet taken (plus what the caller ``charge``s while a
  * connection is opened) never pass max_bytes / max_frames: a put over them queues nothing.
  * Every call runs holding the GIL and never waits, so the two threads see each call whole.
+ *
+ * Async sends (``put_async``, client/async_lane.py) take the same lane, so their frames keep
+ * their place among the oneways and the other requests: the call also draws the frame's opaque
+ * and makes its waiter (the caller's ``client.remote_send.AsyncSend``, its slots written here)
+ * and puts it in its segment's waiters by opaque; ``take`` hands those to the loop thread, which
+ * registers them with the connection before it writes the segment. Their opaques are negative
+ * (-1, -2, ... as a Java client's counter runs after 2^31 requests), so they never meet the
+ * positive ones the connection numbers its other requests with. A segment's async sends share
+ * one timeout (a put with another opens a new segment).
  */
+
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <string.h>
@@ -26,6 +36,7 @@
 #include "core.h"
 #include "uniq_bind.h"
 #include "send_frame.h"
+#include "async_slots.h"
 
 enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
 
@@ -36,6 +47,8 @@ typedef struct seg {
     char *buf;
     size_t len, cap;
     Py_ssize_t frames;
+    PyObject *waiters;  /* the async sends' waiters by opaque (a dict), or NULL */
+    PyObject *timeout;  /* their timeout (s), with waiters */
 } seg;
 
 typedef struct {
@@ -43,13 +56,15 @@ typedef struct {
     seg *head, *tail;
     int tail_open;
     Py_ssize_t bytes, frames, max_bytes, max_frames;
-    uint32_t opaque;
+    uint32_t opaque, aopaque;  /* the last oneway opaque; the last async one, negated */
     uint32_t puts;
     PyObject *append, *mark;
 } Lane;
 
 static void seg_free(seg *s) {
     Py_XDECREF(s->addr);
+    Py_XDECREF(s->waiters);
+    Py_XDECREF(s->timeout);
     PyMem_Free(s->buf);
     PyMem_Free(s);
 }
@@ -86,15 +101,19 @@ static void lane_dealloc(Lane *self) {
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
-/* the segment a put for addr goes to: the open one for the same address, or a new one (its
- * marker job appended to the deque here, in the same GIL-held step) */
-static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
-    if (self->tail_open && self->tail) {
-        PyObject *a = self->tail->addr;
-        if (a == addr) return self->tail;
-        int eq = PyObject_RichCompareBool(a, addr, Py_EQ);
+/* the segment a put for addr goes to: the open one for the same address (for an async put, one
+ * whose async sends have no other timeout), or a new one (its marker job appended to the deque
+ * here, in the same GIL-held step) */
+static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status) {
+    seg *t = self->tail_open ? self->tail : NULL;
+    if (t) {
+        int eq = t->addr == addr ? 1 : PyObject_RichCompareBool(t->addr, addr, Py_EQ);
         if (eq < 0) return NULL;
-        if (eq) return self->tail;
+        if (eq && timeout && t->timeout && t->timeout != timeout) {
+            eq = PyObject_RichCompareBool(t->timeout, timeout, Py_EQ);
+            if (eq < 0) return NULL;
+        }
+        if (eq) return t;
     }
     seg *s = PyMem_Calloc(1, sizeof(seg));
     if (!s) return (seg *)PyErr_NoMemory();
@@ -110,6 +129,17 @@ static seg *lane_seg(Lane *self, PyObject *addr, int *status) {
     self->tail_open = 1;
     *status |= ST_NEW;
     return s;
+}
+
+/* room for ``most`` more bytes in s: 0, or -1 with MemoryError */
+static int seg_reserve(seg *s, Py_ssize_t most) {
+    if (s->len + (size_t)most <= s->cap) return 0;
+    size_t cap = s->cap ? s->cap : 65536;
+    while (cap < s->len + (size_t)most) cap *= 2;
+    char *b = PyMem_Realloc(s->buf, cap);
+    if (!b) return PyErr_NoMemory(), -1;
+    s->buf = b, s->cap = cap;
+    return 0;
 }
 
 /* put(addr, pieces, sysflag, flag, tags, body) -> status bits: the frame of one plain oneway
@@ -147,15 +177,9 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
-    seg *s = lane_seg(self, a[0], &status);
+    seg *s = lane_seg(self, a[0], NULL, &status);
     if (!s) return NULL;
-    if (s->len + most > s->cap) {
-        size_t cap = s->cap ? s->cap : 65536;
-        while (cap < s->len + most) cap *= 2;
-        char *b = PyMem_Realloc(s->buf, cap);
-        if (!b) return PyErr_NoMemory();
-        s->buf = b, s->cap = cap;
-    }
+    if (seg_reserve(s, most)) return NULL;
     Py_ssize_t n = sf_write(s->buf + s->len, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
                             PyBytes_AS_STRING(a[5]), bl);
     if (n < 0) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
@@ -169,7 +193,94 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     return PyLong_FromLong(status);
 }
 
-/* take() -> (addr, frames as bytes) of the oldest segment, or None */
+/* ---- async sends: the waiter, an AsyncSend made here (async_slots.h) ---------------------- */
+/* bind_async(AsyncSend): its slots' offsets, once at import */
+static PyObject *bind_async(PyObject *self, PyObject *arg) {
+    if (as_bind(arg)) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: AS_CALLBACK
+ * on; AS_STATE's 0 made here); its _value is unset until it is done, as there */
+static PyObject *new_waiter(PyObject *const *vals) {
+    PyObject *w = as_type->tp_alloc(as_type, 0);
+    if (!w) return NULL;
+    AS_SLOT(w, AS_STATE) = PyLong_FromLong(0);
+    for (int i = AS_CALLBACK; i < AS_N; i++) AS_SLOT(w, i) = Py_NewRef(vals[i]);
+    return w;
+}
+
+/* put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, timeout, left) -> the
+ * AsyncSend of one plain async SEND_MESSAGE_V2 of ``msg`` (pieces: the queue's template, not
+ * oneway; flag, tags, body: msg's) written into the lane with its opaque and its waiter
+ * registered in its segment; or an int, FULL / EMONTH / UNSUPPORTED, with nothing written. The
+ * waiter's req is ``msg``: what a retry rebuilds its request from (AsyncSend.submit), as Java's
+ * async send retries with the message object it was given. */
+static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
+    sf_pieces pc;
+    if (na != 11 || !PyBytes_CheckExact(a[4])) {
+        PyErr_SetString(PyExc_TypeError, "put_async(addr, pieces, flag, tags, body: bytes, msg, producer, callback, "
+                                         "mq, timeout, left)");
+        return NULL;
+    }
+    if (sf_pieces_of(a[1], &pc)) return NULL;
+    if (!f_uniq || !as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
+    long long flag = PyLong_AsLongLong(a[2]);
+    if (flag == -1 && PyErr_Occurred()) return NULL;
+    const char *tags = NULL;
+    Py_ssize_t tn = 0, tj = 0;
+    if (a[3] != Py_None) {
+        if (!PyUnicode_Check(a[3])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
+        tags = PyUnicode_AsUTF8AndSize(a[3], &tn);
+        if (!tags) return NULL;
+        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
+        if (!tn) tags = NULL;
+    }
+    char id[32];
+    if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl);
+    int status = 0;
+    seg *s = lane_seg(self, a[0], a[9], &status);
+    if (!s || seg_reserve(s, most)) return NULL;
+    if (!s->waiters && !(s->waiters = PyDict_New())) return NULL;
+    uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
+    PyObject *key = PyLong_FromLongLong(-(long long)next);
+    PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
+    PyObject *w = NULL;
+    if (uniq) {
+        PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
+        w = new_waiter(vals);
+    }
+    /* registered, then written (nothing after the write can fail): a frame in the lane always
+     * has its waiter */
+    if (w && PyDict_SetItem(s->waiters, key, w)) Py_CLEAR(w);
+    Py_XDECREF(key);
+    Py_XDECREF(uniq);
+    if (!w) return NULL;
+    Py_ssize_t n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, -(long long)next,
+                            PyBytes_AS_STRING(a[4]), bl);
+    if (n < 0) {  /* (never, for a template's pieces: the header is far below 16 MiB) */
+        PyObject *k = PyLong_FromLongLong(-(long long)next);
+        if (k && PyDict_DelItem(s->waiters, k)) PyErr_Clear();
+        Py_XDECREF(k);
+        Py_DECREF(w);
+        return PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
+    }
+    self->aopaque = next;
+    if (!s->timeout) s->timeout = Py_NewRef(a[9]);
+    s->len += (size_t)n;
+    s->frames++;
+    self->bytes += n;
+    self->frames++;
+    return w;
+}
+
+/* take() -> (addr, frames as bytes, waiters, timeout) of the oldest segment, or None; waiters:
+ * its async sends' by opaque (a dict) and their timeout, or None, None */
 static PyObject *lane_take(Lane *self, PyObject *unused) {
     seg *s = self->head;
     if (!s) Py_RETURN_NONE;
@@ -180,7 +291,9 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     self->bytes -= (Py_ssize_t)s->len;
     self->frames -= s->frames;
     PyObject *data = PyBytes_FromStringAndSize(s->buf, (Py_ssize_t)s->len);
-    PyObject *r = data ? PyTuple_Pack(2, s->addr, data) : NULL;
+    int some = s->waiters && PyDict_GET_SIZE(s->waiters);
+    PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
+                       : NULL;
     Py_XDECREF(data);
     seg_free(s);
     return r;
@@ -215,7 +328,9 @@ static PyObject *lane_queued(Lane *self, void *unused) {
 
 static PyMethodDef lane_methods[] = {
     {"put", (PyCFunction)(void (*)(void))lane_put, METH_FASTCALL, "put(addr, pieces, sysflag, flag, tags, body)"},
-    {"take", (PyCFunction)lane_take, METH_NOARGS, "take() -> (addr, bytes) of the oldest segment, or None"},
+    {"put_async", (PyCFunction)(void (*)(void))lane_put_async, METH_FASTCALL,
+     "put_async(addr, pieces, flag, tags, body, msg, producer, callback, mq, timeout, left) -> AsyncSend or status"},
+    {"take", (PyCFunction)lane_take, METH_NOARGS, "take() -> (addr, bytes, waiters, timeout) of the oldest segment, or None"},
     {"seal", (PyCFunction)lane_seal, METH_NOARGS, "later puts open a new segment"},
     {"charge", (PyCFunction)lane_charge, METH_O, "charge(n): bytes held elsewhere that count"},
     {"full", (PyCFunction)lane_full, METH_NOARGS, "over the bound"},
@@ -243,6 +358,7 @@ static PyTypeObject LaneType = {
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
+    {"bind_async", (PyCFunction)bind_async, METH_O, "bind_async(AsyncSend): the waiter put_async makes"},
     {NULL, NULL, 0, NULL},
 };
 

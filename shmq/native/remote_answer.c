@@ -27,9 +27,10 @@
 #include <string.h>
 
 #include "send_answer.h"
+#include "async_slots.h"
 
-static PyObject *async_type, *resolve, *result_type, *send_ok, *invalid_state;
-static PyObject *s_pending, *s_state, *s_mq, *s_uniq;
+static PyObject *resolve, *result_type, *send_ok, *invalid_state;
+static PyObject *s_pending, *s_set, *state_ok;  /* state_ok: SendFuture's _OK, 1 */
 
 static PyObject *text(span s) { return PyUnicode_DecodeASCII((const char *)s.p, s.n, NULL); }
 
@@ -68,24 +69,55 @@ out:
     return r;
 }
 
+/* SendFuture's _state is _PENDING (0) */
+static int is_pending(PyObject *state) {
+    return state && PyLong_CheckExact(state) && PyLong_AsLong(state) == 0;
+}
+
+/* SendFuture.set_result(w, result) (consumes result): in place when no callback is to run, as
+ * its Python does it (the value, then the state, then the waiting thread's Event), else that
+ * Python; 0, or -1 with an exception */
+static int resolve_future(PyObject *w, PyObject *result) {
+    PyObject *cb = AS_SLOT(w, AS_CALLBACK), *more = AS_SLOT(w, AS_MORE);
+    if ((cb && cb != Py_None) || (more && more != Py_None)) {
+        PyObject *call[2] = {w, result};
+        PyObject *r = PyObject_Vectorcall(resolve, call, 2, NULL);
+        Py_DECREF(result);
+        if (r) { Py_DECREF(r); return 0; }
+        if (!PyErr_ExceptionMatches(invalid_state)) return -1;
+        PyErr_Clear();  /* answered already */
+        return 0;
+    }
+    PyObject *old_value = AS_SLOT(w, AS_VALUE), *old_state = AS_SLOT(w, AS_STATE);
+    if (!is_pending(old_state)) { Py_DECREF(result); return 0; }  /* answered already (dropped) */
+    AS_SLOT(w, AS_VALUE) = result;
+    AS_SLOT(w, AS_STATE) = Py_NewRef(state_ok);
+    Py_XDECREF(old_state);
+    Py_XDECREF(old_value);
+    PyObject *ev = AS_SLOT(w, AS_EVENT);  /* read after the state: SendFuture's order */
+    if (!ev || ev == Py_None) return 0;
+    Py_INCREF(ev);
+    PyObject *r = PyObject_CallMethodNoArgs(ev, s_set);
+    Py_DECREF(ev);
+    if (!r) return -1;
+    Py_DECREF(r);
+    return 0;
+}
+
 /* The answer of one frame to its AsyncSend waiter ``w`` (in ``pending`` under ``key``):
  * 1 done, 0 not this path's (nothing changed), -1 an error raised. */
 static int complete(PyObject *pending, PyObject *key, PyObject *w, const header *h) {
-    PyObject *state = PyObject_GetAttr(w, s_state);
-    if (!state) return -1;
-    long st = PyLong_AsLong(state);
-    Py_DECREF(state);
-    if (st) return st == -1 && PyErr_Occurred() ? -1 : 0;  /* done already: the Python path drops it */
-    PyObject *mq = PyObject_GetAttr(w, s_mq);
-    if (!mq) return -1;
+    PyObject *state = AS_SLOT(w, AS_STATE), *mq = AS_SLOT(w, AS_MQ), *uniq = AS_SLOT(w, AS_UNIQ);
+    if (!is_pending(state) || !mq || !uniq) return 0;  /* done already: the Python path drops it */
     long qid = -1;
     if (PyTuple_Check(mq) && PyTuple_GET_SIZE(mq) == 3 && PyLong_CheckExact(PyTuple_GET_ITEM(mq, 2)))
         qid = PyLong_AsLong(PyTuple_GET_ITEM(mq, 2));
     span msg_id;
     int64_t offset;
-    if (qid < 0 || success_fields(h, qid, &msg_id, &offset)) { Py_DECREF(mq); return 0; }
-    PyObject *uniq = PyObject_GetAttr(w, s_uniq);
-    PyObject *mid = uniq ? text(msg_id) : NULL, *off = mid ? PyLong_FromLongLong(offset) : NULL;
+    if (qid < 0 || success_fields(h, qid, &msg_id, &offset)) { PyErr_Clear(); return 0; }
+    Py_INCREF(mq);
+    Py_INCREF(uniq);
+    PyObject *mid = text(msg_id), *off = mid ? PyLong_FromLongLong(offset) : NULL;
     int rc = -1, truthy = off ? PyObject_IsTrue(uniq) : -1;
     if (truthy < 0) goto out;
     /* the result first: a failure to make it (memory) changes nothing, the read fails and the
@@ -95,15 +127,11 @@ static int complete(PyObject *pending, PyObject *key, PyObject *w, const header 
     if (!result) goto out;
     Py_INCREF(w);  /* the dict's reference goes; this frame still needs the waiter */
     if (PyDict_DelItem(pending, key)) { Py_DECREF(w); Py_DECREF(result); goto out; }
-    PyObject *call[2] = {w, result};
-    PyObject *r = PyObject_Vectorcall(resolve, call, 2, NULL);  /* SendFuture.set_result(w, result) */
-    Py_DECREF(result);
+    rc = resolve_future(w, result) ? -1 : 1;
     Py_DECREF(w);
-    if (r) { Py_DECREF(r); rc = 1; }
-    else if (PyErr_ExceptionMatches(invalid_state)) { PyErr_Clear(); rc = 1; }  /* answered already */
 out:
     Py_DECREF(mq);
-    Py_XDECREF(uniq);
+    Py_DECREF(uniq);
     Py_XDECREF(mid);
     Py_XDECREF(off);
     return rc;
@@ -115,7 +143,7 @@ out:
  * length, a large frame) goes to the frame decoder. */
 static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "answers(conn, data, pos)"); return NULL; }
-    if (!async_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
     if (pos < 0 && PyErr_Occurred()) return NULL;
     PyObject *pending = PyObject_GetAttr(args[0], s_pending);
@@ -135,7 +163,7 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         PyObject *key = PyLong_FromLongLong(h.opaque);
         if (!key) { err = 1; break; }
         PyObject *w = PyDict_GetItemWithError(pending, key);  /* borrowed */
-        int rc = w && Py_TYPE(w) == (PyTypeObject *)async_type ? complete(pending, key, w, &h) : 0;
+        int rc = w && Py_TYPE(w) == as_type ? complete(pending, key, w, &h) : 0;
         Py_DECREF(key);
         if (rc < 0 || (!w && PyErr_Occurred())) { err = 1; break; }
         if (!rc) break;
@@ -153,7 +181,7 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
 static PyObject *a_bind(PyObject *self, PyObject *args) {
     PyObject *t, *res, *r, *ok, *inv;
     if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &t, &res, &r, &ok, &inv)) return NULL;
-    Py_XSETREF(async_type, Py_NewRef(t));
+    if (as_bind(t)) return NULL;
     Py_XSETREF(resolve, Py_NewRef(res));
     Py_XSETREF(result_type, Py_NewRef(r));
     Py_XSETREF(send_ok, Py_NewRef(ok));
@@ -171,8 +199,8 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_answer", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__answer(void) {
-    if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_state = PyUnicode_InternFromString("_state"))
-        || !(s_mq = PyUnicode_InternFromString("mq")) || !(s_uniq = PyUnicode_InternFromString("uniq")))
+    if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_set = PyUnicode_InternFromString("set"))
+        || !(state_ok = PyLong_FromLong(1)))
         return NULL;
     return PyModule_Create(&module);
 }

@@ -93,11 +93,23 @@ static inline int rh_unescape(rh_cur *c, uint8_t *d, uint32_t *dn) {
     return 0;
 }
 
+/* 8 bytes none of which ends a plain run: no '"', '\\', byte < 0x20 or >= 0x80 (each test is
+ * the exact "some byte is zero" / "some byte is less than n" word trick) */
+static inline int rh_plain8(const uint8_t *p) {
+    const uint64_t ones = 0x0101010101010101ULL, high = 0x8080808080808080ULL;
+    uint64_t x, q, b;
+    memcpy(&x, p, 8);
+    q = x ^ (ones * '"');
+    b = x ^ (ones * '\\');
+    return !((((q - ones) & ~q) | ((b - ones) & ~b) | ((x - ones * 0x20) & ~x) | x) & high);
+}
+
 /* a string at c->p (its quote): its bytes in *out, in the header when it has no escape, else in
  * the scratch */
 static inline int rh_str(rh_cur *c, rh_span *out) {
     if (c->p >= c->e || *c->p != '"') return -1;
     const uint8_t *s = ++c->p;
+    while (c->e - c->p >= 8 && rh_plain8(c->p)) c->p += 8;  /* then byte by byte from the stop */
     while (c->p < c->e && *c->p != '"' && *c->p != '\\') {
         if (*c->p < 0x20 || *c->p >= 0x80) return -1;
         c->p++;

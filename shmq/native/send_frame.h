@@ -83,7 +83,7 @@ static inline Py_ssize_t sf_most(const sf_pieces *pc, const char *tags, Py_ssize
 /* The frame at f (sf_most bytes free): its length, or minus its header's length when that passes
  * the 24-bit header length (nothing is raised: the caller says so). tags: tn bytes, or NULL. */
 static inline Py_ssize_t sf_write(char *f, const sf_pieces *pc, long long sysflag, long long born, long long flag,
-                                  const char *tags, Py_ssize_t tn, const char *id, uint32_t opaque,
+                                  const char *tags, Py_ssize_t tn, const char *id, long long opaque,
                                   const char *body, Py_ssize_t bl) {
     char *p = f + 8;
 #define SF_PIECE(i) (memcpy(p, pc->p[i], pc->n[i]), p += pc->n[i])

@@ -460,16 +460,14 @@ class Connection(asyncio.Protocol):
         if self.closed or self._transport is None:
             raise RemotingClosed(f"connection to {self.peer} is closed")
         opaque = self._new_opaque()
-        frame = build(opaque)
-        self._pending[opaque] = waiter
+        frame, self._pending[opaque] = build(opaque), waiter
         self.write_frame(frame)
         return opaque
 
     def start_frames(self, jobs) -> list | None:
         """:meth:`start_frame` of a run of requests, written together: ``jobs`` are tuples whose
-        items 1 and 2 are the request (``frame(opaque)``) and its waiter. Per job the opaque, or the
-        exception its frame raised (that request is not sent); None when the connection is
-        closed (none is sent)."""
+        items 1 and 2 are the request (``frame(opaque)``) and its waiter. Per job the opaque, or
+        the exception its frame raised (not sent); None when closed (none is sent)."""
         if self.closed or self._transport is None:
             return None
         opaque, out, pending, started = self._next_opaque, self._out, self._pending, []
@@ -489,12 +487,16 @@ class Connection(asyncio.Protocol):
         self.last_activity = self._loop.time()
         return started
 
-    def send_frame(self, build: Callable[[int], bytes]) -> None:
-        """:meth:`send_oneway` for a request that makes its own frame (with the oneway bit)."""
-        self.send_frames((build,))
+    def start_lane(self, data: bytes, waiters: dict) -> bool:
+        """Framed requests (client/async_lane.py): ``waiters`` by opaque, then ``data``; False when closed."""
+        if self.closed or self._transport is None:
+            return False
+        self._pending.update(waiters)
+        self.write_frame(data)
+        return True
 
     def send_frames(self, builds) -> None:
-        """:meth:`send_frame` of each of ``builds`` in order, written together."""
+        """:meth:`send_oneway` of requests whose ``build(opaque)`` makes the frame, written together."""
         if self.closed:
             raise RemotingClosed(f"connection to {self.peer} is closed")
         t = self._transport

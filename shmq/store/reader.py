@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 from shmq.message.layout import R_STORETS
-from shmq.native import ffi, lib, read_queue
+from shmq.native import ffi, lib, read_queue, read_raw
 
 
 _I64 = struct.Struct(">q")
@@ -256,6 +256,39 @@ class QueueReader:
         if elsewhere == -1:
             return msgs, nxt  # caught up (or get_messages decides) in one C call: the common case
         return self.read_on(msgs, nxt, elsewhere, max_count)
+
+    def read_raw(self, offset: int, max_count: int, max_bytes: int):
+        """The broker's answer to an unfiltered pull of this queue in one C call (``read_raw`` in
+        hot.c): (records as one bytes object, count, next offset, max offset, min offset), what
+        get_messages answers FOUND with; None wherever get_messages must decide (an offset out
+        of range, nothing readable yet, an expired entry, a file that is not there)."""
+        st = self.st
+        for _ in range(3):  # at most: map the ConsumeQueue file, then the CommitLog file
+            try:
+                r = read_raw(st, offset, max_count, max_bytes)
+            except (OSError, ValueError):  # a mapping closed under us: map again next time
+                st[0] = st[2] = -1
+                return None
+            if r.__class__ is tuple:
+                return r
+            if r == -1:
+                return None
+            if r == -2:
+                fi = offset // self.per
+                mm = self.cq.map(fi)
+                if mm is None:
+                    return None
+                st[0], st[1] = fi, mm
+                continue
+            li = r // self.fsize
+            if li * self.fsize == st[2]:
+                return None
+            try:
+                st[3] = self.store.commitlog.map(li)
+            except (OSError, ValueError):
+                return None
+            st[2] = li * self.fsize
+        return None
 
     def read_on(self, out: list, pos: int, elsewhere: int, max_count: int) -> tuple[list, int]:
         """The rest of a read that stopped at the end of a file (read_queue's ``elsewhere``: a

@@ -89,3 +89,24 @@ def test_redis_skips_with_a_reason_without_redis_server(monkeypatch, env):
     monkeypatch.setattr(rs.shutil, "which", lambda name: None)
     r = engine.run(rs.RedisPeer(), make("produce", count=10), env)
     assert r.status == "skipped" and "redis-server not found" in r.note
+
+
+def test_pin_puts_each_slot_on_a_cpu_of_its_own_round_robin():
+    """--pin: producer / consumer slot i goes onto the i-th CPU the process may use (round robin);
+    os.sched_setaffinity(0) pins the calling thread, so each slot is tried in a thread of its own."""
+    import threading
+
+    from shmq.bench.engine import pin_to_cpu
+    cpus = sorted(os.sched_getaffinity(0))
+    got = {}
+
+    def run(slot):
+        got[slot] = (pin_to_cpu(slot), os.sched_getaffinity(0))
+
+    for slot in (0, 1, len(cpus)):
+        t = threading.Thread(target=run, args=(slot,))
+        t.start()
+        t.join()
+    assert got[0] == (cpus[0], {cpus[0]}) and got[len(cpus)] == (cpus[0], {cpus[0]})
+    assert got[1] == (cpus[1 % len(cpus)], {cpus[1 % len(cpus)]})
+    assert sorted(os.sched_getaffinity(0)) == cpus  # this thread is not pinned

@@ -2,6 +2,8 @@
 the same MessageExt as the one decoder (message_from_view over get_messages), across
 CommitLog and ConsumeQueue file boundaries, and stops where get_messages has to decide:
 a compressed record, a record past the commit position, a record that does not check."""
+import threading
+import time
 import zlib
 
 from shmq.client.message import message_from_view
@@ -119,7 +121,7 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
 
         def wait(start, states):
             return wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 2, start, _addr(seen), -1,
-                             _addr(poke), 0, 0, int(0.05e9), states, 32)
+                             _addr(poke), 0, 0, int(0.05e9), states, 32, False)
         assert wait(0, [readers[0].st, None]) == (0, None)  # the ConsumeQueue file is not mapped yet
         for r in readers:
             r.read(0, 1)  # the reader maps it: wait_read reads from then on
@@ -147,5 +149,45 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
         assert wait(1, [None, None]) == (1, None)  # a queue without a state: answered, not read
         offs[0], offs[1] = 9, 1
         assert wait(0, states) == (-1, None)  # nothing new: the timeout
+    finally:
+        store.close()
+
+
+def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store_root):
+    """wait_read(keep_gil=True) spins its first 200 us with the GIL held, then without it: a
+    Python thread beside it keeps running through a long spin (never starved by it), and its
+    append is answered by it."""
+    from shmq.native import wait_read
+    store = MessageStore.open(small_config(store_root))
+    try:
+        store.put("T", 0, b"first", {})
+        reader = store.queue_reader("T", 0, "b1")
+        reader.read(0, 1)  # mapped: wait_read reads from then on
+        ptrs, offs = ffi.new("int64_t *[]", 1), ffi.new("int64_t[]", [1])
+        ptrs[0] = store.max_offset_watch("T", 0)
+        seen, poke = ffi.new("int64_t[1]", [store.commit_pos]), ffi.new("int32_t[1]")
+        ticks, stop = [0], threading.Event()
+
+        def beside():  # a thread that needs the GIL now and then (as a client's loop thread)
+            while not stop.is_set():
+                time.sleep(0.001)
+                ticks[0] += 1
+                if ticks[0] == 20:
+                    store.put("T", 0, b"second", {})
+
+        t = threading.Thread(target=beside)
+        t.start()
+        try:
+            i, (msgs, nxt, elsewhere) = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen),
+                                                  -1, _addr(poke), 0, int(30e9), int(30e9), [reader.st], 32, True)
+            at_answer = ticks[0]
+            offs[0] = nxt
+            assert wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke), 0,
+                             int(0.3e9), int(0.3e9), [reader.st], 32, True) == (-1, None)  # spun to its timeout
+        finally:
+            stop.set()
+            t.join()
+        assert (i, [m.body for m in msgs], nxt, elsewhere) == (0, [b"second"], 2, -1)
+        assert at_answer >= 20 and ticks[0] > at_answer  # it ran during both spins
     finally:
         store.close()

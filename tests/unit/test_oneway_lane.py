@@ -55,8 +55,8 @@ def test_the_lane_frame_is_the_template_frame_byte_for_byte():
         assert _put(lane, "127.0.0.1:1", t.pieces, 0, flag, tags, body) in (0, NEW)
         sent.append((tags, body, flag))
     assert jobs == [("127.0.0.1:1", "mark", None, 0)]  # one segment, one marker job
-    addr, data = lane.take()
-    assert addr == "127.0.0.1:1" and lane.take() is None and lane.queued == (0, 0)
+    addr, data, waiters, _ = lane.take()
+    assert addr == "127.0.0.1:1" and waiters is None and lane.take() is None and lane.queued == (0, 0)
     frames = _frames(data)
     uniqs = set()
     for raw, (tags, body, flag) in zip(frames, sent, strict=True):
@@ -114,15 +114,17 @@ def test_a_new_address_or_a_seal_opens_a_new_segment_in_order():
     lane.seal()
     assert _put(lane, "b", pieces, 0, 0, None, b"4") == NEW
     assert [j[0] for j in jobs] == ["a", "b", "b"]
-    got = [(a, [decode_command(f[4:]).body for f in _frames(d)]) for a, d in iter(lane.take, None)]
+    got = [(a, [decode_command(f[4:]).body for f in _frames(d)]) for a, d, _, _ in iter(lane.take, None)]
     assert got == [("a", [b"1", b"2"]), ("b", [b"3"]), ("b", [b"4"])]
 
 
 class Sink:
     """A broker stand-in: records each connection's frames, answers every request that is not
-    oneway, and closes the first connection after ``close_after`` frames (when set)."""
+    oneway (on any connection but the first when ``mute``), and closes the first connection after
+    ``close_after`` frames (when set)."""
 
-    def __init__(self, close_after: int | None = None):
+    def __init__(self, close_after: int | None = None, mute: bool = False):
+        self.mute = mute
         self.srv = socket.create_server(("127.0.0.1", 0))
         self.addr = f"127.0.0.1:{self.srv.getsockname()[1]}"
         self.conns: list[list[RemotingCommand]] = []
@@ -149,7 +151,7 @@ class Sink:
                     cmd = decode_command(buf[4:n])
                     buf = buf[n:]
                     got.append(cmd)
-                    if not cmd.is_oneway:
+                    if not cmd.is_oneway and not (first and self.mute):
                         ans = RemotingCommand(code=0, opaque=cmd.opaque, flag=1, ext_fields={
                             "msgId": "7F000001000000000000000000000001", "queueId": "0", "queueOffset": "1"})
                         c.sendall(encode_command(ans))

@@ -290,3 +290,30 @@ def test_a_run_of_async_sends_is_started_in_order_and_a_bad_frame_fails_only_its
         conn.closed = True
         assert conn.start_frames(jobs) is None
     asyncio.run(go())
+
+
+def test_a_future_a_thread_waits_on_is_completed_in_c_and_wakes_it():
+    """No callback: C sets the value and state itself (SendFuture's order) and then the waiting
+    thread's Event; with a callback it calls SendFuture.set_result, which runs it once."""
+    import threading
+    import time
+
+    async def go():
+        conn = Connection({}, Limits())
+        conn.connection_made(_Transport())
+        calls = []
+        futs = [AsyncSend(NO_RETRY, None, MQ, None, "U1", 3), AsyncSend(NO_RETRY, calls.append, MQ, None, None, 3)]
+        for o, f in enumerate(futs, 1):
+            conn._pending[o] = f
+        got = []
+        t = threading.Thread(target=lambda: got.append(futs[0].result(10)))
+        t.start()
+        while futs[0]._event is None:
+            time.sleep(0.001)
+        data = answer(1, offset=7) + answer(2, offset=8)
+        assert answers(conn, data, 0) == (len(data), None, False) and not conn._pending
+        t.join(10)
+        assert got[0].queue_offset == 7 and got[0].msg_id == "U1" and futs[0].done()
+        assert calls == [futs[1].result(0)] and calls[0].msg_id == MID  # no UNIQ_KEY: the msgId
+        assert answers(conn, answer(1), 0)[2] is True  # a second answer: nobody waits, Python's
+    asyncio.run(go())

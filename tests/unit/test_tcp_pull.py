@@ -84,7 +84,7 @@ class FakeCore:
 
 
 def _records(monkeypatch):
-    def decode(body, broker, start=[0]):  # one fake message per body byte, offsets counting up
+    def decode(body, broker, topic=None, start=[0]):  # one fake message per body byte, offsets counting up
         out = [SimpleNamespace(queue_offset=start[0] + i) for i in range(len(body))]
         start[0] += len(body)
         return out

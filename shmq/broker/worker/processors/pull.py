@@ -76,6 +76,7 @@ class Processor:
         self.w = worker
         self.cfg = worker.cfg
         self._templates: dict[tuple[int, str, int], tuple[bytes, object] | None] = {}
+        self._readers: dict[tuple[str, int], object] = {}  # QueueReader per queue pulled (read_raw)
 
     def handlers(self):
         # LITE_PULL_MESSAGE (5.x DefaultLitePullConsumer) is answered exactly as PULL_MESSAGE
@@ -186,7 +187,15 @@ class Processor:
 
     def _answer(self, h: PullMessageRequestHeader, codes, rec_filter=None):
         """What a pull is answered, decided in this one place for both encodings (``_get``,
-        ``_send_answer``): (code, remark, suggestWhichBrokerId, the read, body)."""
+        ``_send_answer``): (code, remark, suggestWhichBrokerId, nextBeginOffset, minOffset,
+        maxOffset, body). An unfiltered read is one C call (``QueueReader.read_raw``) where it
+        finds messages; get_messages decides every other case."""
+        if codes is None and rec_filter is None and not self.cfg.slaveReadEnable:
+            raw = self._read_raw(h)
+            if raw is not None:
+                body, n, nxt, mx, mn = raw
+                self.w.stats["get"] += n
+                return ResponseCode.SUCCESS, _FOUND, 0, nxt, mn, mx, body
         res = self._read(h, codes, rec_filter)
         st = res.status
         code = _CODE.get(st)
@@ -200,19 +209,30 @@ class Processor:
                 suggest = 1  # subscriptionGroup whichBrokerWhenConsumeSlowly
             body = bytes(msgs[0]) if len(msgs) == 1 else b"".join(msgs)
             self.w.stats["get"] += len(msgs)
-        return code, st.value, suggest, res, body
+        return code, st.value, suggest, res.next_begin_offset, res.min_offset, res.max_offset, body
+
+    def _read_raw(self, h: PullMessageRequestHeader):
+        key = (h.topic, h.queueId)
+        reader = self._readers.get(key)
+        if reader is None:
+            reader = self.w.store.queue_reader(h.topic, h.queueId)
+            if reader is None:
+                return None
+            self._readers[key] = reader  # a queue's slot never moves while the store is attached
+        n = h.maxMsgNums
+        return reader.read_raw(h.queueOffset, 1 if n < 1 else MAX_TRANSFER_COUNT if n > MAX_TRANSFER_COUNT else n,
+                               MAX_TRANSFER_BYTES)
 
     def _get(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None) -> RemotingCommand:
-        code, remark, suggest, res, body = self._answer(h, codes, rec_filter)
-        return cmd.make_response(code, remark, _ext(suggest, res.next_begin_offset, res.min_offset, res.max_offset),
-                                 body)
+        code, remark, suggest, nxt, mn, mx, body = self._answer(h, codes, rec_filter)
+        return cmd.make_response(code, remark, _ext(suggest, nxt, mn, mx), body)
 
     def _send_answer(self, conn, cmd, h: PullMessageRequestHeader, codes, rec_filter=None) -> None:
         """A held pull's answer, written as a frame made from a header template
         (``_answer_template``): byte-identical to ``conn.send(self._get(...))``
         (tests/unit/test_pull_answer_frame.py) without the ext dict, RemotingCommand and JSON
         encoding per answer, which were a fifth of a one-message pull's Python."""
-        code, remark, suggest, res, body = self._answer(h, codes, rec_filter)
+        code, remark, suggest, nxt, mn, mx, body = self._answer(h, codes, rec_filter)
         made = None
         if cmd.serialize_type == SerializeType.JSON and len(body) < _FRAME_BODY_MAX:
             key = (code, remark, suggest)
@@ -220,11 +240,10 @@ class Processor:
             if made is None:
                 made = self._templates[key] = _answer_template(code, remark, suggest)
         if made is None:  # a binary header, a body the transport writes uncopied, or no template
-            conn.send(cmd.make_response(code, remark, _ext(suggest, res.next_begin_offset, res.min_offset,
-                                                           res.max_offset), body))
+            conn.send(cmd.make_response(code, remark, _ext(suggest, nxt, mn, mx), body))
             return
         template, order = made
-        head = template % order((res.next_begin_offset, res.min_offset, res.max_offset, cmd.opaque))
+        head = template % order((nxt, mn, mx, cmd.opaque))
         hl = len(head)
         conn.write_frame(b"".join((_PREFIX.pack(4 + hl + len(body), hl), head, body)))
 
@@ -245,6 +264,7 @@ async def _settled(r):
 
 
 _PREFIX = FRAME_PREFIX  # bound here: see command.FRAME_PREFIX
+_FOUND = GetStatus.FOUND.value
 _HELD = "pull.held"  # conn.context key: this connection's held pulls answered directly
 _PHYS = struct.Struct(">q")
 _PHYS_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
