@@ -8,7 +8,7 @@ A *plain* message is a ``Message`` (not a subclass) with a body of 1..compress-t
 bytes, no delay level, flag 0 (a batch carries flags per entry), text without separator
 characters and none of ``REWRITE_KEYS`` (what could make ``shmq.message.classify`` answer
 anything but PLAIN, and WAIT, CLUSTER, UNIQ_KEY), to a topic that is no retry topic. For it
-the pipeline's only change is the CLUSTER pair, so ``shmq_send`` (core.c, called with the
+the pipeline's only change is the CLUSTER pair, so ``shmq_send`` (core_append.c, called with the
 GIL held through native/hot_send.c) can draw the UNIQ_KEY, assemble the properties text and append
 in one call; the record is byte for byte what the general path stores. Anything else returns None and takes ``Producer``'s
 general path, which also raises the precise error.

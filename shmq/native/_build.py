@@ -28,7 +28,11 @@ ffibuilder.set_source(
     "shmq.native._core",
     '#include "core.h"\n#include "handoff.h"\n',
     # Relative paths: setuptools refuses absolute ones; pip runs this from the project root.
-    sources=["shmq/native/core.c", "shmq/native/handoff.c"],
+    # core_*.c: the C core, one job a file (core_private.h says which); they share core_private.h
+    sources=["shmq/native/core_util.c", "shmq/native/core_ctl.c", "shmq/native/core_append.c",
+             "shmq/native/core_batch.c", "shmq/native/core_index.c", "shmq/native/core_wait.c",
+             "shmq/native/handoff.c"],
+    depends=["shmq/native/core_private.h", "shmq/native/core.h", "shmq/native/layout.h"],
     include_dirs=["shmq/native"],
     extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra", "-Wno-unused-parameter"],
 )

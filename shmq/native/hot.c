@@ -426,7 +426,7 @@ static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs,
 
 /* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
  *           keep_gil) -> (i, read)
- * shmq_wait_queues (core.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
+ * shmq_wait_queues (core_wait.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
  * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
  * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],

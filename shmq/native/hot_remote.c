@@ -1,6 +1,6 @@
 /*
  * shmq/native/hot_remote.c -- the TCP producer's per-send C (module shmq.native._remote), called
- * with the GIL held: ``uniq()`` draws one UNIQ_KEY from the process's one id source (core.c's
+ * with the GIL held: ``uniq()`` draws one UNIQ_KEY from the process's one id source (core_append.c's
  * shmq_uniq_ids on the shmq_uniq the client's uniq_id.py owns, the counter every thread and the
  * local send share).
  *

@@ -12,7 +12,7 @@
  * append lock answers SHMQ_EBUSY and the caller repeats the send through cffi, which releases
  * the GIL while it waits (shmq/client/local_send.py). What the append may still do with the
  * GIL held is bounded local work: the first entry of a ConsumeQueue file opens and maps it, and
- * a new extent of a sparse file is a pwrite of at most 64 KiB of zeros (core.c, cq_attach).
+ * a new extent of a sparse file is a pwrite of at most 64 KiB of zeros (core_ctl.c, cq_attach).
  */
 #include "hot.h"
 #include <stdlib.h>

@@ -1,5 +1,5 @@
 /*
- * shmq/native/uniq_bind.h -- the process's one UNIQ_KEY source (core.c's shmq_uniq_ids on the
+ * shmq/native/uniq_bind.h -- the process's one UNIQ_KEY source (core_append.c's shmq_uniq_ids on the
  * shmq_uniq that client/uniq_id.py owns) as seen by a CPython extension module that draws ids
  * with the GIL held (hot_remote.c, hot_oneway.c). Each such module is its own shared object, so
  * each includes this once and gets its own two pointers, set by its ``bind`` at import.

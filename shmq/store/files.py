@@ -8,7 +8,7 @@ has thousands of queues: fully allocated, 10,000 queues took 60 GB before one me
 store into a hole of a shared mapping allocates at the page fault and, on a full disk, kills
 the writer with SIGBUS, so nothing writes a ConsumeQueue page through a mapping before it is
 allocated by a write(2), which answers ENOSPC instead: the C append reserves the pages ahead
-of its entries (``cq_reserve`` in native/core.c, under the append lock, zeros only past the
+of its entries (``cq_reserve`` in native/core_private.h, under the append lock, zeros only past the
 last published entry), recovery and a slave's replica writer use ``ConsumeQueue.write_entry``
 (allocates by writing back the bytes already there). A file appears under its final name only
 once complete (link(2) from a temp name, so two creators never clobber each other); permissions are set with fchmod

@@ -95,6 +95,6 @@ def test_property_names_and_separators_match_layout_h():
     timers = [v for k, v in vars(names).items() if k.startswith("TIMER_") and k != "TIMER_TOPIC"]
     assert timers and all(t.startswith(head) for t in timers)
     (topic,) = re.findall(r'^#define SHMQ_TIMER_TOPIC "([^"]*)"$', text, re.M)
-    assert topic == names.TIMER_TOPIC  # core.c wakes the timer service on appends into it
+    assert topic == names.TIMER_TOPIC  # the append's notify_timer wakes the timer service on appends into it
     assert chars == {"SHMQ_NAME_VALUE_SEP": properties.NAME_VALUE_SEP,
                      "SHMQ_PROPERTY_SEP": properties.PROPERTY_SEP}

@@ -160,7 +160,7 @@ def test_local_uniform_batch_road(roads):
     fw = roads.fast_writer("T", 1, BORN)
     r = fw.route(generator())
     head = b"TAGS\x01A\x02"
-    # bodies of different lengths: the records after the first are copies of it (core.c copy_direct)
+    # bodies of different lengths: the records after the first are copies of it (core_append.c copy_direct)
     msgs = [Message("T", b"b%d" % k * (1 + 7 * k), tags="A") for k in range(5)]
     before = roads.store.commit_pos
 
@@ -321,7 +321,7 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
 
 
 def test_local_uniform_batches_across_consume_queue_files(roads):
-    """Direct batches of 64 (their records after the first copied from it, core.c copy_direct)
+    """Direct batches of 64 (their records after the first copied from it, core_append.c copy_direct)
     across 100-entry ConsumeQueue files and 64 KiB CommitLog files: every record decodes with its
     own body, a body CRC equal to zlib.crc32's (RocketMQ's BODYCRC, 31 bits) and consecutive queue
     offsets, and every ConsumeQueue entry points at its record with the TAGS hash."""

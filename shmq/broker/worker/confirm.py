@@ -6,7 +6,7 @@ end of that turn of the loop, once every send of the read is appended, one callb
 flush request for all of them (a C call that does not block) and arms the bridge: one msync
 then covers the whole read, and the loop gives the GIL away once per turn, not per send (a
 cffi call releases it, and the worker's other threads take it). The worker's
-confirm bridge (``shmq_bridge_*`` in native/core.c: one C thread, no GIL) waits on the store's
+confirm bridge (``shmq_bridge_*`` in native/core_wait.c: one C thread, no GIL) waits on the store's
 futexes for the oldest queued end and, once the flushed / replicated position passes it (or
 its deadline, or the store cannot get there), writes to an eventfd the loop polls. The loop
 then answers every queued send below the new position in that one callback: one wake-up

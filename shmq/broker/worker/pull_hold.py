@@ -12,7 +12,7 @@ A hold's callback runs once, on the loop. Two things schedule the check:
   (the send, batch, send-back, end-transaction, recall and reply paths), which checks in the
   next callback, after the send's own answer is written, with no thread hop; the C send path
   (send_fast.py) writes its answers and then checks in the same read (:meth:`appended_in_read`);
-* everybody else's: a small C thread (``shmq_pullwake_*`` in native/core.c, no GIL) sleeps on
+* everybody else's: a small C thread (``shmq_pullwake_*`` in native/core_wait.c, no GIL) sleeps on
   the data futex while holds exist and writes an eventfd the loop reads. The worker takes its
   own futex wake bit (``shmq_set_data_wake_bit``) and that thread sleeps with every bit but
   it, so the worker's own appends do not wake it (the loop looked already) while every other
