@@ -231,7 +231,7 @@ class Producer(ProducerBase):
 
     def send_orderly(self, msg: Message, selector, arg=None, timeout: float | None = None) -> SendResult:
         """Send to the queue ``selector(queues, msg, arg)`` picks (same arg, same queue)."""
-        wire = self._wire(msg)
+        wire = None if plain(self, msg) else self._wire(msg)
         info = self._publish_info(msg.topic)
         mq = selector(list(info.queues), msg, arg)
         if not isinstance(mq, MessageQueue):
@@ -239,7 +239,7 @@ class Producer(ProducerBase):
         return self._send_one(mq, msg, wire, info, time.monotonic() + (timeout or self.send_timeout))
 
     def send_to_queue(self, msg: Message, mq: MessageQueue, timeout: float | None = None) -> SendResult:
-        wire = self._wire(msg)
+        wire = None if plain(self, msg) else self._wire(msg)
         info = self._publish_info(msg.topic)
         return self._send_one(mq, msg, wire, info, time.monotonic() + (timeout or self.send_timeout))
 

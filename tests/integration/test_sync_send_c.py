@@ -36,12 +36,17 @@ def test_what_the_c_send_stores_is_what_was_sent(env, spin_us):
             r = p.send(m)
             assert r.status is SendStatus.SEND_OK and len(r.msg_id) == 32 and len(r.offset_msg_id) == 32
             sent[m.body] = (m.tags, m.flag, r.msg_id, r.queue.queue_id, r.queue_offset)
+        for i in range(3):  # ordered sends: the C send too, to the queue the selector picked
+            m = Message("T", b"o%d" % i, tags="O")
+            r = p.send_orderly(m, lambda qs, msg, arg: qs[arg % len(qs)], 2)
+            assert r.queue.queue_id == 2
+            sent[m.body] = (m.tags, m.flag, r.msg_id, 2, r.queue_offset)
         rb = p.send_batch([Message("T", b"b%d" % i) for i in range(5)])
         assert rb.status is SendStatus.SEND_OK and rb.msg_id.count(",") == 4
     col = Collector()
     c = consumer(ns.addr, "cg", "T", col)
     try:
-        assert col.wait_for(lambda s: len(s.msgs) >= 26), len(col.msgs)
+        assert col.wait_for(lambda s: len(s.msgs) >= 29), len(col.msgs)
     finally:
         c.shutdown()
     got = {m.body: m for m in col.msgs}

@@ -149,3 +149,39 @@ def test_bad_arguments_raise_and_send_nothing():
     finally:
         cli.close()
         srv.close()
+
+
+def test_a_large_body_and_a_large_frame_before_the_answer():
+    """A 300 KB body (the frame built off the stack, written in pieces as the peer reads) and a
+    40 KB server request ahead of the answer (more than the C read buffer): the bytes read come
+    back, and the client's decoder and Python path find the answer after them."""
+    from shmq.protocol.client import SyncRemotingClient
+    ls = socket.socket()
+    ls.bind(("127.0.0.1", 0))
+    ls.listen(1)
+    body = bytes(range(256)) * 1200
+
+    def serve():
+        s, _ = ls.accept()
+        with s:
+            dec, frames = FrameDecoder(1 << 22), []
+            while not frames:
+                frames = dec.feed(s.recv(1 << 16))
+            req = decode_command(frames[0])
+            assert req.body == body
+            big = encode_command(RemotingCommand(code=RequestCode.HEART_BEAT, opaque=3, body=b"h" * 40_000))
+            s.sendall(big + _ok(req))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    c = SyncRemotingClient(f"127.0.0.1:{ls.getsockname()[1]}", timeout=5)
+    try:
+        r = _sync.call(c.sock, _target(False).template.pieces, 0, 0, None, body, None, 77, 5.0, 0.0, MQ)
+        assert r.__class__ is tuple
+        c.feed(r[1])
+        resp = c.response(77, 5)
+        assert resp.code == 0 and send_result(resp, MQ, r[0]).queue_offset == 41
+    finally:
+        c.close()
+        ls.close()
+        t.join(5)
