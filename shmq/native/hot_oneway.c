@@ -160,20 +160,13 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     if (!(++self->puts & 31)) return PyLong_FromLong(ST_LOOK);
     long long sysflag = PyLong_AsLongLong(a[2]), flag = PyLong_AsLongLong(a[3]);
     if ((sysflag == -1 || flag == -1) && PyErr_Occurred()) return NULL;
-    const char *tags = NULL;
-    Py_ssize_t tn = 0, tj = 0;
-    if (a[4] != Py_None) {
-        if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
-        tags = PyUnicode_AsUTF8AndSize(a[4], &tn);
-        if (!tags) return NULL;
-        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
-        if (!tn) tags = NULL;
-    }
+    const char *tags;
+    Py_ssize_t tn, tj;
+    int tst = sf_tags_of(a[4], &tags, &tn, &tj);
+    if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long born = sf_born_ms();
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
@@ -228,20 +221,13 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     long long flag = PyLong_AsLongLong(a[2]);
     if (flag == -1 && PyErr_Occurred()) return NULL;
-    const char *tags = NULL;
-    Py_ssize_t tn = 0, tj = 0;
-    if (a[3] != Py_None) {
-        if (!PyUnicode_Check(a[3])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return NULL; }
-        tags = PyUnicode_AsUTF8AndSize(a[3], &tn);
-        if (!tags) return NULL;
-        if (tn && (tj = sf_tags_json_len(tags, tn)) < 0) return PyLong_FromLong(ST_UNSUPPORTED);
-        if (!tn) tags = NULL;
-    }
+    const char *tags;
+    Py_ssize_t tn, tj;
+    int tst = sf_tags_of(a[3], &tags, &tn, &tj);
+    if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long born = sf_born_ms();
     Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl);
     int status = 0;
     seg *s = lane_seg(self, a[0], a[9], &status);

@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 #include <string.h>
+#include <time.h>
 #include "layout.h"
 
 /* the template's six pieces, borrowed from their bytes objects */
@@ -63,6 +64,28 @@ static inline Py_ssize_t sf_tags_json_len(const char *t, Py_ssize_t n) {
         if (c == '"' || c == '\\') out++;
     }
     return out;
+}
+
+/* A message's tags argument (str or None) as sf_most / sf_write take it: *tags (NULL for None or
+ * ""), *tn bytes, *tj their JSON length. 0; 1 when a character needs the Python encoder
+ * (sf_tags_json_len); -1 with an exception set. The one reader for the lane's and the sync send's
+ * callers. */
+static inline int sf_tags_of(PyObject *t, const char **tags, Py_ssize_t *tn, Py_ssize_t *tj) {
+    *tags = NULL, *tn = *tj = 0;
+    if (t == Py_None) return 0;
+    if (!PyUnicode_Check(t)) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return -1; }
+    const char *s = PyUnicode_AsUTF8AndSize(t, tn);
+    if (!s) return -1;
+    if (*tn && (*tj = sf_tags_json_len(s, *tn)) < 0) return 1;
+    *tags = *tn ? s : NULL;
+    return 0;
+}
+
+/* the born timestamp: wall-clock milliseconds, as System.currentTimeMillis() */
+static inline long long sf_born_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* the properties JSON: names from layout.h; \u0001 / \u0002 are the JSON escapes of

@@ -171,14 +171,8 @@ static int request_of(PyObject *const *a, request *q) {
     q->timeout = PyFloat_AsDouble(a[8]);
     q->spin = PyFloat_AsDouble(a[9]);
     if (PyErr_Occurred()) return -1;
-    q->tags = NULL, q->tn = q->tj = 0;
-    if (a[4] != Py_None) {
-        if (!PyUnicode_Check(a[4])) { PyErr_SetString(PyExc_TypeError, "tags: str or None"); return -1; }
-        q->tags = PyUnicode_AsUTF8AndSize(a[4], &q->tn);
-        if (!q->tags) return -1;
-        if (q->tn && (q->tj = sf_tags_json_len(q->tags, q->tn)) < 0) return ST_UNSUPPORTED;
-        if (!q->tn) q->tags = NULL;
-    }
+    int tst = sf_tags_of(a[4], &q->tags, &q->tn, &q->tj);
+    if (tst) return tst < 0 ? -1 : ST_UNSUPPORTED;
     q->body = PyBytes_AS_STRING(a[5]);
     q->bl = PyBytes_GET_SIZE(a[5]);
     return 0;
@@ -205,9 +199,7 @@ static PyObject *s_call(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     } else {
         Py_INCREF(uniq);
     }
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    long long born = (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    long long born = sf_born_ms();
     char stack[FRAME_STACK], *f = stack;
     Py_ssize_t most = sf_most(&q.pc, q.tags, q.tj, a[6] == Py_None ? id : NULL, q.bl);
     if (most > FRAME_STACK && !(f = PyMem_RawMalloc((size_t)most))) { Py_DECREF(uniq); return PyErr_NoMemory(); }

@@ -1,0 +1,80 @@
+#!/usr/bin/env python3
+"""Instructions per message of the pull cycle, in the live broker worker or PushConsumer process:
+tcp_paths' consumer row (sync ``send()`` + a PushConsumer process, one broker worker) with the
+sends paced (every pull carries one message), the chosen process run under callgrind
+(a ``sitecustomize`` in a temp dir execs it under valgrind), counted for a window of N sends;
+(Ir at N2 - Ir at N1) / (N2 - N1) cancels the fixed costs. Load does not move the counts.
+
+    .venv/bin/python bench/pull_cycle_callgrind.py [--process worker|consumer] [--n 300 900] [--pace-ms 8]
+
+Run from the tree to measure (its bench/ and shmq/ are used). Every process it starts is
+stopped by pid; the stores and callgrind files go to a temp dir that is removed."""
+import argparse, os, re, shutil, subprocess, sys, tempfile, time
+from pathlib import Path
+
+SITE = '''import os, sys
+if not os.environ.get("PCG_UNDER") and (os.environ.get("SHMQ_WORKER_ID") is not None
+        if os.environ["PCG_PROCESS"] == "worker" else "--consumer" in sys.argv):
+    os.environ["PCG_UNDER"] = "1"
+    argv = ["-m", "shmq.broker.worker.main"] if os.environ["PCG_PROCESS"] == "worker" else sys.argv
+    os.execvp("valgrind", ["valgrind", "--tool=callgrind", "--instr-atstart=no",
+                           "--callgrind-out-file=" + os.environ["PCG_OUT"] + ".%p", sys.executable] + argv)
+'''
+
+
+def window(n: int, pace: float, process: str, out: str) -> None:
+    sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
+    import psutil, tcp_paths as tp, vs_rocketmq
+    from shmq import Message, Producer
+    work = Path(tempfile.mkdtemp(prefix="pcg-store-"))
+    pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", work, 1)
+    try:
+        p = Producer("pcg-pg", namesrv=pair.namesrv, local="never"); p.start()
+        tp.create_topic(pair.addr, pair.namesrv, "Live", 4)
+        cons = subprocess.Popen([sys.executable, "bench/tcp_paths.py", "--consumer", pair.namesrv, "Live"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        cons.stdout.readline()
+        time.sleep(25 if process == "consumer" else 2.5)  # its rebalance takes the queues
+        pid = cons.pid if process == "consumer" else psutil.Process(pair.procs[1].pid).children()[0].pid
+        for _ in range(50):
+            p.send(Message("Live", b"x" * 100)); time.sleep(pace)
+        for cmd in ("-i on", "-z"):
+            subprocess.run(f"callgrind_control {cmd} {pid}", shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); time.sleep(1)
+        for _ in range(n):
+            p.send(Message("Live", b"x" * 100)); time.sleep(pace)
+        subprocess.run(f"callgrind_control -d {pid}", shell=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        cons.stdin.close(); cons.stdout.readline(); cons.wait(60)
+        p.shutdown()
+    finally:
+        pair.stop()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--process", choices=("worker", "consumer"), default="worker")
+    ap.add_argument("--n", type=int, nargs=2, default=(300, 900))
+    ap.add_argument("--pace-ms", type=float, default=8.0)
+    ap.add_argument("--window", type=int, default=None, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.window is not None:
+        return window(a.window, a.pace_ms / 1000, a.process, os.environ["PCG_OUT"])
+    tmp = Path(tempfile.mkdtemp(prefix="pcg-"))
+    try:
+        (tmp / "sitecustomize.py").write_text(SITE)
+        irs = []
+        for n in a.n:
+            out = str(tmp / f"cg{n}")
+            env = dict(os.environ, PYTHONPATH=str(tmp), PCG_PROCESS=a.process, PCG_OUT=out)
+            subprocess.run([sys.executable, __file__, "--process", a.process, "--pace-ms", str(a.pace_ms),
+                            "--window", str(n)], env=env, check=True, stdout=subprocess.DEVNULL)
+            dumps = sorted(tmp.glob(f"cg{n}.*.1"), key=lambda f: f.stat().st_size)
+            irs.append(int(re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.M).group(1)))
+            print(f"N={n}: {irs[-1]:,} instructions in the window", flush=True)
+        print(f"{a.process}: {(irs[1] - irs[0]) / (a.n[1] - a.n[0]):,.0f} instructions per message")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
