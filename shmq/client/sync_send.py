@@ -18,7 +18,8 @@ import time
 from shmq.errors import RemotingClosed, RemotingError, RemotingTimeout
 from shmq.native import _sync, ffi, lib
 
-from .message import Message, SendResult, SendStatus
+from .message import SendResult, SendStatus
+from .oneway import lane_state, plain as oneway_plain
 from .remote_send import send_result
 from .uniq_id import generator
 
@@ -29,12 +30,9 @@ EMONTH, UNSUPPORTED = _sync.EMONTH, _sync.UNSUPPORTED
 
 
 def plain(p, msg) -> bool:
-    """A message the C call builds whole (``Producer._wire``'s plain case, its topic checked)."""
-    body, topic = msg.body, msg.topic
-    return (msg.__class__ is Message and topic.__class__ is str and topic in p._sendable and not msg.keys
-            and not msg.delay_level and body.__class__ is bytes and 0 < len(body) <= p.compress_over
-            and len(body) <= p.max_message_size and not msg.properties
-            and (not msg.tags or msg.tags.__class__ is str))
+    """A message the C call builds whole: the lane's one rule of a plain message
+    (``oneway.plain``), read from the producer's LaneState."""
+    return oneway_plain(lane_state(p), msg)
 
 
 def exchange(p, addr: str, mq, batch: bool, flag: int, tags, body: bytes, uniq, timeout: float):

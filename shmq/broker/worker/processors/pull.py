@@ -176,8 +176,7 @@ class Processor:
 
     def _read(self, h: PullMessageRequestHeader, codes, rec_filter=None):
         store = self.w.store
-        n = h.maxMsgNums
-        n = 1 if n < 1 else MAX_TRANSFER_COUNT if n > MAX_TRANSFER_COUNT else n
+        n = _max_count(h)
         try:
             return store.get_messages(h.topic, h.queueId, h.queueOffset, n, MAX_TRANSFER_BYTES, codes, rec_filter)
         except OSError:
@@ -219,9 +218,7 @@ class Processor:
             if reader is None:
                 return None
             self._readers[key] = reader  # a queue's slot never moves while the store is attached
-        n = h.maxMsgNums
-        return reader.read_raw(h.queueOffset, 1 if n < 1 else MAX_TRANSFER_COUNT if n > MAX_TRANSFER_COUNT else n,
-                               MAX_TRANSFER_BYTES)
+        return reader.read_raw(h.queueOffset, _max_count(h), MAX_TRANSFER_BYTES)
 
     def _get(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None) -> RemotingCommand:
         code, remark, suggest, nxt, mn, mx, body = self._answer(h, codes, rec_filter)
@@ -268,6 +265,12 @@ _FOUND = GetStatus.FOUND.value
 _HELD = "pull.held"  # conn.context key: this connection's held pulls answered directly
 _PHYS = struct.Struct(">q")
 _PHYS_MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def _max_count(h: PullMessageRequestHeader) -> int:
+    """The messages one pull may take: maxMsgNums within 1..MAX_TRANSFER_COUNT (both reads)."""
+    n = h.maxMsgNums
+    return 1 if n < 1 else MAX_TRANSFER_COUNT if n > MAX_TRANSFER_COUNT else n
 
 
 def _ext(suggest: int, next_begin: int, min_offset: int, max_offset: int) -> dict[str, str]:
