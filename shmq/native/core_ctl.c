@@ -131,7 +131,7 @@ static int repair_verify(shmq_ctl *c, shmq_intent *in, shmq_queue_slot *qs, int 
                 uint32_t plen = rd16(t + 1 + tl);
                 int64_t tag = shmq_tag_code_of_props(t + 3 + tl, plen);
                 uint8_t e[SHMQ_CQ_ENTRY_SIZE], old[SHMQ_CQ_ENTRY_SIZE];
-                be64(e, (uint64_t)phys); be32(e + 8, (uint32_t)sz); be64(e + 12, (uint64_t)tag);
+                be64(e + SHMQ_CQ_PHYS, (uint64_t)phys); be32(e + SHMQ_CQ_SIZE, (uint32_t)sz); be64(e + SHMQ_CQ_TAG, (uint64_t)tag);
                 int cfd = open_cq(c, qs, qoff / per);
                 off_t at = (off_t)(qoff % per) * SHMQ_CQ_ENTRY_SIZE;
                 /* keep a tag code the writer already put there (it may be a delay due time) */

@@ -167,9 +167,9 @@ static inline int is_prepared_or_rollback(int32_t sysflag) {
 }
 
 static inline void write_cq(uint8_t *e, int64_t phys, uint32_t size, int64_t tag) {
-    be64(e, (uint64_t)phys);
-    be32(e + 8, size);
-    be64(e + 12, (uint64_t)tag);
+    be64(e + SHMQ_CQ_PHYS, (uint64_t)phys);
+    be32(e + SHMQ_CQ_SIZE, size);
+    be64(e + SHMQ_CQ_TAG, (uint64_t)tag);
 }
 
 static inline void notify_data(shmq_ctl *c, const shmq_queue_slot *qs) {

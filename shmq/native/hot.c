@@ -207,8 +207,8 @@ static PyObject *walk(const Py_buffer *cq, Py_ssize_t at, Py_ssize_t count, cons
     if (!out) return NULL;
     for (; used < count; used++) {
         const uint8_t *ent = (const uint8_t *)cq->buf + at + used * SHMQ_CQ_ENTRY_SIZE;
-        int64_t phys = (int64_t)rd64(ent);
-        int32_t size = (int32_t)rd32(ent + 8);
+        int64_t phys = (int64_t)rd64(ent + SHMQ_CQ_PHYS);
+        int32_t size = (int32_t)rd32(ent + SHMQ_CQ_SIZE);
         if (size <= 0 || phys + size > commit || phys < min_pos) break;
         if (phys < log_base || phys - log_base + size > lg->len) { *elsewhere = phys; break; }
         const uint8_t *r = (const uint8_t *)lg->buf + (phys - log_base);
@@ -350,8 +350,8 @@ static PyObject *hot_read_raw(PyObject *self, PyObject *const *args, Py_ssize_t 
         Py_ssize_t e = (Py_ssize_t)(at + n) * SHMQ_CQ_ENTRY_SIZE;
         if (at + n >= q.per || e + SHMQ_CQ_ENTRY_SIZE > cq.len) { undecided = 1; break; }
         const uint8_t *ent = (const uint8_t *)cq.buf + e;
-        int64_t phys = (int64_t)rd64(ent);
-        int32_t size = (int32_t)rd32(ent + 8);
+        int64_t phys = (int64_t)rd64(ent + SHMQ_CQ_PHYS);
+        int32_t size = (int32_t)rd32(ent + SHMQ_CQ_SIZE);
         if (size <= 0 || phys < min_pos) { undecided = 1; break; }
         if (phys + size > commit) break;                     /* published entry, unpublished record */
         if (n && total + size > max_bytes) break;

@@ -67,6 +67,11 @@
 #define SHMQ_RECORD_FIXED 91
 #define SHMQ_BLANK_MIN 8
 #define SHMQ_CQ_ENTRY_SIZE 20
+/* a ConsumeQueue entry's fields (big-endian; store/consume_queue.py ENTRY ">qiq"): the record's
+ * CommitLog offset (8), its size (4), its tag hash code (8) */
+#define SHMQ_CQ_PHYS 0
+#define SHMQ_CQ_SIZE 8
+#define SHMQ_CQ_TAG 12
 /* SYSFLAG bit: the body is zlib-compressed (MessageSysFlag.COMPRESSED_FLAG) */
 #define SHMQ_FLAG_COMPRESSED 0x1
 #define SHMQ_TOPIC_MAX 127

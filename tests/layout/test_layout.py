@@ -41,6 +41,10 @@ def test_header_struct_fields_sit_at_the_offsets():
 
 def test_consume_queue_entry():
     assert ENTRY.size == ENTRY_SIZE == lib.SHMQ_CQ_ENTRY_SIZE == 20
+    raw = ENTRY.pack(0x0102030405060708, 0x11121314, 0x2122232425262728)
+    assert raw[lib.SHMQ_CQ_PHYS:lib.SHMQ_CQ_PHYS + 8] == bytes.fromhex("0102030405060708")
+    assert raw[lib.SHMQ_CQ_SIZE:lib.SHMQ_CQ_SIZE + 4] == bytes.fromhex("11121314")
+    assert raw[lib.SHMQ_CQ_TAG:lib.SHMQ_CQ_TAG + 8] == bytes.fromhex("2122232425262728")
 
 
 def test_shared_struct_geometry():
