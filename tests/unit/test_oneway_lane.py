@@ -142,6 +142,12 @@ class Sink:
             threading.Thread(target=self._serve, args=(c, got, len(self.conns) == 1), daemon=True).start()
 
     def _serve(self, c, got, first):
+        try:
+            self._serve_until_closed(c, got, first)
+        except (ConnectionResetError, BrokenPipeError):
+            pass  # a client closed with answers unread (RST): its connection ends, as at EOF
+
+    def _serve_until_closed(self, c, got, first):
         buf = b""
         with c:
             while data := c.recv(1 << 20):
