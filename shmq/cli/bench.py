@@ -39,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--count", type=int, default=None, help="send exactly N messages instead (pull: the backlog)")
     p.add_argument("--peers", default=None,
                    help="comma-separated peers: mpqueue, faster-fifo, zmq, redis (default: these four; 'none' for none); "
-                        "py-floor, futex-limit, spin-limit: the machine's limits (bench/peers/limits.py), when named")
+                        "py-floor, futex-limit, spin-limit, page-floor: the machine's limits (bench/peers/limits.py), when named")
     p.add_argument("--shmq", default=None, help="shmq rows: shmq (client API), shmq-store (store direct); default both")
     p.add_argument("--json", metavar="FILE", help="write the results (schema shmq-bench/1) here")
     p.add_argument("--plot", metavar="FILE.png", help="write the latency spectrum and throughput bars here")

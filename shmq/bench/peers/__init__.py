@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from .base import Peer
 from .fifo import FasterFifoPeer
-from .limits import FloorPeer, FutexPeer, SpinPeer
+from .limits import FloorPeer, FutexPeer, PageFloorPeer, SpinPeer
 from .mpqueue import MpQueuePeer
 from .redis_streams import RedisPeer
 from .shmq_client import ShmqClientPeer
@@ -21,13 +21,14 @@ PEERS: dict[str, type[Peer]] = {
     "py-floor": FloorPeer,
     "futex-limit": FutexPeer,
     "spin-limit": SpinPeer,
+    "page-floor": PageFloorPeer,
 }
 SHMQ: dict[str, type[Peer]] = {
     "shmq": ShmqClientPeer,
     "shmq-store": ShmqStorePeer,
 }
 #: the limit rows (limits.py) run when named: --peers py-floor,futex-limit,...
-DEFAULT_PEERS = tuple(n for n in PEERS if n not in ("py-floor", "futex-limit", "spin-limit"))
+DEFAULT_PEERS = tuple(n for n in PEERS if n not in ("py-floor", "futex-limit", "spin-limit", "page-floor"))
 
 
 def resolve(names: list[str]) -> list[type[Peer]]:

@@ -16,11 +16,24 @@ sequence word (and the producer makes no wake call). Its latency is the floor of
 here: the producer's paced loop sleeps between messages (as every row's does), and on this
 machine's vCPUs a store made after such a sleep is seen by a reader spinning on another CPU
 from 0.2 to ~8 µs later, depending on the host (measured with a C spinner, 2026-12-01).
+
+``page-floor`` (produce): the producer loop with a send that only stores its messages' records
+(the size of the CommitLog record the shmq row's local send writes for that body) into NEW
+page-cache pages: files of the bench broker's CommitLog size, created fresh in the run's
+directory the way the CommitLog creates its own (``files.create_preallocated``: posix_fallocate,
+unwritten extents) and mapped shared; a batch is one slice store, and a batch that does not fit
+what is left of a file goes whole into the next one (as the append leaves a BLANK and rolls).
+Plain stores through the mapping: on this machine no other way to get new file pages writable
+(MADV_POPULATE_READ / _WRITE ahead, MAP_POPULATE, pwrite of zeros or of the records) was cheaper
+per page (RESULTS, "Session 6, pagefloor"). The files are kept until the run ends, as a
+CommitLog's are, so every page is new memory for the page cache. The rate any store that puts
+its records in a mapped log can reach from one process here; nothing is delivered.
 """
 from __future__ import annotations
 
 import mmap
 import os
+import shutil
 import time
 
 from .base import FuncReceiver, FuncSender, Peer
@@ -182,3 +195,92 @@ class SpinPeer(FutexPeer):
     description = ("limit: the futex-limit ring with a consumer that spins on the sequence word and never sleeps: "
                    "the floor of busy-polling a paced producer here")
     spin = True
+
+
+def record_size(body: int, topic: str) -> int:
+    """Bytes of the CommitLog record the shmq row's local send stores for a ``body``-byte body
+    to ``topic``: the fixed part, body, topic and the properties it writes (UNIQ_KEY's 32
+    digits and the CLUSTER pair; 267 B for a 100 B body and a 12-character topic)."""
+    from shmq.message.layout import RECORD_FIXED
+    from shmq.message.names import CLUSTER, UNIQ_KEY
+    from shmq.message.properties import encode_properties
+    from shmq.store.put import DEFAULT_CLUSTER
+    props = encode_properties({UNIQ_KEY: "0" * 32, CLUSTER: DEFAULT_CLUSTER}).encode()
+    return RECORD_FIXED + body + len(topic.encode()) + len(props)
+
+
+class _PageWriter:
+    """One producer's records into new pages of its own fresh files (see the module doc)."""
+
+    def __init__(self, ch: dict, idx: int):
+        self.dir, self.size, self.record = ch["dir"], ch["file_size"], ch["record"]
+        self.idx, self.files, self.pos, self.mm = idx, 0, 0, None
+        self.chunk = memoryview(b"x" * (self.record * 1024))  # the bytes of up to 1,024 records
+        self._next_file()
+
+    def _next_file(self) -> None:
+        from shmq.store import files
+        if self.mm is not None:
+            self.mm.close()
+        path = os.path.join(self.dir, f"p{self.idx}-{self.files:06d}")
+        files.create_preallocated(path, self.size)
+        self.mm = files.map_file(path, self.size)
+        self.files += 1
+        self.pos = 0
+
+    def put(self, n: int) -> None:
+        nbytes = n * self.record
+        if nbytes > len(self.chunk):
+            self.chunk = memoryview(b"x" * nbytes)
+        if self.pos + nbytes > self.size:
+            if nbytes > self.size:
+                raise ValueError(f"a batch of {nbytes} bytes does not fit a {self.size}-byte file")
+            self._next_file()
+        pos = self.pos
+        self.mm[pos:pos + nbytes] = self.chunk[:nbytes]  # one memcpy: the page faults are the cost
+        self.pos = pos + nbytes
+
+    def close(self) -> None:
+        if self.mm is not None:
+            self.mm.close()
+            self.mm = None
+
+
+class PageFloorPeer(Peer):
+    name = "page-floor"
+    description = ("limit: the producer loop storing each message's CommitLog-sized record into NEW page-cache pages "
+                   "of fresh preallocated, mapped files of the bench CommitLog's size (delivers nothing)")
+
+    def __init__(self):
+        self._dir = None
+
+    def skip_reason(self, sc, env):
+        if sc.kind != "produce":
+            return "a throughput limit (produce only)"
+        return super().skip_reason(sc, env)
+
+    def setup(self, sc, env, tmpdir):
+        from ..services import BROKER_SETTINGS
+        self._dir = os.path.join(tmpdir, "page-floor")
+        os.makedirs(self._dir)
+        # the shmq row's topic is Bench<harness pid>x<n>: the same length here
+        return {"dir": self._dir, "file_size": int(BROKER_SETTINGS["mappedFileSizeCommitLog"]),
+                "record": record_size(sc.size, f"Bench{os.getpid()}x0")}
+
+    def teardown(self):
+        if self._dir is not None:
+            shutil.rmtree(self._dir, ignore_errors=True)
+            self._dir = None
+
+    @classmethod
+    def open_sender(cls, ch, sc, idx):
+        w = _PageWriter(ch, idx)
+        put = w.put
+        return FuncSender(lambda body: put(1), lambda bodies: put(len(bodies)), w.close)
+
+    @classmethod
+    def open_receiver(cls, ch, sc, idx):
+        def recv(timeout):
+            time.sleep(timeout)
+            return []
+        return FuncReceiver(recv)
