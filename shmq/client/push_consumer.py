@@ -140,10 +140,17 @@ class PushConsumer(ConsumerCore):
             pq.put(msgs)
             self._consume_pulled(pq, msgs)
             return
-        result = self._call_listener(msgs)
-        if result is _SUCCESS:
-            self.commit(pq, pq.consumed(first, last))
-            return
+        # _call_listener's body, inline: this runs once per wake-up of a caught-up consumer,
+        # and a Python call is ~400 instructions of the ~20,000 of one
+        try:
+            result = self.listener(msgs)
+        except Exception:
+            log.exception("%s: listener raised; the messages will be consumed again", self.group)
+            result = None
+        else:
+            if result is None or result is _SUCCESS:
+                self.commit(pq, pq.consumed(first, last))
+                return
         pq.put(msgs)
         done = self._not_consumed(pq, msgs, result)
         if done:

@@ -96,3 +96,28 @@ def test_inline_batch_larger_than_the_listener_batch_or_below_what_was_seen_is_p
     assert seen == [[0, 1, 2, 3], [4, 5]] and commits == [6] and pq.count == 0
     c._consume_inline(pq, [_msg(o) for o in range(2, 4)])   # below max_seen (consumed again)
     assert seen[-1] == [2, 3] and commits[-1] == 6 and pq.count == 0
+
+
+def test_inline_listener_that_raises_or_answers_none(monkeypatch):
+    # the inline path calls the listener itself (not through _call_listener): an exception is
+    # RECONSUME_LATER (the batch put and sent back, the offset held until the send-back is
+    # settled), None is SUCCESS (committed in one step, never put)
+    monkeypatch.setattr("shmq.client.push_consumer.time.sleep", lambda s: None)
+    answers = iter([RuntimeError("boom"), None])
+
+    def listener(msgs):
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    sent_back = []
+    c, commits, _ = _consumer(listener, lambda m: sent_back.append(m.queue_offset) or True)
+    put = []
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    real_put = pq.put
+    pq.put = lambda msgs: (put.append([m.queue_offset for m in msgs]), real_put(msgs))
+    c._consume_inline(pq, [_msg(o) for o in range(0, 4)])
+    assert put == [[0, 1, 2, 3]] and sent_back == [0, 1, 2, 3] and commits == [4] and pq.count == 0
+    c._consume_inline(pq, [_msg(o) for o in range(4, 8)])
+    assert put == [[0, 1, 2, 3]] and commits == [4, 8]
