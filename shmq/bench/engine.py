@@ -109,6 +109,9 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
         if role == "producer":
             out = produce(endpoint.send, getattr(endpoint, "send_batch", None), sc, idx, go.value,
                           stop=stopped, progress=progress)
+            drain = getattr(endpoint, "drain", None)  # async sends: wait for the unanswered ones
+            if drain is not None:
+                drain()
         else:
             push = hasattr(endpoint, "start")
             cons = Consumer(sc, go.value, progress=progress, threadsafe=push)

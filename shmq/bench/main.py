@@ -12,7 +12,8 @@ from .peers import DEFAULT_PEERS, PEERS, SHMQ
 from .runner import Progress, Report, render, run as run_all, write_json
 from .services import Env
 
-SCENARIO_OPTIONS = ("transport", "size", "batch", "producers", "consumers", "rate", "duration", "warmup", "count")
+SCENARIO_OPTIONS = ("transport", "size", "batch", "producers", "consumers", "rate", "duration", "warmup", "count",
+                    "send_mode", "send_window")
 
 
 def build_scenarios(args: argparse.Namespace) -> list[scenarios.Scenario]:

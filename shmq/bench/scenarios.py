@@ -30,6 +30,12 @@ MIN_SIZE = HEADER.size
 
 KINDS = ("produce", "e2e", "pull", "sync-flush")
 TRANSPORTS = ("local", "tcp")
+#: how the shmq client row's producer sends (the peers have one way each): ``sync`` is
+#: ``Producer.send`` (RocketMQ's default ``DefaultMQProducer.send``: each call waits for the
+#: broker's answer), ``async`` is ``send_async`` (``send_batch_async`` for a batch) with at most
+#: ``send_window`` sends unanswered (the oldest is waited for before another goes), ``oneway``
+#: is ``send_oneway`` (no answer; one message per call)
+SEND_MODES = ("sync", "async", "oneway")
 
 SCHEMA = "shmq-bench/1"
 
@@ -48,6 +54,8 @@ class Scenario:
     warmup: float = 0.5        # seconds sent before the measured window (not recorded)
     count: int = 0             # > 0: send exactly this many (count mode; no warm-up)
     timeout: float = 60.0      # count mode: give up waiting for delivery after this long
+    send_mode: str = "sync"    # shmq client row: sync | async | oneway (SEND_MODES)
+    send_window: int = 1024    # async: sends in flight at most
 
     def __post_init__(self):
         if self.kind not in KINDS:
@@ -60,6 +68,12 @@ class Scenario:
             raise ValueError("--batch and --producers must be >= 1, --consumers >= 0")
         if self.groups < 1 or (self.consumers and self.consumers < self.groups):
             raise ValueError("--groups must be >= 1 and at most --consumers (each group needs a consumer)")
+        if self.send_mode not in SEND_MODES:
+            raise ValueError(f"unknown send mode {self.send_mode!r} (one of {', '.join(SEND_MODES)})")
+        if self.send_window < 1:
+            raise ValueError("--send-window must be >= 1")
+        if self.send_mode == "oneway" and self.batch > 1:
+            raise ValueError("a oneway send is one message (RocketMQ has no oneway batch): --batch 1")
         if self.kind == "pull" and self.count <= 0:
             raise ValueError("pull needs a backlog: --count N")
         if self.count <= 0 and self.duration <= 0:
@@ -95,6 +109,10 @@ class Scenario:
         parts.append(f"{self.size} B")
         if self.batch > 1:
             parts.append(f"batch {self.batch}")
+        if self.send_mode == "async":
+            parts.append(f"async sends (window {self.send_window})")
+        elif self.send_mode == "oneway":
+            parts.append("oneway sends")
         parts.append(f"{self.producers}p->{self.consumers}c")
         if self.groups > 1:
             parts.append(f"{self.groups} groups")

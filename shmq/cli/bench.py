@@ -37,9 +37,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, default=None, help="measured seconds (default 2)")
     p.add_argument("--warmup", type=float, default=None, help="seconds before the measured window (default 0.5)")
     p.add_argument("--count", type=int, default=None, help="send exactly N messages instead (pull: the backlog)")
+    p.add_argument("--send-mode", choices=scenarios.SEND_MODES, default=None,
+                   help="how shmq's producer sends: sync (send(), each call waits for its answer: the default, "
+                        "as RocketMQ's DefaultMQProducer.send), async (send_async with at most --send-window "
+                        "unanswered) or oneway (send_oneway); latency is still from each message's intended "
+                        "send time to the consumer")
+    p.add_argument("--send-window", type=int, default=None,
+                   help="async: sends in flight at most (default 1024)")
     p.add_argument("--peers", default=None,
                    help="comma-separated peers: mpqueue, faster-fifo, zmq, redis (default: these four; 'none' for none); "
-                        "py-floor, futex-limit, spin-limit, page-floor: the machine's limits (bench/peers/limits.py), when named")
+                        "py-floor, futex-limit, spin-limit, page-floor, tcp-limit: the machine's limits "
+                        "(bench/peers/limits.py, tcp_limit.py), when named")
     p.add_argument("--shmq", default=None, help="shmq rows: shmq (client API), shmq-store (store direct); default both")
     p.add_argument("--json", metavar="FILE", help="write the results (schema shmq-bench/1) here")
     p.add_argument("--plot", metavar="FILE.png", help="write the latency spectrum and throughput bars here")

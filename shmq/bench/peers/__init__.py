@@ -11,6 +11,7 @@ from .mpqueue import MpQueuePeer
 from .redis_streams import RedisPeer
 from .shmq_client import ShmqClientPeer
 from .shmq_store import ShmqStorePeer
+from .tcp_limit import TcpLimitPeer
 from .zmq_ipc import ZmqPeer
 
 PEERS: dict[str, type[Peer]] = {
@@ -22,13 +23,15 @@ PEERS: dict[str, type[Peer]] = {
     "futex-limit": FutexPeer,
     "spin-limit": SpinPeer,
     "page-floor": PageFloorPeer,
+    "tcp-limit": TcpLimitPeer,
 }
 SHMQ: dict[str, type[Peer]] = {
     "shmq": ShmqClientPeer,
     "shmq-store": ShmqStorePeer,
 }
-#: the limit rows (limits.py) run when named: --peers py-floor,futex-limit,...
-DEFAULT_PEERS = tuple(n for n in PEERS if n not in ("py-floor", "futex-limit", "spin-limit", "page-floor"))
+#: the limit rows (limits.py, tcp_limit.py) run when named: --peers py-floor,futex-limit,...
+LIMITS = ("py-floor", "futex-limit", "spin-limit", "page-floor", "tcp-limit")
+DEFAULT_PEERS = tuple(n for n in PEERS if n not in LIMITS)
 
 
 def resolve(names: list[str]) -> list[type[Peer]]:

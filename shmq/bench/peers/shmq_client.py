@@ -67,6 +67,11 @@ class ShmqClientPeer(Peer):
         p = Producer(f"{ch['group']}-p{idx}", namesrv=ch["namesrv"], local=ch["local"], **kw)
         p.start()
         topic = ch["topic"]
+        if sc.send_mode == "async":
+            return _AsyncWindow(p, topic, sc.send_window)
+        if sc.send_mode == "oneway":
+            oneway = p.send_oneway
+            return FuncSender(lambda body: oneway(Message(topic, body)), None, p.shutdown)
         send, send_batch = p.send, p.send_batch
         return FuncSender(lambda body: send(Message(topic, body)),
                           lambda bodies: send_batch([Message(topic, b) for b in bodies]), p.shutdown)
@@ -74,6 +79,49 @@ class ShmqClientPeer(Peer):
     @classmethod
     def open_receiver(cls, ch, sc, idx):
         return _PushReceiver(ch, sc, idx)
+
+
+class _AsyncWindow:
+    """``--send-mode async``: each call hands its message (or batch) to ``send_async``
+    (``send_batch_async``) and returns; at most ``window`` are unanswered, the oldest waited
+    for before another goes (a bounded window, as an application caps its in-flight sends).
+    Answered sends are collected as they finish so that a failed one fails the run at once;
+    ``drain`` (the engine, after the send loop) waits for the rest."""
+
+    TIMEOUT_S = 30.0
+
+    def __init__(self, producer, topic: str, window: int):
+        import collections
+
+        from shmq import Message
+        self._p = producer
+        self._q = collections.deque()  # unanswered SendFutures, oldest first
+        self._window = window
+        send_async, send_batch_async = producer.send_async, producer.send_batch_async
+        push, reap = self._q.append, self._reap
+
+        def send(body):
+            push(send_async(Message(topic, body)))
+            reap()
+
+        def send_batch(bodies):
+            push(send_batch_async([Message(topic, b) for b in bodies]))
+            reap()
+
+        self.send, self.send_batch = send, send_batch
+
+    def _reap(self) -> None:
+        q = self._q
+        while q and (len(q) > self._window or q[0].done()):
+            q.popleft().result(self.TIMEOUT_S)  # raises the send's error
+
+    def drain(self) -> None:
+        q = self._q
+        while q:
+            q.popleft().result(self.TIMEOUT_S)
+
+    def close(self) -> None:
+        self._p.shutdown()
 
 
 class _PushReceiver:
