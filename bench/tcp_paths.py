@@ -18,7 +18,9 @@ One run, in this order (100 B bodies, loopback, a shmq NameServer and broker sta
   (counted when the broker has stored them), ``send_batch`` of 32 (one in flight), and
   ``send_batch_async`` of 32 with 16 batches in flight (pipelined on the one connection): msgs/s.
 * **e2e**: ``shmq-bench e2e --transport tcp`` (a paced 10,000 msgs/s, latency from each
-  message's intended send time to the consumer) on its own broker, unless ``--skip-e2e``.
+  message's intended send time to the consumer) on its own broker, unless ``--skip-e2e``:
+  with sync sends beside its ``tcp-limit`` row (the same pacing through a raw sync echo and
+  a raw puller), then with ``--send-mode async`` and ``oneway``.
 
 Every process it starts is stopped by pid; stores go to a temp dir that is removed.
 """
@@ -300,16 +302,34 @@ def batch_async_sends(p: Producer, topic: str, duration: float, window: int = 16
     return windowed_sends(lambda: p.send_batch_async([Message(topic, BODY) for _ in range(32)]), 32, duration, window)
 
 
-def e2e_run() -> dict | None:
+def e2e_run(mode: str) -> list[dict]:
+    """``shmq-bench e2e --transport tcp --send-mode mode``; with sync sends the tcp-limit row
+    beside it (the same paced loop through a raw sync echo and a raw puller: the limit)."""
+    peers = "tcp-limit" if mode == "sync" else "none"
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        proc = subprocess.run([sys.executable, "-m", "shmq.cli.bench", "e2e", "--transport", "tcp", "--peers", "none",
-                               "--shmq", "shmq", "--no-progress", "--json", f.name], capture_output=True, text=True)
+        proc = subprocess.run([sys.executable, "-m", "shmq.cli.bench", "e2e", "--transport", "tcp", "--peers", peers,
+                               "--shmq", "shmq", "--send-mode", mode, "--no-progress", "--json", f.name],
+                              capture_output=True, text=True)
         try:
-            rows = json.load(open(f.name))["results"]
+            return json.load(open(f.name))["results"]
         except (OSError, ValueError, KeyError):
             print(f"# shmq-bench e2e failed: {proc.stderr[-500:]}")
-            return None
-    return rows[0] if rows else None
+            return []
+
+
+E2E_MODES = ("sync", "async", "oneway")
+
+
+def add_e2e_rows(add) -> None:
+    for mode in E2E_MODES:
+        for r in e2e_run(mode):
+            lu, late, cpu = r.get("latency_us") or {}, r.get("pacing_late_us") or {}, r.get("cpu_us_per_msg") or {}
+            who = "limit: raw sync echo + raw puller" if r["peer"] == "tcp-limit" else f"shmq, {mode} sends"
+            add(f"e2e paced 10,000/s (shmq-bench), {who}: delivered", r.get("msgs_per_s") or 0,
+                f"sent {r.get('send_msgs_per_s') or 0:,.0f}/s; p50 {lu.get('p50', '-')} µs, p99 "
+                f"{lu.get('p99', '-')} µs; sends started late p50 {late.get('p50', '-')} µs; CPU µs/msg "
+                f"prod/cons/server {cpu.get('producer')}/{cpu.get('consumer')}/{cpu.get('broker')}; "
+                f"{r.get('note', '')}")
 
 
 def main() -> None:
@@ -418,12 +438,7 @@ def run_rounds(a, work: Path, add) -> None:
         finally:
             pair.stop()
         if not a.skip_e2e:
-            r = e2e_run()
-            if r is not None:
-                lu = r.get("latency_us") or {}
-                add("e2e paced 10,000/s (shmq-bench): delivered", r.get("msgs_per_s") or 0,
-                    f"sent {r.get('send_msgs_per_s') or 0:,.0f}/s; p50 {lu.get('p50', '-')} µs, p99 "
-                    f"{lu.get('p99', '-')} µs; {r.get('note', '')}")
+            add_e2e_rows(add)
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--consumer"]:
         consumer_main(sys.argv[2], sys.argv[3])
