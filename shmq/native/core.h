@@ -38,6 +38,9 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
 int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *batch, uint32_t batch_len,
                    const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
+/* the commit-log offsets of the count records an appended batch body made (the first at first) */
+int shmq_batch_phys(const uint8_t *batch, uint32_t batch_len, uint32_t topic_len, uint32_t extra_len,
+                    int64_t first, uint32_t count, int64_t *phys);
 
 /* the writer's own ConsumeQueue mappings, unmapped (its close; no append after) */
 void shmq_writer_unmap(shmq_writer *w);

@@ -3,7 +3,8 @@
  * (every entry checked, its CRC and tag put in the writer's scratch), the one encoder of a
  * producer's batch (encode_batch: SEND_BATCH_MESSAGE's body, or a local batch), the scan of a
  * direct local batch (the same checks and statuses, in the same order, without encoding it),
- * and the batch entry points, which hand the scanned batch to core_append.c's put_batch.
+ * the record offsets of an appended batch (shmq_batch_phys: a TCP batch's answer), and the batch
+ * entry points, which hand the scanned batch to core_append.c's put_batch.
  * Nothing here takes the lock or writes the log.
  */
 
@@ -11,6 +12,14 @@
 #include "core_private.h"
 
 /* ======================================================================== batch == */
+/* An entry's properties as its record holds them: its own plen bytes, then (extra_len > 0) a \2
+ * when they do not end with one, then the batch's extra (batch_next in core_append.c writes them
+ * so). The record's size is SHMQ_RECORD_FIXED + blen + topic_len + this. */
+static inline uint64_t merged_len(const uint8_t *props, int16_t plen, uint32_t extra_len) {
+    int sep = extra_len && plen && props[plen - 1] != SHMQ_PROPERTY_SEP;
+    return (uint64_t)plen + (uint64_t)sep + extra_len;
+}
+
 /* tag_all: every entry's TAGS hash when the caller knows it (one head shared by a local batch);
  * NULL: from each entry's properties, as m->tag_mode says */
 static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta *m,
@@ -26,8 +35,7 @@ static int batch_scan(shmq_writer *w, const shmq_queue_slot *qs, const shmq_meta
         int16_t plen = (int16_t)rd16(e + 20 + blen);
         if (plen < 0 || (uint64_t)blen + BATCH_ENTRY_FIXED + (uint64_t)plen > n - i) return SHMQ_EBADBATCH;
         const uint8_t *props = e + 22 + blen;
-        int sep = extra_len && plen && props[plen - 1] != SHMQ_PROPERTY_SEP;
-        uint64_t merged = (uint64_t)plen + (uint64_t)sep + extra_len;
+        uint64_t merged = merged_len(props, plen, extra_len);
         if (merged > SHMQ_PROPS_MAX) return SHMQ_EINVAL;
         if ((uint32_t)blen > w->ctl->header.max_message_size) return SHMQ_ETOOBIG;
         if (k >= w->scratch_cap) return SHMQ_EBADBATCH;
@@ -63,6 +71,29 @@ static int put_encoded_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, 
 int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
                    const uint8_t *extra, uint32_t extra_len, shmq_result *out) {
     return put_encoded_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
+}
+
+/* The commit-log offsets of the count records an appended MessageBatch body b made (the body
+ * shmq_put_batch took with extra_len bytes of extra, to a queue whose topic is topic_len bytes),
+ * the first at first: the records are contiguous (put_batch places the whole batch in one file),
+ * each the size batch_scan summed. A batch's answer lists them (its msgIds; the Python path reads
+ * the same offsets back from the ConsumeQueue, ConsumeQueue.phys_hex). b was scanned by the
+ * append, so every length holds; a body of fewer entries is SHMQ_EBADBATCH. */
+int shmq_batch_phys(const uint8_t *b, uint32_t n, uint32_t topic_len, uint32_t extra_len, int64_t first,
+                    uint32_t count, int64_t *phys) {
+    uint32_t i = 0;
+    for (uint32_t k = 0; k < count; k++) {
+        if (i > n || n - i < BATCH_ENTRY_FIXED) return SHMQ_EBADBATCH;
+        const uint8_t *e = b + i;
+        uint32_t blen = rd32(e + 16);
+        if ((uint64_t)blen + BATCH_ENTRY_FIXED > n - i) return SHMQ_EBADBATCH;
+        int16_t plen = (int16_t)rd16(e + 20 + blen);
+        if (plen < 0 || (uint64_t)blen + BATCH_ENTRY_FIXED + (uint64_t)plen > n - i) return SHMQ_EBADBATCH;
+        phys[k] = first;
+        first += (int64_t)(SHMQ_RECORD_FIXED + blen + topic_len + merged_len(e + 22 + blen, plen, extra_len));
+        i += BATCH_ENTRY_FIXED + blen + (uint32_t)plen;
+    }
+    return SHMQ_OK;
 }
 
 /* ================================================================== local batch == */

@@ -9,8 +9,10 @@
  * buffer. It stops, consuming nothing of it, at the first frame it does not take: any other
  * request or serialization, anything odd in the header (an escape it does not know, a non-ASCII
  * byte, a duplicate or missing field, a number Python would read differently), a delayed,
- * transactional, timer or batch message, a queue not learnt or whose TopicConfig is no longer the
- * one in the worker's table, and any non-zero status of the append (nothing was stored then).
+ * transactional, timer or SEND_MESSAGE_V2 batch message, a queue not learnt or whose TopicConfig
+ * is no longer the one in the worker's table, and any non-zero status of the append (nothing was
+ * stored then). A SEND_BATCH_MESSAGE (once ``batches`` is called) gets the same header checks
+ * here and the rest in remoting_batch.c, which appends it whole through shmq_put_batch.
  * The caller hands that frame to the Python path and calls again after it, so frames are served
  * in their order on the wire and every refusal, error code and protocol error is the Python
  * path's own. Incomplete frames and bad length words are left to shmq.protocol.frame.
@@ -26,53 +28,8 @@
  * The GIL is released around each append only: the append may wait for the store's lock, which
  * another process holds.
  */
-#define PY_SSIZE_T_CLEAN
-#include <Python.h>
 #include <string.h>
-#include "core.h"
-#include "remoting_header.h"
-
-typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
-                      uint32_t, shmq_result *);
-
-/* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
-enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_RECONSUME, K_MAXRECONSUME,
-       K_BATCH, K_N };
-/* the answer's variable parts, in the order of the template's pieces */
-enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
-
-
-typedef rh_span span;
-
-typedef struct {
-    PyObject *topic;   /* the str the worker's topic table is keyed by */
-    PyObject *tc;      /* the TopicConfig the queue was learnt under */
-    uint8_t *tb;       /* topic as UTF-8 */
-    uint32_t tlen, slot;
-    int32_t qid;
-} qentry;
-
-#define TAB_CAP 4096   /* queues learnt per worker; more are served by Python */
-
-typedef struct {
-    PyObject_HEAD
-    put_fn put;
-    shmq_writer *w;
-    int32_t code;                  /* SEND_MESSAGE_V2 */
-    int32_t f_response, f_oneway;  /* the remoting flag bits (shmq.protocol.codes) */
-    int32_t tx_mask;               /* the sysFlag's transaction type (shmq.message.layout) */
-    char keys[K_N][4];
-    uint8_t key_len[K_N];
-    PyObject *tpl;                 /* tuple of A_N + 1 bytes: the answer's header cut at its parts */
-    PyObject *cluster;             /* bytes: this broker's CLUSTER pair */
-    char prefix[64];
-    uint32_t prefix_len;
-    qentry tab[TAB_CAP];           /* open addressing on (topic, qid) */
-    uint32_t used;
-    uint8_t *out; size_t out_len, out_cap;
-    int64_t end;                   /* commit position after the last append served */
-    uint8_t *scr; size_t scr_cap;  /* unescaped header strings, then the stored properties */
-} Sends;
+#include "remoting_send.h"
 
 static uint32_t key_hash(const uint8_t *t, uint32_t n, int32_t qid) {
     uint32_t h = 2166136261u ^ (uint32_t)qid;
@@ -91,13 +48,6 @@ static qentry *lookup(Sends *s, const uint8_t *t, uint32_t n, int32_t qid, int f
 }
 
 /* ---- the header (remoting_header.h scans its JSON; here: which fields a send takes) -------- */
-typedef struct {
-    int64_t code, flag;
-    span opaque;
-    span f[K_N];
-    int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
-} header;
-
 typedef struct { Sends *s; header *h; } reading;
 
 /* an extFields member: strings only; the letters read are remembered, others skipped */
@@ -123,7 +73,8 @@ static int top_member(rh_cur *c, const span *k, void *ctx) {
     span sp;
     if (rh_is(k, "code")) {  /* any other request: handed back before the rest is read */
         if (h->have_code++) return -1;
-        return rh_int(c, &h->code, NULL) || h->code != r->s->code ? -1 : 0;
+        if (rh_int(c, &h->code, NULL)) return -1;
+        return h->code == r->s->code || (h->code == r->s->code_batch && r->s->code_batch) ? 0 : -1;
     }
     if (rh_is(k, "flag")) { if (h->have_flag++) return -1; return rh_int(c, &h->flag, NULL); }
     if (rh_is(k, "opaque")) {  /* echoed as written: "-0" (Python writes 0) is Python's */
@@ -192,7 +143,7 @@ static uint32_t stored_props(Sends *s, const span *raw, uint8_t *d) {
 }
 
 /* ---- one frame ------------------------------------------------------------------------------ */
-static int out_reserve(Sends *s, size_t more) {
+int rs_out_reserve(Sends *s, size_t more) {
     if (s->out_len + more <= s->out_cap) return 0;
     size_t cap = s->out_cap ? s->out_cap : 16384;
     while (cap < s->out_len + more) cap *= 2;
@@ -215,22 +166,21 @@ static void put_text(Sends *s, const char *t, size_t n) {
 }
 
 /* length word, mark (JSON, header length) and the answer's header: the template's pieces with the
- * msgId, queue id, queue offset and the request's own opaque literal between them */
-static int answer(Sends *s, const shmq_result *r, int32_t qid, const span *opaque) {
-    char id[96], q[16], o[24];
-    memcpy(id, s->prefix, s->prefix_len);
-    snprintf(id + s->prefix_len, sizeof id - s->prefix_len, "%016llX", (unsigned long long)r->phys_offset);
-    int ql = snprintf(q, sizeof q, "%d", qid), ol = snprintf(o, sizeof o, "%lld", (long long)r->queue_offset);
+ * msgId text (one id, or a batch's joined by commas), queue id, queue offset and the request's
+ * own opaque literal between them */
+int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque) {
+    char q[16], o[24];
+    int ql = snprintf(q, sizeof q, "%d", qid), ol = snprintf(o, sizeof o, "%lld", (long long)qoff);
     size_t fixed = 0;
     for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
-    size_t hl = fixed + s->prefix_len + 16 + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);
-    if (out_reserve(s, hl + 8)) return -1;
+    size_t hl = fixed + id_len + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);
+    if (hl > 0xFFFFFF || rs_out_reserve(s, hl + 8)) return -1;
     uint8_t *w = s->out + s->out_len;
     uint32_t total = (uint32_t)(4 + hl), mark = (uint32_t)hl;
     for (int i = 0; i < 4; i++) { w[i] = (uint8_t)(total >> (24 - 8 * i)); w[4 + i] = (uint8_t)(mark >> (24 - 8 * i)); }
     s->out_len += 8;
     put_piece(s, 0);
-    put_text(s, id, s->prefix_len + 16);
+    put_text(s, id, id_len);
     put_piece(s, 1);
     put_text(s, q, (size_t)ql);
     put_piece(s, 2);
@@ -242,10 +192,13 @@ static int answer(Sends *s, const shmq_result *r, int32_t qid, const span *opaqu
     return 0;
 }
 
-/* the checks of send.py's _fast_v2 and _send_checked for a learnt queue; the queue or NULL */
+/* the checks of send.py's _fast_v2 and _send_checked for a learnt queue; the queue or NULL. A
+ * batch (code_batch) is checked as a send but for the batch field (SEND_BATCH_MESSAGE is a batch
+ * whatever it says); remoting_batch.c checks the rest. */
 static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     static const int ints[] = {K_DEFNUMS, K_QID, K_SYSFLAG, K_FLAG};
-    if (h->code != s->code || h->flag & s->f_response) return NULL;
+    int batch = s->code_batch && h->code == s->code_batch;
+    if ((h->code != s->code && !batch) || h->flag & s->f_response) return NULL;
     if (!h->f[K_GROUP].set || !h->f[K_TOPIC].set || !h->f[K_DEFTOPIC].set) return NULL;
     for (int i = 0; i < 4; i++)
         if (rh_field_int(&h->f[ints[i]], INT32_MIN, INT32_MAX, &v[ints[i]])) return NULL;
@@ -255,7 +208,7 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     if (h->f[K_MAXRECONSUME].set && rh_field_int(&h->f[K_MAXRECONSUME], INT32_MIN, INT32_MAX, &v[K_MAXRECONSUME]))
         return NULL;
     const span *b = &h->f[K_BATCH];
-    if (b->set && !(b->n == 5 && memcmp(b->p, "false", 5) == 0)) return NULL;
+    if (!batch && b->set && !(b->n == 5 && memcmp(b->p, "false", 5) == 0)) return NULL;
     if (v[K_SYSFLAG] & s->tx_mask) return NULL;
     const span *pr = &h->f[K_PROPS];
     if (pr->set && (has(pr, SHMQ_PROP_DELAY, 1) || has(pr, SHMQ_PROP_TRAN_MSG, 1) || has(pr, SHMQ_TIMER_NAME_HEAD, 0)))
@@ -267,7 +220,7 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     return e;
 }
 
-/* 1: served (stored, answered unless oneway); 0: the Python path's; -1: out of memory */
+/* the messages served (stored, answered unless oneway); 0: the Python path's; -1: out of memory */
 static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topics, uint32_t bip, int32_t bport) {
     uint32_t hl;
     if (rh_frame(f, total, &hl)) return 0;
@@ -283,6 +236,7 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     if (used < 0) return 0;
     qentry *e = plain_send(s, &h, topics, v);
     if (e == NULL) return 0;
+    if (h.code != s->code) return rb_frame(s, &h, v, e, f + 4 + hl, total - 4 - hl, bip, bport);
     const span *pr = &h.f[K_PROPS];
     span raw = pr->set ? *pr : (span){(const uint8_t *)"", 0, 1};
     if (raw.n + 1 + (size_t)PyBytes_GET_SIZE(s->cluster) > SHMQ_PROPS_MAX) return 0;  /* Python's error */
@@ -304,11 +258,15 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
     if (h.flag & s->f_oneway) return 1;
-    return answer(s, &r, e->qid, &h.opaque) ? -1 : 1;
+    char id[96];
+    memcpy(id, s->prefix, s->prefix_len);
+    snprintf(id + s->prefix_len, sizeof id - s->prefix_len, "%016llX", (unsigned long long)r.phys_offset);
+    return rs_answer(s, id, s->prefix_len + 16, e->qid, r.queue_offset, &h.opaque) ? -1 : 1;
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */
-/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop, end): frames
+/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop, end): stored
+ * counts the messages (a batch's each); frames
  * from ``pos`` served until the end, an incomplete frame or a bad length word (stop False: the
  * frame splitter's), or a complete frame this does not take (stop True: the Python path's); end:
  * the commit position after the last append (what a SYNC_FLUSH answer waits for), 0 if none */
@@ -337,9 +295,9 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
         int32_t total = (int32_t)rh_be32(d + pos);
         if (total < 4 || (long long)total + 4 > maxf || n - pos - 4 < total) break;
         int rc = one_frame(s, d + pos + 4, (uint32_t)total, args[2], (uint32_t)bip, (int32_t)bport);
-        if (rc < 0) { PyBuffer_Release(&buf); return PyErr_NoMemory(); }
+        if (rc < 0) { PyBuffer_Release(&buf); return PyErr_Occurred() ? NULL : PyErr_NoMemory(); }
         if (rc == 0) { stop = 1; break; }
-        stored++;
+        stored += rc;
         pos += 4 + total;
     }
     PyBuffer_Release(&buf);
@@ -424,6 +382,7 @@ static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
     memcpy(s->prefix, prefix, (size_t)plen);
     s->prefix_len = (uint32_t)plen;
     sends_clear_table(s);
+    rb_clear(s);
     return 0;
 }
 
@@ -435,6 +394,9 @@ static PyObject *sends_clear(Sends *s, PyObject *unused) {
 
 static void sends_dealloc(Sends *s) {
     sends_clear_table(s);
+    rb_clear(s);
+    PyMem_Free(s->phys);
+    PyMem_Free(s->ids);
     Py_CLEAR(s->tpl);
     Py_CLEAR(s->cluster);
     PyMem_Free(s->out);
@@ -447,6 +409,10 @@ static PyMethodDef sends_methods[] = {
      "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop, end)"},
     {"learn", (PyCFunction)sends_learn, METH_VARARGS, "learn(topic, qid, tc, slot) -> bool (False: table full)"},
     {"clear", (PyCFunction)sends_clear, METH_NOARGS, "forget every learnt queue"},
+    {"batches", (PyCFunction)rb_enable, METH_VARARGS,
+     "batches(put_batch address, batch_phys address, code, max_body): serve SEND_BATCH_MESSAGE too"},
+    {"learn_batch", (PyCFunction)rb_learn, METH_VARARGS,
+     "learn_batch(text, extra) -> bool (False: table full): batches with this properties text store extra"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -136,7 +136,7 @@ class Processor:
             return bad
         qid = h.queueId if h.queueId >= 0 else random.randrange(max(1, tc.writeQueueNums))
         if cmd.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            return self._put_batch(conn, cmd, h, qid)
+            return self._put_batch(conn, cmd, h, qid, tc)
         props = h.properties or ""
         kind = classify(h.topic, props, h.sysFlag)
         if kind is not PLAIN and kind not in AS_SENT:
@@ -180,7 +180,7 @@ class Processor:
                                                                pr.uniq_key)
         return r
 
-    def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int):
+    def _put_batch(self, conn, cmd, h: SendMessageRequestHeader, qid: int, tc: TopicConfig):
         if classify(h.topic) is RETRY:
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, f"batch request does not support retry group {h.topic}")
         fw = self._writer(h.topic, qid)
@@ -191,6 +191,8 @@ class Processor:
                 raise
             return cmd.make_response(ResponseCode.MESSAGE_ILLEGAL, str(e))
         self.w.holds.appended()
+        if self._fast is not None and h.queueId == qid and not tc.order and cmd.code == RequestCode.SEND_BATCH_MESSAGE:
+            self._fast.learn_batch(h.topic, qid, tc, fw, h.properties or "")  # the next such may take the C path
         out = fw.out
         self.w.stats["put"] += out.count
         store = self.w.store

@@ -4,12 +4,14 @@ decodes them. The transport hands it each read (``Connection.fast``); it serves 
 of frames it takes and stops at the first one it does not, which the normal path then serves
 (send.py and every other processor), so frames are served in their order on the wire.
 
-What it takes is what send.py's ``_send_checked`` would store with a PLAIN put and answer
-SUCCESS at once: code 310 with a JSON header, the fields ``_fast_v2`` reads, not a batch, no
+What it takes is what send.py's ``_send_checked`` would store with a PLAIN put (or, for a
+SEND_BATCH_MESSAGE, ``_put_batch``'s one batch append: remoting_batch.c) and answer SUCCESS at
+once: code 310 (not a batch) or 320 with a JSON header, the fields ``_fast_v2`` reads, no
 transaction type, no DELAY / TRAN_MSG / TIMER_ property, to a queue the Python path has already
 served under the TopicConfig still in the worker's table (``learn``: the topic-name, system-topic,
 queue-id and order-topic checks passed for that config; a table change makes the C path hand
-the frame back, and the Python path learns the new config). Any other frame, and any non-zero
+the frame back, and the Python path learns the new config); a batch also needs a batch-level
+properties text the Python path has stored a batch with (``learn_batch``). Any other frame, and any non-zero
 status of the append (a file to map, a full disk, a too-large body: nothing was stored), is the
 Python path's, which answers, maps or refuses as it always did. What a send changes besides the
 store is done here for the frames C served: the worker's put counter and the held pulls' wake.
@@ -33,7 +35,7 @@ import struct
 from shmq.errors import FlushFailed
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
-from shmq.native import PUT_ADDRESS, RemotingSends, ffi
+from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, RemotingSends, ffi
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
 from shmq.protocol.command import encode_header
@@ -91,7 +93,11 @@ class FastSends:
         self.c = RemotingSends(PUT_ADDRESS, int(ffi.cast("uintptr_t", store.appender.w)), RequestCode.SEND_MESSAGE_V2,
                                tuple(_LETTER[f] for f in _FIELDS), answer_pieces(), w.pipeline.cluster_pair,
                                host_prefix(store.store_host), (FLAG_RESPONSE, FLAG_ONEWAY, TX_TYPE_MASK))
+        # SEND_BATCH_MESSAGE too (remoting_batch.c): a body over max_message_size is Python's
+        self.c.batches(PUT_BATCH_ADDRESS, BATCH_PHYS_ADDRESS, RequestCode.SEND_BATCH_MESSAGE,
+                       store.cfg.max_message_size)
         self._learnt: dict[tuple[str, int], object] = {}
+        self._batch_texts: set[str] = set()
 
     def learn(self, topic: str, qid: int, tc, writer) -> None:
         """The Python path stored a plain SEND_MESSAGE_V2 to ``topic``:``qid`` under ``tc``
@@ -107,6 +113,15 @@ class FastSends:
             self._learnt.clear()
             self.c.learn(topic, qid, tc, slot)
         self._learnt[key] = tc
+
+    def learn_batch(self, topic: str, qid: int, tc, writer, text: str) -> None:
+        """The Python path stored a SEND_BATCH_MESSAGE to ``topic``:``qid`` under ``tc`` whose
+        batch-level properties text was ``text`` (so PutPipeline.batch_properties took it): C may
+        serve the next batches with that text, storing the same extra properties with each entry.
+        Texts beyond the C table's few stay the Python path's."""
+        self.learn(topic, qid, tc, writer)
+        if text not in self._batch_texts and self.c.learn_batch(text, self.w.pipeline.batch_properties(text)):
+            self._batch_texts.add(text)
 
     def __call__(self, conn, data: bytes, pos: int):
         ip, port = born_ints(conn)

@@ -1,0 +1,102 @@
+/*
+ * shmq/native/remoting_send.h -- the types the worker's C send path (module shmq.native._rsend)
+ * shares between its two files: remoting_send.c (the frames, the header's fields, a plain
+ * SEND_MESSAGE_V2, the type) and remoting_batch.c (a SEND_BATCH_MESSAGE). Not a public header:
+ * nothing but those two includes it.
+ */
+#ifndef SHMQ_REMOTING_SEND_H
+#define SHMQ_REMOTING_SEND_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include "core.h"
+#include "remoting_header.h"
+
+/* shmq_put and shmq_put_batch, shmq_batch_phys (core.h), called through the addresses cffi gives */
+typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
+                      uint32_t, shmq_result *);
+typedef int (*phys_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, int64_t, uint32_t, int64_t *);
+
+/* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
+enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_RECONSUME, K_MAXRECONSUME,
+       K_BATCH, K_N };
+/* the answer's variable parts, in the order of the template's pieces */
+enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
+
+typedef rh_span span;
+
+typedef struct {
+    PyObject *topic;   /* the str the worker's topic table is keyed by */
+    PyObject *tc;      /* the TopicConfig the queue was learnt under */
+    uint8_t *tb;       /* topic as UTF-8 */
+    uint32_t tlen, slot;
+    int32_t qid;
+} qentry;
+
+#define TAB_CAP 4096   /* queues learnt per worker; more are served by Python */
+
+/* a batch-level properties text the Python path stored a batch with, and the extra properties
+ * it stored with each entry then (PutPipeline.batch_properties of that text) */
+typedef struct {
+    uint8_t *text;
+    uint32_t len;
+    PyObject *extra;   /* bytes */
+} bprops;
+
+#define BPROPS_CAP 64  /* texts learnt per worker; producers repeat a few, others are Python's */
+
+typedef struct {
+    PyObject_HEAD
+    put_fn put;
+    shmq_writer *w;
+    int32_t code;                  /* SEND_MESSAGE_V2 */
+    int32_t f_response, f_oneway;  /* the remoting flag bits (shmq.protocol.codes) */
+    int32_t tx_mask;               /* the sysFlag's transaction type (shmq.message.layout) */
+    char keys[K_N][4];
+    uint8_t key_len[K_N];
+    PyObject *tpl;                 /* tuple of A_N + 1 bytes: the answer's header cut at its parts */
+    PyObject *cluster;             /* bytes: this broker's CLUSTER pair */
+    char prefix[64];
+    uint32_t prefix_len;
+    qentry tab[TAB_CAP];           /* open addressing on (topic, qid) */
+    uint32_t used;
+    uint8_t *out; size_t out_len, out_cap;
+    int64_t end;                   /* commit position after the last append served */
+    uint8_t *scr; size_t scr_cap;  /* unescaped header strings, then the stored properties */
+    /* batches (remoting_batch.c): Python's until ``batches`` is called (code_batch 0) */
+    put_fn put_batch;
+    phys_fn batch_phys;
+    int32_t code_batch;            /* SEND_BATCH_MESSAGE */
+    uint32_t max_body;             /* the store's max_message_size: a larger batch body is Python's */
+    bprops bp[BPROPS_CAP];
+    uint32_t bp_used;
+    int64_t *phys; uint32_t phys_cap;  /* a batch's record offsets */
+    char *ids; size_t ids_cap;         /* a batch's msgIds, comma-joined */
+} Sends;
+
+/* a request's header as read (remoting_send.c's parse_header) */
+typedef struct {
+    int64_t code, flag;
+    span opaque;
+    span f[K_N];
+    int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
+} header;
+
+/* remoting_send.c: room for ``more`` bytes after s->out_len in s->out; 0 or -1 (out of memory) */
+int rs_out_reserve(Sends *s, size_t more);
+/* remoting_send.c: one SUCCESS answer into s->out (msgId text, queue id, queue offset, the
+ * request's opaque literal); 0 or -1 (out of memory) */
+int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque);
+
+/* remoting_batch.c */
+/* a checked SEND_BATCH_MESSAGE (plain_send's checks passed, to the learnt queue e; v: its
+ * integer fields) whose body is b[0..n): the messages stored (answered unless oneway), 0 (the
+ * Python path's: nothing stored, also when memory is short) or -1 (a broken invariant after the
+ * append: an exception set) */
+int rb_frame(Sends *s, const header *h, const int64_t *v, const qentry *e, const uint8_t *b, uint32_t n,
+             uint32_t bip, int32_t bport);
+PyObject *rb_enable(Sends *s, PyObject *args);
+PyObject *rb_learn(Sends *s, PyObject *args);
+void rb_clear(Sends *s);
+
+#endif
