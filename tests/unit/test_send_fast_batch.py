@@ -172,3 +172,41 @@ def test_damaged_bodies_after_learnt_ones_get_the_python_paths_error(tmp_path):
         frames.append(_batch(100 + i, body=bytes(b), props=rnd.choice(["", WAIT])))
     (out, closing, stats, _), taken = _compare(tmp_path, [b"".join(frames)], "mutants")
     assert not closing and taken > 32 and b'"code":13,' in out
+
+
+def test_sync_flush_batches_answer_as_python_and_only_once_durable(tmp_path):
+    """Under SYNC_FLUSH the C path's batch answers wait for the group commit like the Python
+    path's: the same bytes, and no SUCCESS leaves before the last record of its batch is flushed."""
+    from .test_send_fast_sync import _answers, _record_end, _run
+    data = [b"".join(_frames())]
+    (py, _, s1), _ = _run(tmp_path / "py", False, data)
+    (c, writes, s2), taken = _run(tmp_path / "c", True, data)
+    s1.close()
+    try:
+        assert taken >= 32 * 6 + 90
+        assert c == py
+        for flushed, chunk in writes:
+            for resp in _answers(chunk):
+                if resp.code == 0:
+                    assert _record_end(s2, resp.ext_fields["msgId"].split(",")[-1]) <= flushed
+    finally:
+        s2.close()
+
+
+def test_unflushed_c_path_batches_are_answered_flush_disk_timeout_with_their_ids(tmp_path):
+    from .test_send_fast_sync import _answers, _run
+    # 16 entries each: all four within the first 100-entry ConsumeQueue file (a map is Python's)
+    frames = [_batch(k, entries=_entries(16, seed=k), oneway=k == 3) for k in (1, 2, 3, 4)]
+    (out, _, s), taken = _run(tmp_path / "c", True, [frames[0]] + [b"".join(frames[1:])],
+                              stop_flusher=True, sync_flush_timeout_ms=200)
+    try:
+        assert taken == 3 * 16  # 2-4 by C (1 taught it the queue and the text)
+        got = list(_answers(out))
+        assert [r.opaque for r in got] == [1, 2, 4]
+        assert all(r.code == 10 and r.remark == "flush disk timeout" for r in got)
+        for r in got:
+            ids = r.ext_fields["msgId"].split(",")
+            assert len(ids) == 16 and all(s.read_at(int(i[-16:], 16)) is not None for i in ids)
+        assert [r.ext_fields["queueOffset"] for r in got] == ["0", "16", "48"]
+    finally:
+        s.close()
