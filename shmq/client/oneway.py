@@ -24,12 +24,13 @@ from shmq.native import _oneway, ffi, lib
 from shmq.protocol.transport import SCATTER_BODY
 
 from .message import Message
+from .send_future import done_future
 from .uniq_id import generator
 
 _UNIQ = generator()
 _oneway.bind(int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_uniq_ids"))), int(ffi.cast("uintptr_t", _UNIQ.c)))
 
-Lane = _oneway.Lane
+Lane, AsyncPlain = _oneway.Lane, _oneway.AsyncPlain
 NEW, LOOK, FULL, EMONTH, UNSUPPORTED = _oneway.NEW, _oneway.LOOK, _oneway.FULL, _oneway.EMONTH, _oneway.UNSUPPORTED
 #: Bodies below this go through the lane (larger ones are written uncopied, as RemotingCommands)
 BODY_MAX = SCATTER_BODY
@@ -55,7 +56,7 @@ class LaneState:
     is never stale; the objects it shares (the topics checked, the round robin, the client) are
     the producer's own."""
 
-    __slots__ = ("inst", "lane", "sendable", "rr", "limit", "fault", "links", "timeout", "left", "routes")
+    __slots__ = ("inst", "lane", "sendable", "rr", "limit", "fault", "links", "timeout", "left", "routes", "plan")
 
     def __init__(self, p):
         self.inst = inst = p.instance
@@ -66,6 +67,11 @@ class LaneState:
         self.links = None if p.links is None or p.links.mode == "never" else p.links
         self.timeout, self.left = p.send_timeout, p.retry_times_async
         self.routes: dict = {}  # topic -> (its TopicPublishInfo, the lane's targets per queue)
+        # send_async's C step (native/async_plain.c, ProducerBase._hot_async): these same objects,
+        # for a producer whose plain sends all take the lane (no local links, no fault selection)
+        self.plan = (AsyncPlain(self.lane, inst, inst.publish, inst.broker_addrs, self.sendable, self.rr, self.routes, p,
+                                Message, self.timeout, self.left, done_future, self.limit)
+                     if self.lane is not None and self.links is None and not self.fault else None)
 
 
 def plain(s: LaneState, msg) -> bool:
@@ -82,6 +88,7 @@ def lane_state(p) -> LaneState:
     s = p._lane_state
     if s is None:
         s = p._lane_state = LaneState(p)
+        p._hot_async = s.plan  # (Producer.__setattr__ drops both together)
     return s
 
 

@@ -36,7 +36,7 @@ from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, Mes
 from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
-from .send_future import SendFuture
+from .send_future import SendFuture, done_future as _done
 from .sync_send import exchange, plain
 from .uniq_id import generator, new_uniq_id
 
@@ -55,9 +55,10 @@ def _not_local(msg) -> None:
 
 
 class Producer(ProducerBase):
-    """``send`` and ``send_batch`` are C (``ProducerBase``, shmq/native/hot_producer.c): the local
-    C send (``_hot`` / ``_hot_batch``) first, then ``_send`` / ``_send_batch`` below for
-    everything it does not take."""
+    """``send``, ``send_batch`` and ``send_async`` are C (``ProducerBase``,
+    shmq/native/hot_producer.c): the local C send (``_hot`` / ``_hot_batch``) or the plain TCP
+    async send (``_hot_async``, native/async_plain.c) first, then ``_send`` / ``_send_batch`` /
+    ``_send_async`` below for everything it does not take."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
@@ -100,8 +101,10 @@ class Producer(ProducerBase):
         # every setting a plain send reads is copied into its LaneState (client/oneway.py):
         # whatever is set, it is made again from the producer as it is now
         object.__setattr__(self, name, value)
-        if name != "_lane_state":
+        # (and with it the C send_async's plan, ProducerBase._hot_async: oneway.lane_state)
+        if name != "_lane_state" and name != "_hot_async":
             object.__setattr__(self, "_lane_state", None)
+            object.__setattr__(self, "_hot_async", None)
 
     @property
     def compress_over(self) -> int:
@@ -390,10 +393,11 @@ class Producer(ProducerBase):
         return resp.ext_fields.get("msgId", _id)
 
     # ---- async and oneway ------------------------------------------------------------------
-    def send_async(self, msg: Message, callback=None, timeout: float | None = None) -> SendFuture:
-        """Returns a SendFuture (send_future.py: the methods of a concurrent.futures.Future, without
-        its locks) of the SendResult; ``callback(result_or_exception)`` (RocketMQ's SendCallback) runs
-        once when it is done, on the client's loop thread for a broker's answer."""
+    def _send_async(self, msg: Message, callback=None, timeout: float | None = None) -> SendFuture:
+        """``send_async`` (ProducerBase's C method: its plain case first, ``_hot_async``, then
+        this): a SendFuture (send_future.py: the methods of a concurrent.futures.Future, without
+        its locks) of the SendResult; ``callback(result_or_exception)`` (RocketMQ's SendCallback)
+        runs once when it is done, on the client's loop thread for a broker's answer."""
         try:
             send = send_plain_async(self, msg, callback, timeout)  # a plain one: one C call (async_lane.py)
             if send is not None:
@@ -552,17 +556,6 @@ class Producer(ProducerBase):
         if len(batch) > MAX_BATCH_BYTES:
             raise MessageTooLarge(len(batch), MAX_BATCH_BYTES)
         return batch, ",".join(ids)
-
-
-def _done(callback, value) -> SendFuture:
-    """The future of an async send done at once (a local send's result, or an error raised before
-    anything was sent), its callback called."""
-    fut = SendFuture(callback)
-    if isinstance(value, BaseException):
-        fut.set_exception(value)
-    else:
-        fut.set_result(value)
-    return fut
 
 
 def _sendable(topic: str) -> bool:

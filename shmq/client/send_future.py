@@ -140,4 +140,15 @@ class SendFuture:
         return f"<SendFuture {state}>"
 
 
-__all__ = ["SendFuture"]
+def done_future(callback, value) -> SendFuture:
+    """The future of an async send done at once (a local send's result, or an error raised before
+    anything was sent), its callback called."""
+    fut = SendFuture(callback)
+    if isinstance(value, BaseException):
+        fut.set_exception(value)
+    else:
+        fut.set_result(value)
+    return fut
+
+
+__all__ = ["SendFuture", "done_future"]

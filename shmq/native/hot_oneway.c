@@ -37,29 +37,7 @@
 #include "uniq_bind.h"
 #include "send_frame.h"
 #include "async_slots.h"
-
-enum { ST_NEW = 1, ST_LOOK = 2, ST_FULL = 4, ST_EMONTH = 8, ST_UNSUPPORTED = 16 };
-
-
-typedef struct seg {
-    struct seg *next;
-    PyObject *addr;
-    char *buf;
-    size_t len, cap;
-    Py_ssize_t frames;
-    PyObject *waiters;  /* the async sends' waiters by opaque (a dict), or NULL */
-    PyObject *timeout;  /* their timeout (s), with waiters */
-} seg;
-
-typedef struct {
-    PyObject_HEAD
-    seg *head, *tail;
-    int tail_open;
-    Py_ssize_t bytes, frames, max_bytes, max_frames;
-    uint32_t opaque, aopaque;  /* the last oneway opaque; the last async one, negated */
-    uint32_t puts;
-    PyObject *append, *mark;
-} Lane;
+#include "oneway_lane.h"
 
 static void seg_free(seg *s) {
     Py_XDECREF(s->addr);
@@ -210,12 +188,16 @@ static PyObject *new_waiter(PyObject *const *vals) {
  * waiter's req is ``msg``: what a retry rebuilds its request from (AsyncSend.submit), as Java's
  * async send retries with the message object it was given. */
 static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    sf_pieces pc;
     if (na != 11 || !PyBytes_CheckExact(a[4])) {
         PyErr_SetString(PyExc_TypeError, "put_async(addr, pieces, flag, tags, body: bytes, msg, producer, callback, "
                                          "mq, timeout, left)");
         return NULL;
     }
+    return lane_async(self, a);
+}
+
+PyObject *lane_async(Lane *self, PyObject *const *a) {
+    sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq || !as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
@@ -329,7 +311,7 @@ static PyGetSetDef lane_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-static PyTypeObject LaneType = {
+PyTypeObject shmq_lane_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmq.native._oneway.Lane",
     .tp_basicsize = sizeof(Lane),
@@ -351,12 +333,16 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_oneway", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__oneway(void) {
-    if (PyType_Ready(&LaneType) < 0) return NULL;
+    if (PyType_Ready(&shmq_lane_type) < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
-    Py_INCREF(&LaneType);
-    if (PyModule_AddObject(m, "Lane", (PyObject *)&LaneType) < 0) {
-        Py_DECREF(&LaneType);
+    Py_INCREF(&shmq_lane_type);
+    if (PyModule_AddObject(m, "Lane", (PyObject *)&shmq_lane_type) < 0) {
+        Py_DECREF(&shmq_lane_type);
+        Py_DECREF(m);
+        return NULL;
+    }
+    if (shmq_async_plain_add(m) < 0) {
         Py_DECREF(m);
         return NULL;
     }

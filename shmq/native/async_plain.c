@@ -1,0 +1,228 @@
+/*
+ * shmq/native/async_plain.c -- ``Producer.send_async`` of a plain message over TCP, whole, in one
+ * C call (shmq.native._oneway.AsyncPlain, called by ProducerBase.send_async, hot_producer.c).
+ *
+ * Why: after the lane (hot_oneway.c's put_async) wrote the frame and made the waiter in C, ~8k of
+ * the caller's 14.5k instructions per send were the Python around that call (three frames:
+ * Producer.send_async, async_lane.send_plain_async, oneway.plain, and the route's cache look-ups;
+ * RESULTS "Session 5, tcpcli"). Here the same steps read the Message's C struct and the
+ * producer's LaneState as the plan's fields, with no Python frame.
+ *
+ * What it does is async_lane.send_plain_async's common case, step for step: the plain rule
+ * (oneway.plain), the route from the LaneState's cache (kept only while the client's route for
+ * the topic is the same object), the round robin drawn from the producer's own counter, the
+ * master address, the lane's put_async, the drain scheduled. Whatever it does not take exactly
+ * -- a message that is not plain or not certainly so (an attribute unset, a check that would run
+ * user code that fails, tags Python's isprintable refuses), a route not in the cache, no master
+ * address, a put that wrote nothing (FULL / EMONTH / UNSUPPORTED), any error before the frame is
+ * in the lane -- answers None with nothing written, and the caller takes the Python method
+ * (``Producer._send_async``), which decides it from the start. A plan exists only for a
+ * LaneState without local links or latency-fault selection (oneway.lane_state makes it); it is
+ * dropped with the LaneState whenever an attribute of the producer is set.
+ */
+#include <stddef.h>
+#include "oneway_lane.h"
+#include "hot_message.h"
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Lane *lane;
+    /* the LaneState's objects (shared, not copies): the client, its route dicts, the topics
+     * checked, the round robin, the route cache; the producer (the waiter's), the Message
+     * class, the default timeout and retries, and producer._done for an error after the put */
+    PyObject *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *msg_cls, *timeout, *left, *done;
+    Py_ssize_t limit;  /* the largest body the lane takes (LaneState.limit) */
+} plan;
+
+static PyObject *str_rpc_hook, *str_drain_scheduled, *str_loop, *str_call_soon_threadsafe, *str_drain_submitted,
+    *str_template, *str_pieces, *zero;
+
+/* tags as oneway.plain takes them: NULL when not plain (or not certainly: the caller's Python
+ * decides), else None (no tags: None or "") or the str; borrowed */
+static PyObject *plain_tags(PyObject *t) {
+    if (t == Py_None) return t;
+    if (!PyUnicode_CheckExact(t)) return NULL;
+    Py_ssize_t n = PyUnicode_GET_LENGTH(t);
+    if (!n) return Py_None;  /* `msg.tags or None` */
+    int kind = PyUnicode_KIND(t);
+    const void *d = PyUnicode_DATA(t);
+    for (Py_ssize_t i = 0; i < n; i++)  /* str.isprintable, character by character */
+        if (!Py_UNICODE_ISPRINTABLE(PyUnicode_READ(kind, d, i))) return NULL;
+    return t;
+}
+
+/* a Python truth test that hands an error back as "not certain" (-1, cleared): the Python path
+ * runs the same test and raises there */
+static int truth(PyObject *o) {
+    int t = PyObject_IsTrue(o);
+    if (t < 0) PyErr_Clear();
+    return t;
+}
+
+/* plan(msg, callback, timeout) -> the AsyncSend, the future of an error after the put, or None */
+static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObject *kw) {
+    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
+        PyErr_SetString(PyExc_TypeError, "AsyncPlain(msg, callback, timeout)");
+        return NULL;
+    }
+    PyObject *msg = a[0], *cb = a[1], *to = a[2];
+    if ((PyObject *)Py_TYPE(msg) != self->msg_cls) Py_RETURN_NONE;
+    shmq_message *m = (shmq_message *)msg;
+    /* oneway.plain, in its order (an unset attribute: the Python path raises its AttributeError) */
+    PyObject *topic = m->topic, *body = m->body, *keys = m->keys, *dl = m->delay_level, *flag = m->flag;
+    if (!topic || !body || !m->tags || !keys || !dl || !flag || !PyUnicode_CheckExact(topic)) Py_RETURN_NONE;
+    int in = PySet_Contains(self->sendable, topic);
+    if (in != 1) goto python;
+    if (keys != Py_None && truth(keys)) Py_RETURN_NONE;
+    if (dl != Py_None && truth(dl)) Py_RETURN_NONE;
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) <= 0 || PyBytes_GET_SIZE(body) > self->limit ||
+        !shmq_no_properties(m))
+        Py_RETURN_NONE;
+    PyObject *tags = plain_tags(m->tags);
+    if (!tags) Py_RETURN_NONE;
+    PyObject *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
+    if (!hook) goto python;
+    Py_DECREF(hook);
+    if (hook != Py_None) Py_RETURN_NONE;
+    /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
+    PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
+    if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
+        || PyTuple_GET_ITEM(r, 0) != info)
+        goto python;
+    PyObject *targets = PyTuple_GET_ITEM(r, 1);
+    if (!PyList_CheckExact(targets) || !PyList_GET_SIZE(targets)) goto python;
+    PyObject *k = PyIter_Next(self->rr);  /* next(s.rr) % len(targets) */
+    if (!k) goto python;
+    Py_ssize_t i = PyLong_AsSsize_t(k);
+    Py_DECREF(k);
+    if (i < 0) goto python;
+    PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) goto python;
+    PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
+    if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) goto python;
+    /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
+    PyObject *ba = PyDict_GetItemWithError(self->addrs, PyTuple_GET_ITEM(mq, 1)), *addr;
+    if (!ba || !PyDict_CheckExact(ba) || !(addr = PyDict_GetItemWithError(ba, zero))) goto python;
+    Py_INCREF(addr);
+    Py_INCREF(mq);
+    PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, 1), str_template);
+    PyObject *pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
+    Py_XDECREF(tpl);
+    PyObject *w = NULL;
+    if (pieces) {
+        int tt = to == Py_None ? 0 : truth(to);  /* `timeout or s.timeout` */
+        if (tt >= 0) {
+            PyObject *vals[11] = {addr, pieces, flag, tags, body, msg, self->producer, cb, mq,
+                                  tt ? to : self->timeout, self->left};
+            w = lane_async(self->lane, vals);
+        }
+        Py_DECREF(pieces);
+    }
+    Py_DECREF(addr);
+    Py_DECREF(mq);
+    if (!w || PyLong_CheckExact(w)) {  /* nothing written */
+        Py_XDECREF(w);
+        goto python;
+    }
+    /* the frame is in the lane: its segment's marker is in the deque; its drain may have run */
+    PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
+    int scheduled = ds ? PyObject_IsTrue(ds) : -1;
+    Py_XDECREF(ds);
+    if (scheduled == 0) {
+        PyObject *loop = NULL, *fn = NULL, *res = NULL;
+        if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
+            (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
+            res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
+        Py_XDECREF(loop);
+        Py_XDECREF(fn);
+        Py_XDECREF(res);
+        scheduled = res ? 1 : -1;
+    }
+    if (scheduled < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
+        Py_DECREF(w);
+        if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
+        PyObject *et, *e, *tb;
+        PyErr_Fetch(&et, &e, &tb);
+        PyErr_NormalizeException(&et, &e, &tb);
+        if (tb) PyException_SetTraceback(e, tb);
+        Py_XDECREF(et);
+        Py_XDECREF(tb);
+        PyObject *f = PyObject_CallFunctionObjArgs(self->done, cb, e, NULL);
+        Py_DECREF(e);
+        return f;
+    }
+    return w;
+python:
+    PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
+    Py_RETURN_NONE;
+}
+
+static int plan_init(plan *self, PyObject *args, PyObject *kw) {
+    (void)kw;
+    PyObject *lane, *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *cls, *timeout, *left, *done;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!OO!OO!OOOn:AsyncPlain", &shmq_lane_type, &lane, &inst, &PyDict_Type,
+                          &publish, &PyDict_Type, &addrs, &PySet_Type, &sendable, &rr, &PyDict_Type, &routes,
+                          &producer, &PyType_Type, &cls, &timeout, &left, &done, &limit))
+        return -1;
+    /* the struct this reads is hot_message.h's: a subclass that adds nothing to MessageBase */
+    if (((PyTypeObject *)cls)->tp_basicsize != (Py_ssize_t)sizeof(shmq_message)) {
+        PyErr_SetString(PyExc_TypeError, "AsyncPlain: the Message class is not MessageBase's layout");
+        return -1;
+    }
+    PyObject *o[12] = {lane, inst, publish, addrs, sendable, rr, routes, producer, cls, timeout, left, done};
+    PyObject **f[12] = {(PyObject **)&self->lane, &self->inst, &self->publish, &self->addrs, &self->sendable, &self->rr,
+                        &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done};
+    for (int i = 0; i < 12; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
+    self->limit = limit;
+    self->vectorcall = (vectorcallfunc)plan_call;
+    return 0;
+}
+
+#define PLAN_EACH(X) X(self->lane); X(self->inst); X(self->publish); X(self->addrs); X(self->sendable); \
+    X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done)
+
+static int plan_traverse(plan *self, visitproc visit, void *arg) {
+    PLAN_EACH(Py_VISIT);
+    return 0;
+}
+
+static int plan_clear(plan *self) {
+    PLAN_EACH(Py_CLEAR);
+    return 0;
+}
+
+static void plan_dealloc(plan *self) {
+    PyObject_GC_UnTrack(self);
+    plan_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject plan_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmq.native._oneway.AsyncPlain",
+    .tp_basicsize = sizeof(plan),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_doc = "AsyncPlain(lane, inst, publish, broker_addrs, sendable, rr, routes, producer, Message, timeout, left, "
+              "done, limit)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
+    .tp_vectorcall_offset = offsetof(plan, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)plan_init,
+    .tp_traverse = (traverseproc)plan_traverse,
+    .tp_clear = (inquiry)plan_clear,
+    .tp_dealloc = (destructor)plan_dealloc,
+};
+
+int shmq_async_plain_add(PyObject *m) {
+    static const char *const names[] = {"rpc_hook", "_drain_scheduled", "loop", "call_soon_threadsafe",
+                                        "_drain_submitted", "template", "pieces"};
+    PyObject **strs[] = {&str_rpc_hook, &str_drain_scheduled, &str_loop, &str_call_soon_threadsafe,
+                         &str_drain_submitted, &str_template, &str_pieces};
+    for (int i = 0; i < 7; i++)
+        if (!*strs[i] && !(*strs[i] = PyUnicode_InternFromString(names[i]))) return -1;
+    if (!zero && !(zero = PyLong_FromLong(0))) return -1;
+    if (PyType_Ready(&plan_type) < 0) return -1;
+    return PyModule_AddObjectRef(m, "AsyncPlain", (PyObject *)&plan_type);
+}
