@@ -1,0 +1,205 @@
+"""``Producer.send_async`` of a plain message is one C call (ProducerBase.send_async ->
+native/async_plain.c's AsyncPlain): what it writes and the future it returns are the Python
+path's (async_lane.send_plain_async) byte for byte, but for the UNIQ_KEY, born time and opaque
+each send draws; anything it does not take exactly goes to the Python method with nothing
+written, and a changed producer setting is seen by the next send."""
+import socket
+
+import pytest
+
+from shmq.client.async_lane import send_plain_async
+from shmq.client.message import Message, MessageQueue
+from shmq.client.oneway import AsyncPlain
+from shmq.client.producer import Producer
+from shmq.client.remote_send import AsyncSend
+from shmq.client.route import TopicPublishInfo
+from shmq.client.send_future import SendFuture
+from shmq.errors import RemotingError
+from shmq.protocol.command import decode_command
+
+from .test_oneway_lane import TAGS, _frames
+
+
+@pytest.fixture
+def prod():
+    """A started producer whose loop never drains its lane (the frames stay to be read here):
+    topic T routed to 4 queues of broker "b" at a dead address, already checked."""
+    ns = socket.create_server(("127.0.0.1", 0))  # a NameServer nobody asks: the route is set by hand
+    p = Producer("pg-plain", f"127.0.0.1:{ns.getsockname()[1]}", local="never").start()
+    inst = p.instance
+    inst.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    inst.publish["T"] = TopicPublishInfo("T", [MessageQueue("T", "b", q) for q in range(4)])
+    p._sendable.add("T")
+    inst._drain_scheduled = True  # the loop is never asked to drain
+    try:
+        yield p
+    finally:
+        inst.oneway_lane.clear()
+        inst._submitted.clear()
+        inst._drain_scheduled = False
+        p.shutdown()
+        ns.close()
+
+
+def _taken(p) -> list[tuple[bytes, object]]:
+    """Every frame put in the lane since the last call, with its waiter, in order."""
+    lane, out = p.instance.oneway_lane, []
+    for _, data, waiters, _ in iter(lane.take, None):
+        for raw, w in zip(_frames(data), (waiters or {}).values(), strict=True):
+            out.append((raw, w))
+    p.instance._submitted.clear()
+    return out
+
+
+def _slots(w) -> tuple:
+    return (w.__class__, w.mq, w.req, w.timeout, w.left, w.producer, w._callback, w.done())
+
+
+def _general_frame(raw: bytes, w) -> bytes:
+    """The general path's frame of w's send (its request rebuilt from the message, with the same
+    UNIQ_KEY, as a retry does), with the frame's own born time and opaque."""
+    cmd = decode_command(raw[4:])
+    req = w._request(w.req)
+    req.born_ms = int(cmd.ext_fields["g"])
+    return req.frame(cmd.opaque)
+
+
+def test_the_c_send_writes_the_python_paths_frames_and_makes_its_waiters(prod):
+    p = prod
+    p.send_async(Message("T", b"first"))  # the Python method makes the plan and the route cache
+    _taken(p)
+    assert p._hot_async.__class__ is AsyncPlain
+    cb = lambda r: None  # noqa: E731
+    cases = [(tags, flag, timeout, callback) for tags in TAGS for flag in (0, 7)
+             for timeout, callback in ((None, None), (2.5, cb), (0, cb))]
+    got = {"c": [], "py": []}
+    for i, (tags, flag, timeout, callback) in enumerate(cases):
+        m = Message("T", b"b%d" % i * (i + 1), tags=tags, flag=flag)
+        wc = p.send_async(m, callback, timeout)
+        wp = send_plain_async(p, m, callback, timeout)
+        assert wc.__class__ is AsyncSend and wp.__class__ is AsyncSend and wc.uniq != wp.uniq
+        for path, (raw, w) in zip(("c", "py"), _taken(p), strict=True):
+            assert raw == _general_frame(raw, w)  # each byte for byte the template path's
+            got[path].append((_slots(w), decode_command(raw[4:]).opaque < 0))
+        assert _slots(wc)[1:] == (wc.mq, m, timeout or p.send_timeout, p.retry_times_async, p, callback, False)
+    for (sc, neg_c), (sp, neg_p) in zip(got["c"], got["py"], strict=True):
+        assert sc[0] == sp[0] and sc[2:] == sp[2:] and neg_c and neg_p  # the same waiter, negative opaques
+        assert sp[1].queue_id == (sc[1].queue_id + 1) % 4  # the next queue of the one round robin
+
+
+def test_the_round_robin_is_the_producers_own_on_both_paths(prod):
+    p = prod
+    p.send_async(Message("T", b"x"))
+    sends = [p.send_async(Message("T", b"x")) if i % 2 else send_plain_async(p, Message("T", b"x"), None, None)
+             for i in range(12)]
+    q = [w.mq.queue_id for w in sends]
+    assert q == [(q[0] + i) % 4 for i in range(12)]
+
+
+def _not_taken(p, m) -> None:
+    lane = p.instance.oneway_lane
+    before = lane.queued
+    assert p._hot_async(m, None, None) is None and lane.queued == before
+
+
+class MyMessage(Message):
+    __slots__ = ()
+
+
+def test_what_the_c_send_does_not_take_is_sent_by_the_python_method_with_nothing_written(prod):
+    p = prod
+    p.send_async(Message("T", b"x"))
+    _taken(p)
+    big = b"x" * (p._lane_state.limit + 1)
+    for m in (Message("T", b"x", keys="k"), Message("T", b"x", properties={"a": "1"}), Message("T", b"x", delay_level=2),
+              Message("T", b"x", delay=5), Message("T", b"x", tags="a\nb"), Message("T", b"x", tags="\x01"),
+              Message("T", big), MyMessage("T", b"x"), Message("U", b"x")):
+        _not_taken(p, m)
+        f = p.send_async(m)  # the Python method: the general path (not the lane), or the lane for MyMessage's
+        assert isinstance(f, SendFuture)
+    m = Message("T", b"x")
+    del m.flag  # an unset attribute: the Python path raises it (into the future)
+    _not_taken(p, m)
+    assert isinstance(p.send_async(m).exception(0), AttributeError)
+    # a route not in the cache, or changed: the Python method (re)builds it, the next send is C's
+    inst = p.instance
+    inst.publish["T"] = TopicPublishInfo("T", [MessageQueue("T", "b", 0)])
+    _not_taken(p, Message("T", b"x"))
+    assert p.send_async(Message("T", b"x")).mq.queue_id == 0
+    assert p._hot_async(Message("T", b"x"), None, None).__class__ is AsyncSend
+    # no master address: the general path's error, through its retries
+    inst.broker_addrs["b"] = {}
+    _not_taken(p, Message("T", b"x"))
+    assert isinstance(p.send_async(Message("T", b"x")).exception(0), RemotingError)
+    inst.broker_addrs["b"] = {0: "127.0.0.1:1"}
+    # the lane full (its bound): nothing written, the Python path waits for room as before
+    lane = inst.oneway_lane
+    lane.charge(1 << 30)
+    try:
+        _not_taken(p, Message("T", b"x"))
+    finally:
+        lane.charge(-(1 << 30))
+    # a request signer: never the lane's
+    inst.rpc_hook = lambda *a: None
+    try:
+        _not_taken(p, Message("T", b"x"))
+    finally:
+        inst.rpc_hook = None
+    _taken(p)
+
+
+def test_send_async_binds_its_arguments_as_the_python_signature_does(prod):
+    p = prod
+    p.send_async(Message("T", b"x"))
+    cb = lambda r: None  # noqa: E731
+    for args, kw, want in (((), {"callback": cb}, (cb, 3.0)), ((), {"timeout": 1.5}, (None, 1.5)),
+                           ((cb,), {"timeout": 1.5}, (cb, 1.5)), ((), {"timeout": 1.5, "callback": cb}, (cb, 1.5)),
+                           ((None, None), {}, (None, 3.0))):
+        w = p.send_async(Message("T", b"x"), *args, **kw)
+        assert (w._callback, w.timeout) == want
+    w = p.send_async(msg=Message("T", b"x"), callback=cb)  # by name: the Python method binds it
+    assert w._callback is cb
+    for args, kw in (((cb,), {"callback": cb}), ((), {"cb": cb}), ((cb, 1.0, 2), {})):
+        with pytest.raises(TypeError):
+            p.send_async(Message("T", b"x"), *args, **kw)
+    _taken(p)
+
+
+def test_a_producer_setting_changed_is_seen_by_the_next_send(prod):
+    p = prod
+    assert p.send_async(Message("T", b"x")).timeout == 3.0
+    assert p._hot_async is not None
+    p.send_timeout = 1.25
+    assert p._hot_async is None and p._lane_state is None
+    assert p.send_async(Message("T", b"x")).timeout == 1.25
+    assert p.send_async(Message("T", b"x")).timeout == 1.25 and p._hot_async is not None
+    p.retry_times_async = 0
+    assert p.send_async(Message("T", b"x")).left == 0
+    p.latency_fault = True  # the fault selection is the Python path's: no plan
+    p.send_async(Message("T", b"x"))
+    assert p._hot_async is None
+    _taken(p)
+
+
+class _ClosedLoop:
+    def call_soon_threadsafe(self, fn):
+        raise RuntimeError("Event loop is closed")
+
+
+@pytest.mark.parametrize("path", ["c", "py"])
+def test_an_error_scheduling_the_drain_is_the_futures_on_both_paths(prod, path):
+    p = prod
+    p.send_async(Message("T", b"x"))
+    inst = p.instance
+    loop, inst.loop, inst._drain_scheduled = inst.loop, _ClosedLoop(), False
+    calls = []
+    try:
+        if path == "py":
+            p._hot_async = None  # the plan dropped: the Python method alone
+        f = p.send_async(Message("T", b"x"), calls.append)
+    finally:
+        inst.loop = loop
+        inst._drain_scheduled = True
+    assert f.__class__ is SendFuture and isinstance(f.exception(0), RuntimeError)
+    assert calls == [f.exception(0)]
+    _taken(p)
