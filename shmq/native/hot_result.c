@@ -160,6 +160,44 @@ static int result_init(result *r, PyObject *args, PyObject *kw) {
     return 0;
 }
 
+/* SendResult(status, msg_id, offset_msg_id, queue, queue_offset): the five positional arguments
+ * each TCP send's answer is made with (remote_answer.c, remote_send.send_result), filled straight
+ * into a free-list object as result_init would fill it (the rest at their defaults); any other
+ * call (keywords, more or fewer arguments, a subclass) is type.__call__'s: tp_new + result_init.
+ * Why: the generic call (its argument tuple, the keyword parser, the zeroed allocation) was the
+ * larger part of making an answer's result on the client's loop thread. */
+static PyObject *result_vectorcall(PyObject *type, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (type != (PyObject *)&shmq_result_type || kwnames || n != 5) {
+        Py_ssize_t nk = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        PyObject *t = PyTuple_New(n), *kw = nk ? PyDict_New() : NULL, *r = NULL;
+        if (!t || (nk && !kw)) goto out;
+        for (Py_ssize_t i = 0; i < n; i++) PyTuple_SET_ITEM(t, i, Py_NewRef(args[i]));
+        for (Py_ssize_t i = 0; i < nk; i++)
+            if (PyDict_SetItem(kw, PyTuple_GET_ITEM(kwnames, i), args[n + i])) goto out;
+        r = PyType_Type.tp_call(type, t, kw);
+    out:
+        Py_XDECREF(t);
+        Py_XDECREF(kw);
+        return r;
+    }
+    result *r;
+    if (n_free) PyObject_Init((PyObject *)(r = free_list[--n_free]), &shmq_result_type);
+    else if (!(r = PyObject_GC_New(result, &shmq_result_type))) return NULL;
+    r->status = Py_NewRef(args[0]);
+    r->msg_id = Py_NewRef(args[1]);
+    r->offset_msg_id = Py_NewRef(args[2]);
+    r->queue = Py_NewRef(args[3]);
+    r->queue_offset = Py_NewRef(args[4]);
+    r->transaction_id = Py_NewRef(Py_None);
+    r->local_transaction_state = Py_NewRef(Py_None);
+    r->store_host = Py_NewRef(empty_bytes);
+    r->recall_handle = Py_NewRef(Py_None);
+    r->raw = 0;
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
 /* (status, msg_id, offset_msg_id, queue, queue_offset, transaction_id, local_transaction_state), read */
 static PyObject *fields(result *r) {
     PyObject *id = get_msg_id(r, NULL), *off = id ? get_offset_msg_id(r, NULL) : NULL;
@@ -269,6 +307,7 @@ PyTypeObject shmq_result_type = {
     .tp_methods = result_methods,
     .tp_init = (initproc)result_init,
     .tp_new = PyType_GenericNew,
+    .tp_vectorcall = result_vectorcall,
 };
 
 static PyMethodDef module_methods[] = {
