@@ -76,3 +76,26 @@ def test_results_are_freed():
         r.msg_id, r.offset_msg_id
     del r
     assert sys.getrefcount(mq) == before
+
+
+def test_the_five_argument_constructor_makes_what_the_keyword_one_makes():
+    """SendResult(status, msg_id, offset_msg_id, queue, queue_offset), each TCP answer's, takes
+    hot_result.c's vectorcall constructor; every other call form type.__call__'s."""
+    fast = SendResult(SendStatus.SEND_OK, A, "OFF", MQ, 5)
+    slow = SendResult(status=SendStatus.SEND_OK, msg_id=A, offset_msg_id="OFF", queue=MQ, queue_offset=5)
+    full = SendResult(SendStatus.SEND_OK, A, "OFF", MQ, 5, None, None, b"", None)
+    for r in (fast, slow, full):
+        assert (r.status, r.msg_id, r.offset_msg_id, r.queue, r.queue_offset, r.transaction_id,
+                r.local_transaction_state, r._store_host, r.recall_handle) == (
+                    SendStatus.SEND_OK, A, "OFF", MQ, 5, None, None, b"", None)
+        assert r == fast and repr(r) == repr(fast) and pickle.loads(pickle.dumps(r)) == fast
+    ids = SendResult(SendStatus.SEND_OK, (A + B).encode(), "OFF", MQ, 5)  # bytes: 32-char ids, joined when read
+    assert ids.msg_id == A + "," + B
+
+    class Mine(SendResult):
+        pass
+
+    assert type(Mine(SendStatus.SEND_OK, A, "OFF", MQ, 5)) is Mine
+    for args in ((SendStatus.SEND_OK, A, "OFF", MQ), (SendStatus.SEND_OK, A, "OFF", MQ, 5, None, None, b"", None, 1)):
+        with pytest.raises(TypeError):
+            SendResult(*args)
