@@ -8,7 +8,8 @@ setup(
     cffi_modules=["shmq/native/_build.py:ffibuilder"],
     ext_modules=[Extension("shmq.native._hot",
                            ["shmq/native/hot.c", "shmq/native/hot_send.c", "shmq/native/hot_result.c",
-                            "shmq/native/hot_producer.c", "shmq/native/hot_message.c"],
+                            "shmq/native/hot_producer.c", "shmq/native/hot_message.c",
+                            "shmq/native/hot_ext.c"],
                            include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the broker worker's C path for plain TCP sends (remoting_send.c says why)
                  Extension("shmq.native._rsend", ["shmq/native/remoting_send.c", "shmq/native/remoting_batch.c"],

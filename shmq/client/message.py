@@ -15,7 +15,7 @@ from shmq.message.msgid import host_bytes, offset_msg_id
 from shmq.message.names import DELAY, KEYS, RETRY_PREFIX, RETRY_TOPIC, TAGS, UNIQ_KEY
 from shmq.message.properties import NAME_VALUE_SEP, decode_properties
 from shmq.message.record import host_tuple, unpack_record
-from shmq.native import MessageBase, SendResult, bind_ext, bind_message, bind_result, hot_records
+from shmq.native import ExtBase, MessageBase, SendResult, bind_ext, bind_message, bind_result, hot_records
 
 _SEPARATORS = re.compile("[\x01\x02]")
 COMPRESS_THRESHOLD = 4096  # compressMsgBodyOverHowmuch
@@ -205,18 +205,23 @@ _EXT_FIELDS = ("topic", "body", "tags", "keys", "properties", "msg_id", "offset_
                "broker_name", "born_host", "store_host")
 
 
-class MessageExt:
+#: MessageExt's numeric fields, C values of its base (ExtBase, shmq/native/hot_ext.c)
+_EXT_NUMBERS = ("queue_id", "queue_offset", "reconsume_times", "born_timestamp", "store_timestamp",
+                "commit_log_offset", "sysflag", "flag")
+
+
+class MessageExt(ExtBase):
     """A consumed message. ``body`` is decompressed; ``raw`` is the stored record when it
     came through the local path (a memoryview into the mapping, valid while referenced).
 
     Decoded from a record, the properties are kept as the record's bytes and parsed when
     first read (tags, keys and msg_id come from them), and the offset msg id and the two
     hosts are formatted when first read: a listener that reads only the body pays for
-    neither."""
+    neither. The numeric fields (``_EXT_NUMBERS``) are C values of the base ``ExtBase``: an
+    int object is made only when one is read (hot_ext.c says what else that changes)."""
 
-    __slots__ = ("topic", "body", "_tags", "_keys", "_properties", "_msg_id", "_offset_msg_id", "queue_id",
-                 "queue_offset", "reconsume_times", "born_timestamp", "store_timestamp", "commit_log_offset",
-                 "sysflag", "flag", "broker_name", "_born_host", "_store_host", "raw")
+    __slots__ = ("topic", "body", "_tags", "_keys", "_properties", "_msg_id", "_offset_msg_id", "broker_name",
+                 "_born_host", "_store_host", "raw")
 
     def __init__(self, topic: str, body: bytes, tags: str | None, keys: list[str], properties: dict[str, str],
                  msg_id: str, offset_msg_id: str, queue_id: int, queue_offset: int, reconsume_times: int,
@@ -257,6 +262,16 @@ class MessageExt:
     def queue(self) -> MessageQueue:
         return MessageQueue(self.topic, self.broker_name, self.queue_id)
 
+    def __getstate__(self):
+        """Pickled and copied as the __slots__ class it was: the slots' state (and a subclass's
+        own) with the C fields beside them."""
+        state = object.__getstate__(self)
+        d, slots = state if state.__class__ is tuple else (state, None)
+        slots = dict(slots) if slots else {}
+        for k in _EXT_NUMBERS:
+            slots[k] = getattr(self, k)
+        return d, slots
+
     def __eq__(self, other) -> bool:
         if not isinstance(other, MessageExt):
             return NotImplemented
@@ -271,7 +286,7 @@ class MessageExt:
 
 # The local consumer's record walk (shmq.native.hot_read, hot.c) builds MessageExt objects
 # itself, filling the slots in __slots__ order as message_from_view does (properties as the
-# record's bytes, hosts as their 8 bytes, the lazy fields pending).
+# record's bytes, hosts as their 8 bytes, the lazy fields pending) and the C fields of ExtBase.
 bind_ext(MessageExt, tuple(MessageExt.__dict__[name] for name in MessageExt.__slots__), _LAZY)
 
 

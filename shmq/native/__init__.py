@@ -6,7 +6,8 @@ consumer's record walk (``shmq.native._hot``: the sends in hot_send.c, the walk 
 then that read, one call per wake-up of the local pull thread; ``hot_records`` the same decode
 over a TCP pull's body; ``read_raw`` a worker's unfiltered pull answer, the records copied);
 ``bind_ext`` names the class the walk builds, ``bind_message`` the one the send functions read,
-whose C base is ``MessageBase`` (hot_message.c); ``SendResult`` is C (hot_result.c), and
+whose C base is ``MessageBase`` (hot_message.c), and ``ExtBase`` MessageExt's C base (its numeric
+fields, hot_ext.c); ``SendResult`` is C (hot_result.c), and
 ``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
 is the broker worker's C path for plain TCP sends (``shmq.native._rsend``, remoting_send.c),
 made with ``PUT_ADDRESS``, the address of ``shmq_put``; its batches (remoting_batch.c) with
@@ -25,6 +26,7 @@ hot_encode_batch = _hot.encode_batch
 hot_send_message = _hot.send_message
 bind_message = _hot.bind_message
 MessageBase = _hot.MessageBase
+ExtBase = _hot.ExtBase
 LocalSend = _hot.LocalSend
 bind_topic = _hot.bind_topic
 hot_read = _hot.read
@@ -41,6 +43,6 @@ PUT_BATCH_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_batch
 BATCH_PHYS_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_batch_phys")))
 
 __all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "hot_records", "read_queue", "read_raw",
-           "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "LocalSend", "bind_topic",
+           "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "ExtBase", "LocalSend", "bind_topic",
            "SendResult", "ProducerBase", "RemotingSends", "PUT_ADDRESS",
            "PUT_BATCH_ADDRESS", "BATCH_PHYS_ADDRESS"]

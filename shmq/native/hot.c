@@ -24,8 +24,9 @@
  * it stopped at when that one is outside ``log`` (the caller maps its file and goes on), else -1.
  * The caller reads what is left (and raises on a bad record) through the Python reader. Never
  * sleeps, never writes. */
-enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_QID, X_QOFF, X_RECONSUME, X_BORNTS,
-       X_STORETS, X_PHYS, X_SYSFLAG, X_FLAG, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
+/* MessageExt's object slots, in its __slots__ order; its numeric fields are its C base's
+ * (shmq_ext_base, hot_ext.c), written here as C values */
+enum { X_TOPIC, X_BODY, X_TAGS, X_KEYS, X_PROPS, X_MSGID, X_OFFID, X_BROKER, X_BORN, X_STORE, X_RAW, X_NSLOTS };
 static slotted ext;
 static PyObject *ext_lazy;
 
@@ -48,7 +49,7 @@ static PyObject *ext_new(void) {
 }
 
 /* The bound class's dealloc in place of subtype_dealloc, for a class that adds nothing but its
- * X_NSLOTS slots to object (checked at bind): untrack, clear the slots, keep or free, release
+ * X_NSLOTS slots to ExtBase (checked at bind): untrack, clear the slots, keep or free, release
  * the class. subtype_dealloc also calls it as the base dealloc of a subclass's instance (after
  * clearing the subclass's own part; it then leaves the class's reference to this base, a heap
  * type's). Given a __del__ later, the class goes back to subtype_dealloc. */
@@ -68,13 +69,13 @@ static void ext_dealloc(PyObject *self) {
     Py_TRASHCAN_END
 }
 
-/* the free list and dealloc for the class just bound: only a heap type of exactly object plus
+/* the free list and dealloc for the class just bound: only a heap type of exactly ExtBase plus
  * its X_NSLOTS slots (no __dict__, __weakref__ or finalizer); any other keeps CPython's */
 static void ext_take_dealloc(void) {
     PyTypeObject *t = ext.cls;
-    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_base != &PyBaseObject_Type || t->tp_dictoffset ||
+    if (!(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_base != &shmq_ext_base_type || t->tp_dictoffset ||
         t->tp_weaklistoffset || t->tp_finalize || t->tp_del || t->tp_dealloc == ext_dealloc ||
-        t->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + X_NSLOTS * sizeof(PyObject *)))
+        t->tp_basicsize != (Py_ssize_t)(sizeof(shmq_ext_base) + X_NSLOTS * sizeof(PyObject *)))
         return;
     ext_subtype_dealloc = t->tp_dealloc;
     t->tp_dealloc = ext_dealloc;
@@ -88,6 +89,11 @@ static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
     if (ext.cls && ext.cls->tp_dealloc == ext_dealloc) ext.cls->tp_dealloc = ext_subtype_dealloc;
     if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
     Py_XSETREF(ext_lazy, lazy);
+    if (!PyType_IsSubtype(ext.cls, &shmq_ext_base_type)) {  /* decode writes the C fields */
+        Py_CLEAR(ext.cls);
+        PyErr_SetString(PyExc_TypeError, "bind_ext: the class must derive from ExtBase");
+        return NULL;
+    }
     ext_take_dealloc();
     Py_RETURN_NONE;
 }
@@ -113,19 +119,6 @@ static PyObject *host_bytes(PyObject **last, const uint8_t *p) {
     return b;
 }
 
-/* The born / store timestamp of the record before, kept the same way: both are milliseconds,
- * so a backlog's records share them by the hundred, and a local send stores one clock reading
- * as both. An int is immutable too. */
-typedef struct { PyObject *o; int64_t v; } last_int;
-static last_int last_bornts, last_storets;
-
-static PyObject *ts_int(last_int *last, const last_int *other, int64_t v) {
-    if (last->o && last->v == v) return REF(last->o);
-    PyObject *o = other->o && other->v == v ? REF(other->o) : PyLong_FromLongLong(v);
-    if (o) { Py_XSETREF(last->o, REF(o)); last->v = v; }
-    return o;
-}
-
 /* one checked record -> a MessageExt (NULL with an exception set when out of memory) */
 static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const char *tu, Py_ssize_t tlen,
                         PyObject *broker) {
@@ -144,14 +137,15 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     SET(ext, o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
     SET(ext, o, X_MSGID, REF(ext_lazy));
     SET(ext, o, X_OFFID, REF(Py_None));
-    SET(ext, o, X_QID, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_QUEUEID)));
-    SET(ext, o, X_QOFF, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_QUEUEOFFSET)));
-    SET(ext, o, X_RECONSUME, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_RECONSUME)));
-    SET(ext, o, X_BORNTS, ts_int(&last_bornts, &last_storets, (int64_t)rd64(r + SHMQ_R_BORNTS)));
-    SET(ext, o, X_STORETS, ts_int(&last_storets, &last_bornts, (int64_t)rd64(r + SHMQ_R_STORETS)));
-    SET(ext, o, X_PHYS, PyLong_FromLongLong((int64_t)rd64(r + SHMQ_R_PHYSOFFSET)));
-    SET(ext, o, X_SYSFLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_SYSFLAG)));
-    SET(ext, o, X_FLAG, PyLong_FromLong((int32_t)rd32(r + SHMQ_R_FLAG)));
+    shmq_ext_base *x = (shmq_ext_base *)o;   /* the numeric fields: C values, an int made when read */
+    x->queue_id = (int32_t)rd32(r + SHMQ_R_QUEUEID);
+    x->queue_offset = (int64_t)rd64(r + SHMQ_R_QUEUEOFFSET);
+    x->reconsume_times = (int32_t)rd32(r + SHMQ_R_RECONSUME);
+    x->born_timestamp = (int64_t)rd64(r + SHMQ_R_BORNTS);
+    x->store_timestamp = (int64_t)rd64(r + SHMQ_R_STORETS);
+    x->commit_log_offset = (int64_t)rd64(r + SHMQ_R_PHYSOFFSET);
+    x->sysflag = (int32_t)rd32(r + SHMQ_R_SYSFLAG);
+    x->flag = (int32_t)rd32(r + SHMQ_R_FLAG);
     SET(ext, o, X_BROKER, REF(broker));
     SET(ext, o, X_BORN, host_bytes(&last_born, r + SHMQ_R_BORNHOST));
     SET(ext, o, X_STORE, host_bytes(&last_store, r + SHMQ_R_STOREHOST));
@@ -531,7 +525,8 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot", NULL, -1, met
 PyMODINIT_FUNC PyInit__hot(void) {
     if (PyType_Ready(&shmq_message_type)) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (shmq_send_add(m) || PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type)))
+    if (m && (shmq_send_add(m) || shmq_ext_add(m) ||
+              PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type)))
         Py_CLEAR(m);
     return m;
 }

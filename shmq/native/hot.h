@@ -1,7 +1,7 @@
 /*
  * shmq/native/hot.h -- what the two files of shmq.native._hot share: the binding of a Python
  * __slots__ class whose instances they fill in C (hot.c: MessageExt; hot_send.c: _LocalTopic,
- * which LocalSend reads), and the producer side's entry points that hot.c's
+ * which LocalSend reads), MessageExt's C base (hot_ext.c), and the producer side's entry points that hot.c's
  * module init registers.
  */
 #ifndef SHMQ_HOT_H
@@ -34,6 +34,16 @@ static inline int bind_slots(slotted *s, PyObject *args, Py_ssize_t n, PyObject 
 
 #define SET(s, o, k, v) do { PyObject *v_ = (v); if (!v_) goto fail; *(PyObject **)((char *)(o) + (s).off[k]) = v_; } while (0)
 #define REF(x) (Py_INCREF(x), (x))
+
+/* hot_ext.c: MessageExt's C base (ExtBase), its fixed numeric fields as C values, which hot.c's
+ * record walk writes straight into a new message (the Python subclass's slots follow them) */
+typedef struct {
+    PyObject_HEAD
+    long long queue_id, queue_offset, reconsume_times, born_timestamp, store_timestamp, commit_log_offset, sysflag,
+        flag;
+} shmq_ext_base;
+extern PyTypeObject shmq_ext_base_type;
+int shmq_ext_add(PyObject *module);
 
 /* hot_send.c: adds the producer's functions (bind, bind_message, bind_topic, send, send_message,
  * send_batch, encode_batch), the LocalSend type, and SendResult with bind_result (hot_result.c)

@@ -104,3 +104,42 @@ def test_freeing_keeps_class_references_subclasses_and_finalizers(store_root):
         assert [m.queue_offset for m in reader.read(0, 100)[0]] == list(range(100))
     finally:
         store.close()
+
+
+class _WithDict(MessageExt):
+    """a subclass with a __dict__ (module level: pickled by name)"""
+
+
+def test_numeric_fields_are_c_values_read_and_set_as_ints(store_root):
+    # the eight numeric fields live in MessageExt's C base (shmq/native/hot_ext.c): a decoded
+    # message's read as the one decoder's ints, are set with ints (as the retry path adds to
+    # reconsume_times), refuse a non-integer, and are pickled and copied with a subclass's own
+    # state beside them
+    import pytest
+
+    from shmq.client.message import _EXT_NUMBERS
+    store = _store(store_root, n=8)
+    try:
+        msgs, _ = store.queue_reader("T", 1, "b1").read(0, 8)
+        want = [message_from_view(v, 0, "b1") for v in store.get_messages("T", 1, 0, 8, max_bytes=1 << 30).messages]
+        for m, w in zip(msgs, want):
+            got = [getattr(m, f) for f in _EXT_NUMBERS]
+            assert got == [getattr(w, f) for f in _EXT_NUMBERS] and all(type(v) is int for v in got)
+        m = msgs[1]
+        assert (m.queue_id, m.queue_offset, m.reconsume_times, m.flag) == (1, 1, 1, 1)
+        m.reconsume_times += 1
+        m.commit_log_offset = 1 << 62
+        assert (m.reconsume_times, m.commit_log_offset) == (2, 1 << 62)
+        with pytest.raises(TypeError):
+            m.queue_offset = "3"
+        with pytest.raises(OverflowError):
+            m.queue_offset = 1 << 64
+        assert m.queue_offset == 1
+    finally:
+        store.close()
+
+    d = _WithDict("T", b"x", None, [], {}, "id", "off", 7, 8, 9, 10, 11, 12, 13, 14)
+    d.extra = [1]
+    for twin in (pickle.loads(pickle.dumps(d)), copy.copy(d), copy.deepcopy(d)):
+        assert type(twin) is _WithDict and twin.extra == [1] and twin == d
+        assert [getattr(twin, f) for f in _EXT_NUMBERS] == [7, 8, 9, 10, 11, 12, 13, 14]
