@@ -24,6 +24,7 @@ from shmq.protocol import RemotingCommand, RequestCode
 from shmq.protocol.codes import FLAG_ONEWAY
 from shmq.protocol.command import encode_command, json_text
 from shmq.protocol.headers import SendFrame, send_v2_ext
+from shmq.protocol.send_answer import answer_pieces
 
 from .message import Message, MessageQueue, SendResult, SendStatus
 from .send_future import SendFuture
@@ -172,6 +173,7 @@ class AsyncSend(SendFuture):
 
 
 _answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError)
+_answer.bind_template(answer_pieces())  # this broker's SUCCESS answers are matched, not scanned
 #: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to
 #: AsyncSends matched, turned into SendResults (send_result's rules) and set, in C
 #: (native/remote_answer.c); every other frame takes the Python path below. SHMQ_ANSWER_FAST=0

@@ -11,7 +11,7 @@ import types
 
 import pytest
 
-from shmq.broker.worker.processors.send_fast import send_ext
+from shmq.protocol.send_answer import answer_pieces, send_ext
 from shmq.client.message import MessageQueue, SendStatus
 from shmq.client.remote_send import AsyncSend, answers
 from shmq.errors import BrokerError, HeaderDecodeError, RemotingClosed, RemotingTimeout
@@ -207,7 +207,17 @@ def run_answers(fast, chunks: list[bytes], opaques, lose: bool = False, expire=(
     return asyncio.run(go())
 
 
-def test_c_and_python_give_every_send_the_same_outcome_once():
+@pytest.fixture(params=["template", "scanner"])
+def template(request):
+    """The broker's SUCCESS answers matched against its template (as bound at import), or every
+    answer scanned: both must give what the Python path gives."""
+    if request.param == "scanner":
+        _answer.bind_template(None)
+    yield request.param
+    _answer.bind_template(answer_pieces())
+
+
+def test_c_and_python_give_every_send_the_same_outcome_once(template):
     opaques = list(range(1, 41))
     frames = [answer(o, qid=1, offset=1000 + o) for o in opaques[:30]]
     frames[3] = answer(4, code=14, remark="busy")                       # a refusal: BrokerError
@@ -317,3 +327,69 @@ def test_a_future_a_thread_waits_on_is_completed_in_c_and_wakes_it():
         assert calls == [futs[1].result(0)] and calls[0].msg_id == MID  # no UNIQ_KEY: the msgId
         assert answers(conn, answer(1), 0)[2] is True  # a second answer: nobody waits, Python's
     asyncio.run(go())
+
+
+def _template_frames() -> list[bytes]:
+    """The broker's own answers (some values at their limits) and damaged copies of them."""
+    import random
+    rnd = random.Random(61)
+    good = [answer(o, q, off) for o, q, off in ((1, 1, 1234), (-1, 0, 0), (-0x7FFFFFFF, 3, 10**17), (0, 15, 5),
+                                                 (10**17, 2, -1), (-(10**17), 2, 7))]
+    good += [encode_command(RemotingCommand(code=310, opaque=9).make_response(0, None, send_ext(mid, 1, 2)))
+             for mid in ("", "x y", "a'b", "\x7f", "é", 'q"', "a\\b", "\x01")]
+    frames = [f[4:] for f in good]
+    alphabet = b'0123456789"\\{}[]:,.-+eE \t\x01\x7f\x80ABCDEFabcdefnlrsu'
+    seed = answer(5, 1, 77)[4:]
+    for _ in range(3000):
+        h = bytearray(seed[4:])
+        for _ in range(rnd.randint(1, 2)):
+            at = rnd.randrange(len(h))
+            h[at:at + rnd.randint(0, 1)] = bytes([rnd.choice(alphabet)]) * rnd.randint(0, 2)
+        frames.append(raw(bytes(h)))
+    frames += [seed[:n] for n in range(len(seed))] + [raw(seed[4:], b"BODY"), raw(seed[4:], stype=1)]
+    return frames
+
+
+def test_the_template_reads_an_answer_as_the_scanner_and_decode_command_do():
+    """What match() reads of a frame (the broker's answer, matched against answer_pieces) is what
+    the scanner and decode_command read of it: a SUCCESS response with those three fields and
+    that opaque; whatever does not match exactly is scanned as before."""
+    matched = 0
+    for frame in _template_frames():
+        m = _answer.match(frame)
+        if m is None:
+            continue
+        matched += 1
+        py = py_fields(frame)
+        assert py != "error" and _answer.decode(frame) == py, frame
+        code, opaque, flag, _, _, _, ext, body = py
+        assert (code, flag & 1, body, opaque) == (0, 1, b"", m[0])
+        assert (ext["msgId"], ext["queueId"], ext["queueOffset"]) == m[1:]
+        assert ext == send_ext(*m[1:2], 0, 0) | {"queueId": m[2], "queueOffset": m[3]}
+    assert matched > 50
+
+
+def test_pieces_the_scanner_does_not_read_as_a_success_answer_are_refused():
+    p = answer_pieces()
+    bad = [
+        (p[0].replace(b'"code":0', b'"code":1'),) + p[1:],                     # not SUCCESS
+        (p[0].replace(b'"code":0', b'"code":0,"queueId":"3"'),) + p[1:],       # (a top-level key: harmless)
+        (p[0], p[1] + b'3","queueId":"', p[2], p[3], p[4]),                    # queueId twice: the slot loses
+        (p[0][:-1], p[1], p[2], p[3], p[4]),                                  # msgId no longer a string
+        (p[0], p[1], p[2], p[3], b',"opaque":1' + p[4]),                       # the slot's opaque overwritten
+        (p[0], p[1], p[2], b'","transactionId":"T' + p[3], p[4]),               # a field send_result reads
+        (p[0], p[1], p[2], p[3], p[4][:-1] + b',"flag":0}'),                   # not a response
+        p[:4],
+    ]
+    refused = 0
+    for pieces in bad:
+        try:
+            _answer.bind_template(pieces)
+        except (ValueError, TypeError):
+            refused += 1
+        finally:
+            _answer.bind_template(p)
+    assert refused == len(bad) - 1  # all but the harmless extra top-level key
+    with pytest.raises(ValueError):
+        _answer.bind_template(bad[0])
+    assert _answer.match(answer(3)[4:]) == (3, MID, "1", "1234")  # the binding before is kept

@@ -38,7 +38,7 @@ from shmq.message.msgid import host_prefix
 from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, RemotingSends, ffi
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
-from shmq.protocol.command import encode_header
+from shmq.protocol.send_answer import answer_pieces, send_ext  # noqa: F401 - send_ext: send.py, admin_clients.py
 from shmq.protocol.headers import SEND_V2_LETTERS
 
 from ..context import WorkerContext, born_host
@@ -47,32 +47,6 @@ from ..context import WorkerContext, born_host
 _FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
            "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch")
 _LETTER = {name: letter for letter, name in SEND_V2_LETTERS.items()}
-
-# stand-ins cut out of an encoded answer (remoting_send.c's A_* order)
-_MSGID, _QID, _QOFF, _OPAQUE = "@shmq-msgId@", "@shmq-queueId@", "@shmq-queueOffset@", 987654321987654
-
-
-def send_ext(msg_id: str, qid: int, queue_offset: int) -> dict[str, str]:
-    """The extFields of a send's SUCCESS answer (SendMessageResponseHeader), for both paths."""
-    return {"msgId": msg_id, "queueId": str(qid), "queueOffset": str(queue_offset),
-            "MSG_REGION": "DefaultRegion", "TRACE_ON": "true"}
-
-
-def answer_pieces() -> tuple[bytes, ...]:
-    """The JSON header of a send's SUCCESS answer as shmq.protocol.command encodes it, cut at the
-    msgId, queue id, queue offset and opaque: the C path writes those between the pieces."""
-    resp = RemotingCommand(code=RequestCode.SEND_MESSAGE_V2).make_response(
-        ResponseCode.SUCCESS, None, send_ext(_MSGID, 0, 0))
-    resp.ext_fields["queueId"], resp.ext_fields["queueOffset"], resp.opaque = _QID, _QOFF, _OPAQUE
-    text = encode_header(resp)
-    pieces, pos = [], 0
-    for mark in (_MSGID.encode(), _QID.encode(), _QOFF.encode(), str(_OPAQUE).encode()):
-        at = text.index(mark, pos)  # in this order, or the C path's order is wrong: fail loudly
-        pieces.append(text[pos:at])
-        pos = at + len(mark)
-    pieces.append(text[pos:])
-    return tuple(pieces)
-
 
 def born_ints(conn) -> tuple[int, int]:
     """The connection's peer as the record's bornHost fields (IPv4 as an int, port), cached."""
