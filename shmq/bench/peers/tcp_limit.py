@@ -34,6 +34,10 @@ BODY_LEN = struct.Struct("<I")     # before each body
 MIN_FRAME = 200                    # one 100 B message: a 200-byte frame each way
 PULL = b"p" * MIN_FRAME            # a pull request (its bytes are not read)
 PRODUCER, CONSUMER = b"P", b"C"
+#: bytes one recv may return: below glibc's mmap threshold, so that the bytes object of each
+#: read is not mapped and unmapped (three system calls per read, as RESULTS "Session 5,
+#: syncflush" found for a recv of 256 KiB); a longer answer arrives over several reads
+RECV = 65536
 
 
 def encode(bodies: list[bytes]) -> bytes:
@@ -96,7 +100,7 @@ class TcpLimitPeer(Peer):
     def open_sender(cls, ch, sc, idx):
         s = _connect(ch["port"], PRODUCER)
         recv_into, sendall = s.recv_into, s.sendall
-        buf = memoryview(bytearray(1 << 20))
+        buf = memoryview(bytearray(RECV))
 
         def round_trip(frame: bytes) -> None:  # the sync answer: the echo of the whole frame
             sendall(frame)
@@ -119,7 +123,7 @@ class TcpLimitPeer(Peer):
         def recv(timeout: float) -> list[bytes]:
             if not select.select([s], [], [], timeout)[0]:
                 return []
-            data = s.recv(1 << 20)
+            data = s.recv(RECV)
             if not data:
                 raise ConnectionError("tcp-limit server closed the connection")
             s.sendall(PULL)  # the next pull goes as soon as an answer is read, as a push consumer's does
@@ -166,7 +170,7 @@ def serve() -> None:
                 conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
                 roles[conn] = None
                 continue
-            data = c.recv(1 << 20)
+            data = c.recv(RECV)
             if not data:
                 roles.pop(c, None)
                 partial.pop(c, None)
