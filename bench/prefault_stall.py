@@ -11,7 +11,10 @@ when it woke. Printed per round: wall and thread CPU per page of the call, GB/s,
 ticker's longest gap inside the call (a thread that needs the GIL waits that long: with the GIL
 held by the call, the gap is the whole call). The files are kept until the end (each round's
 pages are new memory, as a CommitLog's are), then removed with the temporary directory. Run it
-with ``PYTHONPATH=<another tree>`` to measure that tree's prefault.
+with ``PYTHONPATH=<another tree>`` to measure that tree's prefault. (Session 6 measured a C pre-touch
+with the GIL released beside the Python one with it; the first stopped other threads ~1 ms instead
+of the whole call, but the local batch row was slower with it in 4 of 4 alternated pairs, so main
+keeps the Python call: RESULTS, "Session 6, pagefloor".)
 """
 from __future__ import annotations
 

@@ -111,7 +111,6 @@ void shmq_set_replicated(shmq_ctl *ctl, int64_t pos, int32_t slaves);
 int shmq_wait_replicated(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
 void shmq_fence(shmq_ctl *ctl);
 int shmq_msync(uint8_t *addr, uint64_t len);
-int shmq_prefault(uint8_t *addr, uint64_t len);
 int64_t shmq_load_i64(const int64_t *p);
 /* a worker's confirm bridge (broker/worker/confirm.py): modes 1 flushed, 2 replicated, 3 both */
 typedef struct shmq_bridge shmq_bridge;

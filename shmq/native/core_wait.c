@@ -276,32 +276,6 @@ int shmq_msync(uint8_t *addr, uint64_t len) {
     return msync((void *)start, n, MS_SYNC) == 0 ? 0 : errno;
 }
 
-#ifndef MADV_POPULATE_READ
-#define MADV_POPULATE_READ 22   /* Linux UAPI value (5.14); older headers lack the name */
-#endif
-/* The owner's pre-touch of a CommitLog file ahead of the appends (CommitLog.prefault): brings
- * [addr, addr + len) into the page cache so that no append pays for making a page. Read faults
- * only: they dirty nothing, so a preallocated file is not written twice (zeros, then records).
- * MADV_POPULATE_READ does it in one call; a kernel that does not know the advice (EINVAL) gets
- * a read of every page. Called through cffi, so without the GIL: Python's mmap.madvise holds it
- * for the whole call, which is 0.04-0.4 s for a 256 MiB file here (0.6-6 us a page, whichever
- * memory the host must back first) and stopped every other thread of the owner meanwhile
- * (the group commit's steps in Python, the index dispatch). 0, or the errno. */
-int shmq_prefault(uint8_t *addr, uint64_t len) {
-    long page = sysconf(_SC_PAGESIZE);
-    uintptr_t start = (uintptr_t)addr & ~(uintptr_t)(page - 1);
-    uint64_t n = len + ((uintptr_t)addr - start);
-    if (n == 0) return 0;
-    for (;;) {
-        if (madvise((void *)start, n, MADV_POPULATE_READ) == 0) return 0;
-        if (errno != EINTR && errno != EAGAIN) break;
-    }
-    if (errno != EINVAL) return errno;
-    (void)madvise((void *)start, n, MADV_WILLNEED);
-    for (uint64_t off = 0; off < n; off += (uint64_t)page) (void)*(volatile const uint8_t *)(start + off);
-    return 0;
-}
-
 /* ============================================================ confirm bridge == */
 /* A worker's SYNC_FLUSH / SYNC_MASTER answers (broker/worker/confirm.py). An event loop cannot
  * sleep on a futex, and a Python thread that does must take the GIL from the loop at every
