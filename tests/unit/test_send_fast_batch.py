@@ -210,3 +210,74 @@ def test_unflushed_c_path_batches_are_answered_flush_disk_timeout_with_their_ids
         assert [r.ext_fields["queueOffset"] for r in got] == ["0", "16", "48"]
     finally:
         s.close()
+
+
+def _header_mutants(n, seed):
+    """Learnt batch frames with 1-3 bytes of their JSON header changed, dropped or added (lengths
+    kept consistent, so each reaches the header reader)."""
+    rnd = random.Random(seed)
+    base = [_batch(200 + q, entries=_entries(3, seed=q), qid=q, props=WAIT if q % 2 else "") for q in range(4)]
+    base.append(_batch(210, entries=_entries(2, seed=9), qid=1, oneway=True))
+    alphabet = b'0123456789"\\{}[]:,.-+eEu \t\x01\x7f\x80abcdefmnT/'
+    out = []
+    for _ in range(n):
+        f = rnd.choice(base)
+        hl = int.from_bytes(f[4:8], "big") & 0xFFFFFF
+        header, body = bytearray(f[8:8 + hl]), f[8 + hl:]
+        for _ in range(rnd.randint(1, 3)):
+            at, op = rnd.randrange(len(header)), rnd.random()
+            if op < 0.5:
+                header[at] = rnd.choice(alphabet)
+            elif op < 0.75 and len(header) > 1:
+                del header[at]
+            else:
+                header.insert(at, rnd.choice(alphabet))
+        out.append((4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body)
+    return out
+
+
+def _serve_each(root, fast: bool, frames):
+    """Each frame on a connection of its own (a bad one closes its connection), one store; the
+    queues and both texts learnt first."""
+    async def main():
+        w = _Worker(root)
+        handlers, fp = dispatch.build(w)
+        seen, taken = [], [0]
+
+        def counting(conn, data, pos):
+            before = w.stats["put"]
+            r = fp(conn, data, pos)
+            taken[0] += w.stats["put"] - before
+            return r
+
+        learn = [_batch(1, entries=_entries(1, seed=1), qid=q, props=p) for q in range(4) for p in ("", WAIT)]
+        for f in learn + frames:
+            t = _Transport()
+            conn = Connection(handlers, Limits())
+            conn.fast = counting if fast else None
+            conn.connection_made(t)
+            conn.data_received(f)
+            await asyncio.sleep(0)
+            conn._flush()
+            seen.append((bytes(t.out), t.closing))
+        for _ in range(20):
+            await asyncio.sleep(0.001)
+        out = seen, dict(w.stats), taken[0]
+        w.store.close()
+        return out
+
+    return asyncio.run(main())
+
+
+def test_mutated_batch_headers_get_the_python_paths_answer(tmp_path):
+    """A damaged batch header: what the C path takes it reads as Python does, what it cannot read
+    it hands back; the answers, closes and stores are the same either way."""
+    frames = _header_mutants(200, seed=32)
+    py = _serve_each(tmp_path / "py", False, frames)
+    c = _serve_each(tmp_path / "c", True, frames)
+    for i, (a, b) in enumerate(zip(py[0], c[0])):
+        assert a == b, (i, frames[i - 8] if i >= 8 else None)
+    assert py[1] == c[1] and py[2] == 0
+    assert _records(tmp_path / "c") == _records(tmp_path / "py")
+    assert sum(closing for _, closing in py[0]) > 20
+    assert c[2] > 40  # many damaged ones are still batches the C path takes
