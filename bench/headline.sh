@@ -3,8 +3,9 @@
 #
 #     bench/headline.sh [--apache]        # about 10 minutes; 20 with --apache
 #
-# Local send() and send_batch(64), the local e2e with the futex wait and busy-polling, the
-# TCP paths over one connection (bench/tcp_paths.py, 2 rounds) and, with --apache, the
+# Local send() and send_batch(64) (beside it the page-floor row: its records into new page-cache
+# pages, the limit the 5 M/s target meets here), the local e2e with the futex wait and
+# busy-polling, the TCP paths over one connection (bench/tcp_paths.py, 2 rounds) and, with --apache, the
 # pair against Apache RocketMQ (bench/vs_rocketmq.py, one round, both flush modes). Run it
 # from a tree whose .venv is built (scripts/test or scripts/run made it), on a quiet machine:
 # every figure it prints is a ratio within this run, not a number to compare across days.
@@ -14,7 +15,7 @@ PY=.venv/bin/python
 B=.venv/bin/shmq-bench
 run() { echo; echo "## $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg): $*"; "$@"; }
 run $B produce --transport local --peers py-floor,mpqueue,faster-fifo,zmq
-run $B produce --transport local --batch 64 --peers py-floor,mpqueue,faster-fifo,zmq
+run $B produce --transport local --batch 64 --peers py-floor,page-floor,mpqueue,faster-fifo,zmq
 run $B e2e --transport local --peers futex-limit,spin-limit,mpqueue,faster-fifo,zmq
 run $B e2e --transport local --peers futex-limit,spin-limit,faster-fifo --spin-us 2000000
 run $PY bench/tcp_paths.py --duration 3 --rounds 2
