@@ -12,8 +12,8 @@
  * (oneway.plain), the route from the LaneState's cache (kept only while the client's route for
  * the topic is the same object), the round robin drawn from the producer's own counter, the
  * master address, the lane's put_async, the drain scheduled. Whatever it does not take exactly
- * -- a message that is not plain or not certainly so (an attribute unset, a check that would run
- * user code that fails, tags Python's isprintable refuses), a route not in the cache, no master
+ * -- a message that is not plain or not certainly so (an attribute unset, a field of a type whose
+ * test would run Python code, tags Python's isprintable refuses), a route not in the cache, no master
  * address, a put that wrote nothing (FULL / EMONTH / UNSUPPORTED), any error before the frame is
  * in the lane -- answers None with nothing written, and the caller takes the Python method
  * (``Producer._send_async``), which decides it from the start. A plan exists only for a
@@ -52,35 +52,21 @@ static PyObject *plain_tags(PyObject *t) {
     return t;
 }
 
-/* a Python truth test that hands an error back as "not certain" (-1, cleared): the Python path
- * runs the same test and raises there */
-static int truth(PyObject *o) {
-    int t = PyObject_IsTrue(o);
-    if (t < 0) PyErr_Clear();
-    return t;
+/* an exact int, str, list or tuple (None: 0): its truth without running any Python code; -1 for
+ * any other type (the caller's Python decides) */
+static int plain_truth(PyObject *o) {
+    if (o == Py_None) return 0;
+    if (PyLong_CheckExact(o) || PyFloat_CheckExact(o)) return PyObject_IsTrue(o);
+    if (PyUnicode_CheckExact(o)) return PyUnicode_GET_LENGTH(o) != 0;
+    if (PyList_CheckExact(o)) return PyList_GET_SIZE(o) != 0;
+    if (PyTuple_CheckExact(o)) return PyTuple_GET_SIZE(o) != 0;
+    return -1;
 }
 
-/* plan(msg, callback, timeout) -> the AsyncSend, the future of an error after the put, or None */
-static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObject *kw) {
-    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
-        PyErr_SetString(PyExc_TypeError, "AsyncPlain(msg, callback, timeout)");
-        return NULL;
-    }
-    PyObject *msg = a[0], *cb = a[1], *to = a[2];
-    if ((PyObject *)Py_TYPE(msg) != self->msg_cls) Py_RETURN_NONE;
-    shmq_message *m = (shmq_message *)msg;
-    /* oneway.plain, in its order (an unset attribute: the Python path raises its AttributeError) */
-    PyObject *topic = m->topic, *body = m->body, *keys = m->keys, *dl = m->delay_level, *flag = m->flag;
-    if (!topic || !body || !m->tags || !keys || !dl || !flag || !PyUnicode_CheckExact(topic)) Py_RETURN_NONE;
-    int in = PySet_Contains(self->sendable, topic);
-    if (in != 1) goto python;
-    if (keys != Py_None && truth(keys)) Py_RETURN_NONE;
-    if (dl != Py_None && truth(dl)) Py_RETURN_NONE;
-    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) <= 0 || PyBytes_GET_SIZE(body) > self->limit ||
-        !shmq_no_properties(m))
-        Py_RETURN_NONE;
-    PyObject *tags = plain_tags(m->tags);
-    if (!tags) Py_RETURN_NONE;
+/* the route, address, template and put of a plain message (its fields held by the caller): the
+ * AsyncSend, or None with nothing written; NULL only with an exception */
+static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *body, PyObject *tags, PyObject *flag,
+                          PyObject *cb, PyObject *timeout) {
     PyObject *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
     if (!hook) goto python;
     Py_DECREF(hook);
@@ -106,17 +92,15 @@ static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObje
     if (!ba || !PyDict_CheckExact(ba) || !(addr = PyDict_GetItemWithError(ba, zero))) goto python;
     Py_INCREF(addr);
     Py_INCREF(mq);
-    PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, 1), str_template);
+    PyObject *target = Py_NewRef(PyTuple_GET_ITEM(t, 1));
+    PyObject *tpl = PyObject_GetAttr(target, str_template);
     PyObject *pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
     Py_XDECREF(tpl);
+    Py_DECREF(target);
     PyObject *w = NULL;
     if (pieces) {
-        int tt = to == Py_None ? 0 : truth(to);  /* `timeout or s.timeout` */
-        if (tt >= 0) {
-            PyObject *vals[11] = {addr, pieces, flag, tags, body, msg, self->producer, cb, mq,
-                                  tt ? to : self->timeout, self->left};
-            w = lane_async(self->lane, vals);
-        }
+        PyObject *vals[11] = {addr, pieces, flag, tags, body, msg, self->producer, cb, mq, timeout, self->left};
+        w = lane_async(self->lane, vals);
         Py_DECREF(pieces);
     }
     Py_DECREF(addr);
@@ -156,6 +140,40 @@ static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObje
 python:
     PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
     Py_RETURN_NONE;
+}
+
+/* plan(msg, callback, timeout) -> the AsyncSend, the future of an error after the put, or None.
+ * The plain rule is decided with no Python code run (exact types only; any other is the Python
+ * path's), and the message's fields are held while the put runs (an allocation may collect, and
+ * a finalizer could set an attribute of the message). */
+static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObject *kw) {
+    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
+        PyErr_SetString(PyExc_TypeError, "AsyncPlain(msg, callback, timeout)");
+        return NULL;
+    }
+    PyObject *msg = a[0], *cb = a[1], *to = a[2];
+    if ((PyObject *)Py_TYPE(msg) != self->msg_cls) Py_RETURN_NONE;
+    shmq_message *m = (shmq_message *)msg;
+    /* oneway.plain, in its order (an unset attribute: the Python path raises its AttributeError) */
+    PyObject *topic = m->topic, *body = m->body, *tags = m->tags, *flag = m->flag;
+    if (!topic || !body || !tags || !m->keys || !m->delay_level || !flag || !PyUnicode_CheckExact(topic) ||
+        !PyLong_CheckExact(flag))
+        Py_RETURN_NONE;
+    int in = PySet_Contains(self->sendable, topic);
+    if (in != 1) {
+        PyErr_Clear();
+        Py_RETURN_NONE;
+    }
+    if (plain_truth(m->keys) || plain_truth(m->delay_level)) Py_RETURN_NONE;  /* (-1: Python's) */
+    if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) <= 0 || PyBytes_GET_SIZE(body) > self->limit ||
+        !shmq_no_properties(m) || !(tags = plain_tags(tags)))
+        Py_RETURN_NONE;
+    int tt = plain_truth(to);  /* `timeout or s.timeout` */
+    if (tt < 0) Py_RETURN_NONE;
+    PyObject *held[5] = {Py_NewRef(topic), Py_NewRef(body), Py_NewRef(tags), Py_NewRef(flag), Py_NewRef(to)};
+    PyObject *w = plan_put(self, msg, topic, body, tags, flag, cb, tt ? to : self->timeout);
+    for (int i = 0; i < 5; i++) Py_DECREF(held[i]);
+    return w;
 }
 
 static int plan_init(plan *self, PyObject *args, PyObject *kw) {

@@ -117,6 +117,19 @@ def test_what_the_c_send_does_not_take_is_sent_by_the_python_method_with_nothing
         _not_taken(p, m)
         f = p.send_async(m)  # the Python method: the general path (not the lane), or the lane for MyMessage's
         assert isinstance(f, SendFuture)
+    class Keys(list):  # a type whose truth is Python code: the Python path tests it
+        def __len__(self):
+            return 0
+
+    class Timeout(float):
+        pass
+
+    for m, timeout in ((Message("T", b"x", keys=Keys(["k"])), None), (Message("T", b"x", flag=True), None),
+                       (Message("T", b"x"), Timeout(2.0))):
+        before = p.instance.oneway_lane.queued
+        assert p._hot_async(m, None, timeout) is None and p.instance.oneway_lane.queued == before
+        f = p.send_async(m, None, timeout)
+        assert f.__class__ is AsyncSend and f.timeout == (timeout or p.send_timeout)  # the lane, from Python
     m = Message("T", b"x")
     del m.flag  # an unset attribute: the Python path raises it (into the future)
     _not_taken(p, m)
