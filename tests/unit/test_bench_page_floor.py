@@ -13,20 +13,10 @@ from shmq.bench import engine, services
 from shmq.bench.peers import PEERS, resolve
 from shmq.bench.peers.limits import _PageWriter, record_size
 from shmq.bench.scenarios import make
-from shmq.bench.services import Env
+
+from .bench_env import env  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    e = Env(workers=2)
-    yield e
-    e.close()
-    assert not os.path.exists(e.root)
 
 
 def test_the_row_writes_records_the_size_the_local_send_stores(env):

@@ -13,27 +13,10 @@ pytest.importorskip("hdrh")
 from shmq.bench import engine
 from shmq.bench.peers import PEERS, SHMQ
 from shmq.bench.scenarios import make
-from shmq.bench.services import Env
+
+from .bench_env import check_intact, env  # noqa: F401  (a fixture, used by name)
 
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    e = Env(workers=2)
-    yield e
-    e.close()
-    assert not os.path.exists(e.root)
-
-
-def check_intact(r, n):
-    assert r.status == "ok", r.note
-    assert r.sent == n and r.messages == n
-    assert r.corrupt == 0 and r.duplicates == 0 and r.undelivered == 0
-    assert r.latency_us is not None and r.latency_us["count"] == n
 
 
 @pytest.mark.parametrize("name", ["mpqueue", "faster-fifo", "zmq", "redis"])

@@ -4,7 +4,6 @@ for length, padding and duplicates), the async window never has more than its bo
 unanswered and a failed send fails the run, and the limit's frames survive being cut anywhere."""
 from __future__ import annotations
 
-import os
 
 import pytest
 
@@ -15,28 +14,11 @@ from shmq.bench.peers import PEERS, SHMQ
 from shmq.bench.peers.shmq_client import _AsyncWindow
 from shmq.bench.peers.tcp_limit import MIN_FRAME, decode, encode
 from shmq.bench.scenarios import make
-from shmq.bench.services import Env
 from shmq.cli.bench import build_parser
 
+from .bench_env import check_intact, env  # noqa: F401  (a fixture, used by name)
+
 pytestmark = pytest.mark.timeout(180)
-
-
-@pytest.fixture
-def env(tmp_path, monkeypatch):
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
-    import tempfile
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
-    e = Env(workers=2)
-    yield e
-    e.close()
-    assert not os.path.exists(e.root)
-
-
-def check_intact(r, n):
-    assert r.status == "ok", r.note
-    assert r.sent == n and r.messages == n
-    assert r.corrupt == 0 and r.duplicates == 0 and r.undelivered == 0
-    assert r.latency_us is not None and r.latency_us["count"] == n
 
 
 @pytest.mark.parametrize("mode, batch", [("async", 1), ("async", 16), ("oneway", 1)])

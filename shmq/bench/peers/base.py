@@ -64,6 +64,24 @@ class Peer:
         raise NotImplementedError
 
 
+class ServerPeer(Peer):
+    """A peer whose rows go through one server process it starts in ``setup`` (redis-server, the
+    tcp-limit echo): it records the pid and the Env that spawned it, reports the pid as the
+    row's service (its CPU is the "broker" column) and stops it by pid at teardown."""
+
+    def __init__(self):
+        self._pid: int | None = None
+        self._env = None
+
+    def service_pids(self) -> list[int]:
+        return [self._pid] if self._pid else []
+
+    def teardown(self) -> None:
+        if self._pid is not None and self._env is not None:
+            self._env.stop_process(self._pid)
+            self._pid = None
+
+
 class FuncSender:
     """A sender from plain callables."""
 

@@ -10,20 +10,16 @@ from __future__ import annotations
 import shutil
 import time
 
-from .base import FuncReceiver, FuncSender, Peer
+from .base import FuncReceiver, FuncSender, ServerPeer
 
 STREAM = "bench"
 GROUP = "bench"
 
 
-class RedisPeer(Peer):
+class RedisPeer(ServerPeer):
     name = "redis"
     description = "Redis Streams (XADD / XREADGROUP via redis-py), redis-server on loopback TCP"
     durable = True
-
-    def __init__(self):
-        self._pid: int | None = None
-        self._env = None
 
     def skip_reason(self, sc, env):
         if shutil.which("redis-server") is None:
@@ -65,14 +61,6 @@ class RedisPeer(Peer):
             r.close()
             return {"port": port}
         raise last or RuntimeError("redis-server did not start")
-
-    def service_pids(self):
-        return [self._pid] if self._pid else []
-
-    def teardown(self):
-        if self._pid is not None and self._env is not None:
-            self._env.stop_process(self._pid)
-            self._pid = None
 
     @classmethod
     def open_sender(cls, ch, sc, idx):

@@ -21,13 +21,12 @@ a 200-byte frame, about a SEND_MESSAGE_V2 request and its answer):
 """
 from __future__ import annotations
 
-import os
 import select
 import socket
 import struct
 import sys
 
-from .base import FuncReceiver, FuncSender, Peer
+from .base import FuncReceiver, FuncSender, ServerPeer
 
 FRAME_HEAD = struct.Struct("<II")  # frame length, message count (offsets 0, 4)
 BODY_LEN = struct.Struct("<I")     # before each body
@@ -65,14 +64,10 @@ def decode(buf: bytearray) -> list[bytes]:
     return out
 
 
-class TcpLimitPeer(Peer):
+class TcpLimitPeer(ServerPeer):
     name = "tcp-limit"
     description = ("limit: one sync TCP round trip per send to a blocking Python echo server, which hands "
                    "every echoed frame to a raw puller's held pull (no broker work)")
-
-    def __init__(self):
-        self._pid: int | None = None
-        self._env = None
 
     def skip_reason(self, sc, env):
         if sc.kind not in ("e2e", "produce"):
@@ -87,14 +82,6 @@ class TcpLimitPeer(Peer):
                          "tcp-limit.log", timeout=30)
         self._pid = p.pid
         return {"port": int(m.group(1))}
-
-    def service_pids(self):
-        return [self._pid] if self._pid else []
-
-    def teardown(self):
-        if self._pid is not None and self._env is not None:
-            self._env.stop_process(self._pid)
-            self._pid = None
 
     @classmethod
     def open_sender(cls, ch, sc, idx):
