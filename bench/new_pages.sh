@@ -2,7 +2,7 @@
 # bench/new_pages.c's methods (METHODS) alternated, ROUNDS rounds of 256 MiB, on files kept until the
 # end (each trial's pages are memory no earlier trial freed, as a broker writing new CommitLog files
 # meets); UNLINK=1: each file removed after its trial (the next one gets the memory just freed).
-#     gcc -O2 -o <tree>/new_pages bench/new_pages.c && flock /work/wt/bench.lock bench/new_pages.sh <tree>/new_pages DIR
+#     gcc -O2 -o <tree>/new_pages bench/new_pages.c && flock <bench lock> bench/new_pages.sh <tree>/new_pages DIR
 NP=$1; D=$2/new-pages-$$; mkdir -p "$D"
 [ -n "$UNLINK" ] || export KEEP=1
 echo "start $(date -u +%T) load $(cut -d' ' -f1 /proc/loadavg)"

@@ -119,7 +119,8 @@ class CurveReport:
     elapsed: float = 0.0
     load_before: tuple | None = field(default_factory=lambda: _loadavg())
     load_after: tuple | None = None
-    command: list[str] = field(default_factory=lambda: list(sys.argv))
+    # the command as a user types it: the program by name, not the path it ran from here
+    command: list[str] = field(default_factory=lambda: ["shmq-bench", *sys.argv[1:]])
 
     def to_dict(self) -> dict:
         s = self.spec
