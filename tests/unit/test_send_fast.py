@@ -246,12 +246,9 @@ def test_a_changed_topic_table_sends_the_frame_back_to_python(tmp_path):
     assert puts == 2 and b"queueId[3] is illegal" in answer
 
 
-def _mutants(n, seed):
-    """Valid send frames with 1-3 bytes of their JSON header changed, dropped or added (lengths
-    kept consistent, so each reaches the header reader)."""
-    rnd = random.Random(seed)
-    base = [_send(100, qid=q) for q in range(4)] + [_java_json(101, qid=1), _send(102, props={}),
-                                                    _send(103, props={"WAIT": "true", "CLUSTER": "c"}, oneway=True)]
+def mutate_headers(base, n, rnd):
+    """``n`` frames drawn from ``base`` with 1-3 bytes of their JSON header changed, dropped or
+    added, the two length words kept consistent so each reaches the header reader."""
     alphabet = b'0123456789"\\{}[]:,.-+eEu \t\x01\x7f\x80abcdefmnT/'
     out = []
     for _ in range(n):
@@ -268,6 +265,15 @@ def _mutants(n, seed):
                 header.insert(at, rnd.choice(alphabet))
         out.append((4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body)
     return out
+
+
+def _mutants(n, seed):
+    """Valid send frames with 1-3 bytes of their JSON header changed, dropped or added (lengths
+    kept consistent, so each reaches the header reader)."""
+    rnd = random.Random(seed)
+    base = [_send(100, qid=q) for q in range(4)] + [_java_json(101, qid=1), _send(102, props={}),
+                                                    _send(103, props={"WAIT": "true", "CLUSTER": "c"}, oneway=True)]
+    return mutate_headers(base, n, rnd)
 
 
 def _serve_each(root, fast: bool, frames):

@@ -20,7 +20,7 @@ from shmq.protocol.command import encode_command, request
 from shmq.protocol.headers import send_v2_ext
 from shmq.protocol.transport import Connection, Limits
 
-from .test_send_fast import _records, _send, _Transport, _Worker
+from .test_send_fast import _records, _send, _Transport, _Worker, mutate_headers
 
 
 def _entries(n, tag="a", seed=0, size=100):
@@ -218,22 +218,7 @@ def _header_mutants(n, seed):
     rnd = random.Random(seed)
     base = [_batch(200 + q, entries=_entries(3, seed=q), qid=q, props=WAIT if q % 2 else "") for q in range(4)]
     base.append(_batch(210, entries=_entries(2, seed=9), qid=1, oneway=True))
-    alphabet = b'0123456789"\\{}[]:,.-+eEu \t\x01\x7f\x80abcdefmnT/'
-    out = []
-    for _ in range(n):
-        f = rnd.choice(base)
-        hl = int.from_bytes(f[4:8], "big") & 0xFFFFFF
-        header, body = bytearray(f[8:8 + hl]), f[8 + hl:]
-        for _ in range(rnd.randint(1, 3)):
-            at, op = rnd.randrange(len(header)), rnd.random()
-            if op < 0.5:
-                header[at] = rnd.choice(alphabet)
-            elif op < 0.75 and len(header) > 1:
-                del header[at]
-            else:
-                header.insert(at, rnd.choice(alphabet))
-        out.append((4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big") + header + body)
-    return out
+    return mutate_headers(base, n, rnd)
 
 
 def _serve_each(root, fast: bool, frames):
