@@ -221,7 +221,7 @@ static inline uint8_t *put_uniq_head(uint8_t *p) {
  *   bodyLen i32 | body | propsLen i16 | props
  * Each entry becomes its own record with consecutive queue offsets on one queue; the
  * batch-level properties (extra) are appended to each entry's properties. */
-#define BATCH_ENTRY_FIXED 22
+#define BATCH_ENTRY_FIXED SHMQ_BATCH_ENTRY_FIXED /* layout.h */
 
 /* Where a batch's entries come from: a MessageBatch body (b: entries as batch_scan reads them,
  * each entry's properties then extra, with a \2 between when they lack one), or (b NULL) n plain

@@ -72,6 +72,9 @@
 #define SHMQ_CQ_PHYS 0
 #define SHMQ_CQ_SIZE 8
 #define SHMQ_CQ_TAG 12
+/* a MessageBatch entry's fixed bytes (message/batch.py ENTRY_FIXED): totalSize, magic, bodyCRC,
+ * flag, bodyLen (i32 each), then propsLen (i16) after the body */
+#define SHMQ_BATCH_ENTRY_FIXED 22
 /* SYSFLAG bit: the body is zlib-compressed (MessageSysFlag.COMPRESSED_FLAG) */
 #define SHMQ_FLAG_COMPRESSED 0x1
 #define SHMQ_TOPIC_MAX 127

@@ -34,9 +34,9 @@ static const bprops *find_props(const Sends *s, const uint8_t *t, uint32_t n) {
     return NULL;
 }
 
-/* buffers for a batch body of n bytes: at most n / BATCH_ENTRY_FIXED (22) entries */
+/* buffers for a batch body of n bytes: at most n / SHMQ_BATCH_ENTRY_FIXED entries */
 static int reserve(Sends *s, uint32_t n, size_t id_len) {
-    uint32_t most = n / 22 + 1;
+    uint32_t most = n / SHMQ_BATCH_ENTRY_FIXED + 1;
     if (s->phys_cap < most) {
         int64_t *p = PyMem_Realloc(s->phys, (size_t)most * sizeof *p);
         if (!p) return -1;
@@ -55,15 +55,10 @@ static int reserve(Sends *s, uint32_t n, size_t id_len) {
 
 /* the offset ids of count records at phys, joined by ',': their length */
 static size_t join_ids(const Sends *s, uint32_t count) {
-    static const char hex[] = "0123456789ABCDEF";
     char *d = s->ids;
     for (uint32_t k = 0; k < count; k++) {
         if (k) *d++ = ',';
-        memcpy(d, s->prefix, s->prefix_len);
-        d += s->prefix_len;
-        uint64_t x = (uint64_t)s->phys[k];
-        for (int i = 15; i >= 0; i--, x >>= 4) d[i] = hex[x & 15];
-        d += 16;
+        d += rs_offset_id(s, d, s->phys[k]);
     }
     return (size_t)(d - s->ids);
 }
@@ -78,7 +73,7 @@ int rb_frame(Sends *s, const header *h, const int64_t *v, const qentry *e, const
     size_t fixed = 0, id_len = s->prefix_len + 16;
     for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
     /* the answer's largest size: every id, the numbers' widest, the opaque as written */
-    size_t most = (size_t)(n / 22 + 1) * (id_len + 1) + fixed + 11 + 20 + (h->opaque.set ? h->opaque.n : 1) + 8;
+    size_t most = (size_t)(n / SHMQ_BATCH_ENTRY_FIXED + 1) * (id_len + 1) + fixed + 11 + 20 + (h->opaque.set ? h->opaque.n : 1) + 8;
     if (!oneway && most - 8 > 0xFFFFFF) return 0;  /* an answer header over 24 bits: Python's */
     /* reserved before the append; when memory is short the Python path has the batch (nothing
      * stored yet, and the answers of the frames before it, already built, are kept) */

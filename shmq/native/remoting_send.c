@@ -258,10 +258,9 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
     if (h.flag & s->f_oneway) return 1;
-    char id[96];
-    memcpy(id, s->prefix, s->prefix_len);
-    snprintf(id + s->prefix_len, sizeof id - s->prefix_len, "%016llX", (unsigned long long)r.phys_offset);
-    return rs_answer(s, id, s->prefix_len + 16, e->qid, r.queue_offset, &h.opaque) ? -1 : 1;
+    char id[96];  /* prefix (at most 64) + 16 */
+    size_t id_len = rs_offset_id(s, id, r.phys_offset);
+    return rs_answer(s, id, id_len, e->qid, r.queue_offset, &h.opaque) ? -1 : 1;
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */

@@ -88,6 +88,18 @@ int rs_out_reserve(Sends *s, size_t more);
  * request's opaque literal); 0 or -1 (out of memory) */
 int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque);
 
+/* The offset msgId of the record at phys, written at out: the store's prefix (host and port,
+ * as msgid.py's offset id begins) then phys as 16 upper-case hex digits; its length. One writer
+ * for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
+static inline size_t rs_offset_id(const Sends *s, char *out, int64_t phys) {
+    static const char hex[] = "0123456789ABCDEF";
+    memcpy(out, s->prefix, s->prefix_len);
+    char *d = out + s->prefix_len;
+    uint64_t x = (uint64_t)phys;
+    for (int i = 15; i >= 0; i--, x >>= 4) d[i] = hex[x & 15];
+    return s->prefix_len + 16;
+}
+
 /* remoting_batch.c */
 /* a checked SEND_BATCH_MESSAGE (plain_send's checks passed, to the learnt queue e; v: its
  * integer fields) whose body is b[0..n): the messages stored (answered unless oneway), 0 (the

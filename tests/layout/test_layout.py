@@ -47,6 +47,11 @@ def test_consume_queue_entry():
     assert raw[lib.SHMQ_CQ_TAG:lib.SHMQ_CQ_TAG + 8] == bytes.fromhex("2122232425262728")
 
 
+def test_batch_entry_fixed_bytes():
+    from shmq.message.batch import ENTRY_FIXED
+    assert lib.SHMQ_BATCH_ENTRY_FIXED == ENTRY_FIXED == 22
+
+
 def test_shared_struct_geometry():
     assert ffi.sizeof("shmq_ctl_header") == 64
     assert ffi.sizeof("shmq_owner") == 64
