@@ -191,7 +191,11 @@ static void repair(shmq_ctl *c) {
         c->pos.appends += in->count;
         c->lock.repairs_completed++;
         ADD_SC(&c->pos.data_seq, 1);
-        if (LOAD_SC(&c->pos.data_waiters)) futex_wake(&c->pos.data_seq, INT_MAX);
+        /* every sleeper, its own worker's pull-wake thread too: a repair is no append the
+         * repairing worker's loop checks its holds after */
+        if (LOAD_SC(&c->pos.data_waiters) || LOAD_SC(&c->pos.data_skip_waiters[0])
+                || LOAD_SC(&c->pos.data_skip_waiters[1]))
+            futex_wake(&c->pos.data_seq, INT_MAX);
         notify_timer(c, qs);
     } else {
         zero_range(c, in->phys_start, in->phys_end);

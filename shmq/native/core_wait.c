@@ -54,16 +54,24 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
         if (mono_ns() - t0 >= spin_ns) break;
     }
     int64_t deadline = t0 + timeout_ns;
+    /* counted where the appenders look (wake_data): with all bits in data_waiters; skipping one
+     * process's bit (a pull-wake thread) in that bit's count of data_skip_waiters */
+    uint64_t skip_unit = 0, *skip_count = NULL;
+    if (bits != FUTEX_BITSET_MATCH_ANY) {
+        int own = __builtin_ctz(~bits);
+        skip_count = &c->pos.data_skip_waiters[SKIP_WORD(own)];
+        skip_unit = SKIP_ONE(own);
+    }
     for (;;) {
         uint32_t seq = LOAD_SC(&c->pos.data_seq);
         if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen || (stop && LOAD_SC(stop))) return cpos;
         int64_t left = deadline - mono_ns();
         if (left <= 0) return cpos;
-        ADD_SC(&c->pos.data_waiters, 1);
+        if (skip_count) ADD_SC(skip_count, skip_unit); else ADD_SC(&c->pos.data_waiters, 1);
         if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED
                 && !(stop && LOAD_SC(stop)))
             futex_wait_bits(&c->pos.data_seq, seq, deadline, bits);
-        SUB_SC(&c->pos.data_waiters, 1);
+        if (skip_count) SUB_SC(skip_count, skip_unit); else SUB_SC(&c->pos.data_waiters, 1);
         if (LOAD_ACQ(&c->owner.state) == SHMQ_STATE_FENCED) return LOAD_ACQ(&c->pos.commit_pos);
     }
 }
@@ -220,8 +228,7 @@ void shmq_publish_recovered(shmq_ctl *c, int64_t commit_pos) {
 void shmq_publish_replica(shmq_ctl *c, int64_t commit_pos) {
     STORE_REL(&c->pos.commit_pos, commit_pos);
     ADD_SC(&c->pos.data_seq, 1);  /* a slave runs no timer service: no timer_seq */
-    if (LOAD_SC(&c->pos.data_waiters))
-        syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, data_wake_bits);
+    wake_data(c);
 }
 
 /* Master: the HA service raises repl_pos to what a slave acknowledged (never past what it

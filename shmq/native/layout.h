@@ -60,7 +60,7 @@
 
 /* CDEF-BEGIN */
 #define SHMQ_CTL_MAGIC 0x314C5443514D4853
-#define SHMQ_LAYOUT_VERSION 3
+#define SHMQ_LAYOUT_VERSION 4
 
 #define SHMQ_MESSAGE_MAGIC 0xDAA320A7
 #define SHMQ_BLANK_MAGIC 0xCBD43194
@@ -235,7 +235,13 @@ typedef struct shmq_positions {
      * the supervisor's timer service sleeps through every other append (layout 3) */
     uint32_t timer_seq;
     uint32_t timer_waiters;
-    uint64_t _pad0[2];
+    /* The sleepers on data_seq that skip one worker's appends (a worker's pull-wake thread:
+     * shmq_wait_data_others), counted apart from data_waiters, four bits per wake bit: bit b's
+     * count is bits 4(b%16)..4(b%16)+3 of word b/16. An append by the worker of bit b wakes only
+     * when another sleeper exists (data_waiters, or a count other than b's): without this, every
+     * append of a worker whose own pull-wake thread sleeps made a FUTEX_WAKE that woke nobody.
+     * One such sleeper per bit (a worker has one pull-wake thread); at most 15 (layout 4). */
+    uint64_t data_skip_waiters[2];
     /* --- cache line: flusher side --- */
     int64_t flushed_pos;
     uint32_t flushed_seq;         /* futex: +1 whenever flushed_pos moves */

@@ -9,6 +9,7 @@ import os
 import time
 
 from shmq.broker.worker.pull_hold import PullHolds
+from shmq.native import lib
 from shmq.store import MessageStore
 
 from ..conftest import small_config
@@ -78,6 +79,30 @@ def test_the_workers_own_append_is_checked_by_its_loop_and_anothers_still_wakes_
         _append_from_a_child(store, qid=1)  # another appender still wakes it
         assert await _until(lambda: len(calls) == 2)
         assert calls == [("q0", True), ("q1", True)]
+    run(store_root, body, own_bit=3)
+
+
+def test_the_sleeping_pull_wake_thread_is_counted_apart_and_another_workers_append_wakes_it(store_root):
+    """The armed thread of the worker with bit 3 sleeps counted in bit 3's count of
+    data_skip_waiters, not in data_waiters (which counts the sleepers every append wakes, such
+    as the store's idle index dispatcher): so that worker's own appends need no FUTEX_WAKE for
+    it (one that woke nobody, per append), while another worker's (bit 5) still wake it."""
+    async def body(loop, store, holds):
+        calls = []
+        holds.hold("T", 0, 0, 5.0, calls.append, Conn())
+        await asyncio.sleep(0.2)  # asleep on the store's futex by now
+        pos = store.cb.ctl.pos
+        assert (pos.data_skip_waiters[0], pos.data_skip_waiters[1]) == (1 << 12, 0)
+        pid = os.fork()
+        if pid == 0:
+            try:
+                lib.shmq_set_data_wake_bit(5)  # another worker's append
+                store.put("T", 0, b"x")
+            finally:
+                os._exit(0)
+        assert os.waitpid(pid, 0)[1] == 0
+        assert await _until(lambda: calls)
+        assert calls == [True]
     run(store_root, body, own_bit=3)
 
 
