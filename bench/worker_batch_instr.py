@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""A worker's instructions per SEND_BATCH_MESSAGE of 32 x 100 B, in process, for callgrind:
+"""A worker's instructions per SEND_BATCH_MESSAGE of 32 x 100 B (or, with KIND=single, per plain
+SEND_MESSAGE_V2 of 100 B, 200 to a read as a burst of async sends arrives), in process, for callgrind:
 
     PYTHONPATH=<tree> valgrind --tool=callgrind .venv/bin/python bench/worker_batch_instr.py N
     FEED=0 PYTHONPATH=<tree> valgrind --tool=callgrind .venv/bin/python bench/worker_batch_instr.py N
+    KIND=single PYTHONPATH=<tree> valgrind --tool=callgrind .venv/bin/python bench/worker_batch_instr.py N
 
 N + 2 frames (one producer's sync send_batch each: a UNIQ_KEY per entry, batch text "") are
 built, then (FEED=1) each fed as one read to a worker Connection (transport.data_received, the
@@ -33,6 +35,12 @@ from tests.unit.test_send_fast import _Transport, _Worker  # noqa: E402
 
 
 def frame(i: int) -> bytes:
+    if SINGLE:  # a client's properties: UNIQ_KEY and WAIT, escaped \u0001 / \u0002 in the JSON
+        ext = send_v2_ext("pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0,
+                          f"UNIQ_KEY\x01{i:032X}\x02WAIT\x01true\x02", False)
+        cmd = request(RequestCode.SEND_MESSAGE_V2, ext, b"x" * 100)
+        cmd.opaque = i
+        return encode_command(cmd)
     body = encode_batch([(b"x" * 100, f"UNIQ_KEY\x01{i:016X}{k:016X}", 0) for k in range(32)])
     ext = send_v2_ext("pg", "T", "TBW102", 4, 1, 0, 1700000000000, 0, "", True)
     cmd = request(RequestCode.SEND_BATCH_MESSAGE, ext, body)
@@ -51,16 +59,21 @@ async def run(frames: list[bytes], feed: bool, first: str, root: str) -> None:
     conn = Connection(handlers, Limits())
     conn.fast = fp
     conn.connection_made(t)
+    if SINGLE:  # the first learnt by the Python path, the rest in reads of 200
+        frames = frames[:1] + [b"".join(frames[i:i + 200]) for i in range(1, len(frames), 200)]
     for f in frames if feed else frames[:2]:
         conn.data_received(f)
         t.out.clear()
         await asyncio.sleep(0)
-    assert not feed or w.stats["put"] == 32 * len(frames), w.stats
+    assert not feed or w.stats["put"] == (1 if SINGLE else 32) * N, w.stats
     w.store.close()
 
 
+SINGLE = os.environ.get("KIND") == "single"
+
 if __name__ == "__main__":
     n = int(sys.argv[1])
+    N = n + 2
     dirs = [tempfile.mkdtemp(prefix="worker-batch-instr-") for _ in range(2)]
     try:
         asyncio.run(run([frame(i) for i in range(n + 2)], os.environ.get("FEED", "1") == "1", *dirs))

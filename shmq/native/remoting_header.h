@@ -72,9 +72,14 @@ static inline int rh_hex(uint8_t ch) {
 static inline int rh_unescape(rh_cur *c, uint8_t *d, uint32_t *dn) {
     static const char simple[] = "\"\\/bfnrt", to[] = "\"\\/\b\f\n\r\t";
     uint8_t ch = c->p[1];
-    const char *k = ch ? strchr(simple, ch) : NULL;
-    if (k) { d[(*dn)++] = (uint8_t)to[k - simple]; c->p += 2; return 0; }
-    if (ch != 'u' || c->e - c->p < 6) return -1;
+    if (ch != 'u') {  /* \uXXXX first: the properties' separators are written so */
+        const char *k = ch ? strchr(simple, ch) : NULL;
+        if (!k) return -1;
+        d[(*dn)++] = (uint8_t)to[k - simple];
+        c->p += 2;
+        return 0;
+    }
+    if (c->e - c->p < 6) return -1;
     int v = 0;
     for (int i = 2; i < 6; i++) {
         int x = rh_hex(c->p[i]);
@@ -123,8 +128,18 @@ static inline int rh_str(rh_cur *c, rh_span *out) {
     while (c->p < c->e && *c->p != '"') {
         if (*c->p == '\\') {
             if (c->e - c->p < 2 || rh_unescape(c, d, &dn)) return -1;
-        } else if (*c->p < 0x20 || *c->p >= 0x80) return -1;
-        else d[dn++] = *c->p++;
+            continue;
+        }
+        /* the plain run up to the next escape or the end, copied whole: a properties text is
+         * mostly such runs between its \u0001 and \u0002 separators */
+        const uint8_t *r = c->p;
+        while (c->e - c->p >= 8 && rh_plain8(c->p)) c->p += 8;
+        while (c->p < c->e && *c->p != '"' && *c->p != '\\') {
+            if (*c->p < 0x20 || *c->p >= 0x80) return -1;
+            c->p++;
+        }
+        memcpy(d + dn, r, (size_t)(c->p - r));
+        dn += (uint32_t)(c->p - r);
     }
     if (c->p >= c->e) return -1;
     c->p++;

@@ -56,7 +56,9 @@ static int ext_member(rh_cur *c, const span *k, void *ctx) {
     span v = {0};
     if (rh_str(c, &v)) return -1;
     for (int i = 0; i < K_N; i++) {
-        if (k->n == r->s->key_len[i] && memcmp(k->p, r->s->keys[i], k->n) == 0) {
+        /* the first byte before the call: the keys are one letter each (SEND_V2_LETTERS) */
+        if (k->n == r->s->key_len[i] && k->p[0] == (uint8_t)r->s->keys[i][0]
+                && memcmp(k->p, r->s->keys[i], k->n) == 0) {
             if (r->h->f[i].set) return -1;  /* a duplicate: Python's */
             r->h->f[i] = v;
             break;
@@ -105,10 +107,12 @@ static int parse_header(Sends *s, const uint8_t *p, uint32_t n, header *h) {
 /* ``needle`` anywhere in the text, followed by the name-value separator when ``pair`` */
 static int has(const span *t, const char *needle, int pair) {
     size_t n = strlen(needle);
-    for (uint32_t i = 0; i + n + (size_t)pair <= t->n; i++)
-        if (t->p[i] == (uint8_t)needle[0] && memcmp(t->p + i, needle, n) == 0
-            && (!pair || t->p[i + n] == SHMQ_NAME_VALUE_SEP))
-            return 1;
+    const uint8_t *p = t->p, *e = t->p + t->n;
+    /* memchr to each occurrence of the first byte (glibc's vector scan), not a look per byte */
+    while ((size_t)(e - p) >= n + (size_t)pair && (p = memchr(p, needle[0], (size_t)(e - p) - n - pair + 1))) {
+        if (memcmp(p, needle, n) == 0 && (!pair || p[n] == SHMQ_NAME_VALUE_SEP)) return 1;
+        p++;
+    }
     return 0;
 }
 

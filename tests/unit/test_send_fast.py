@@ -321,6 +321,32 @@ def test_mutated_headers_get_the_python_paths_answer(tmp_path):
     assert c[2] > 50  # and many damaged ones are still sends the C path takes (a changed digit, a letter)
 
 
+def test_escaped_properties_with_long_runs_read_as_python_reads_them(tmp_path):
+    """The properties text as clients send it: plain runs of 8 bytes and more between \\u0001 /
+    \\u0002 escapes, which the header reader copies a run at a time. A raw control byte, a DEL, a
+    byte >= 0x80, a quote or a backslash put into a run at any place, before or after an escape,
+    gets the Python path's answer, and an untouched text is stored as Python stores it."""
+    rnd = random.Random(7)
+    base = [_send(200 + q, qid=q, props={"UNIQ_KEY": "U" * (9 + q), "KEYS": "k1 " * (3 + q), "TAGS": "tag-" * q})
+            for q in range(4)]
+    frames = []
+    for i in range(240):
+        f = rnd.choice(base)
+        hl = int.from_bytes(f[4:8], "big") & 0xFFFFFF
+        header, body = bytearray(f[8:8 + hl]), f[8 + hl:]
+        start = header.index(b'"i":"') + 5
+        end = header.index(b'"', start)
+        if i % 6:  # one in six untouched
+            header[rnd.randrange(start, end)] = rnd.choice(b"\x01\x1f\x7f\x80\xff\"\\ a")
+        frames.append((4 + len(header) + len(body)).to_bytes(4, "big") + len(header).to_bytes(4, "big")
+                      + header + body)
+    py = _serve_each(tmp_path / "py", False, frames)
+    c = _serve_each(tmp_path / "c", True, frames)
+    assert py[0] == c[0] and py[1] == c[1]
+    assert _records(tmp_path / "c") == _records(tmp_path / "py")
+    assert c[2] >= 40  # the untouched ones (and those still valid) by C
+
+
 def test_a_full_table_starts_again_and_keeps_serving(tmp_path):
     """The C path's queue table is bounded; once full it is cleared rather than left full, so a
     worker that saw many topics come and go still takes the common send."""
