@@ -84,7 +84,8 @@ class FastPulls:
         cfg = self.cfg
         if not cfg.brokerPermission & PERM_READ or cfg.slaveReadEnable:
             return -1
-        return max(0, conn.limits.max_inflight - conn.context.get(_HELD, 0))
+        room = conn.limits.max_inflight - conn.context.get(_HELD, 0)
+        return room if room > 0 else 0  # (not max(): its argument parsing costs more than this method)
 
     def hold(self, conn, held: list) -> None:
         """Park the pulls the C call held (pull.py ``_held``'s direct case): each record is
@@ -94,7 +95,7 @@ class FastPulls:
         ctx[_HELD] = ctx.get(_HELD, 0) + len(held)
         holds, most = self.w.holds, self.cfg.longPollingMaxMillis
         for info, offset, timeout, nums, opaque in held:
-            holds.hold(info[0], info[1], offset, min(timeout, most) / 1000.0,
+            holds.hold(info[0], info[1], offset, (timeout if timeout < most else most) / 1000.0,
                        self._answerer(conn, ctx, info, offset, nums, opaque), conn)
 
     def _answerer(self, conn, ctx, info, offset: int, nums: int, opaque: int):
