@@ -2,7 +2,9 @@
 the read buffer by ``native/remoting_send.c`` (``shmq.native.RemotingSends``), before Python
 decodes them. The transport hands it each read (``Connection.fast``); it serves the leading run
 of frames it takes and stops at the first one it does not, which the normal path then serves
-(send.py and every other processor), so frames are served in their order on the wire.
+(send.py and every other processor), so frames are served in their order on the wire. The
+common PULL_MESSAGE is taken in the same call (pull_fast.py, ``take_pulls``): a read holding
+both a consumer's pull and a producer's send (one client instance's connection) is one call.
 
 What it takes is what send.py's ``_send_checked`` would store with a PLAIN put (or, for a
 SEND_BATCH_MESSAGE, ``_put_batch``'s one batch append: remoting_batch.c) and answer SUCCESS at
