@@ -20,6 +20,9 @@ from shmq.protocol import FLAG_ONEWAY, RequestCode
 from shmq.protocol.bodies import SubscriptionData, TopicConfig
 from shmq.protocol.command import RemotingCommand, encode_command
 from shmq.protocol.transport import Connection, Limits
+from shmq.store import SYNC_FLUSH, MessageStore
+
+from ..conftest import small_config
 
 from .test_send_fast import _send, _Transport, _Worker, mutate_headers
 
@@ -84,11 +87,23 @@ def _normal(out: bytes) -> list[tuple[bytes, bytes]]:
     return frames
 
 
-async def _run(root, fast: bool, steps, **topic):
+class _SyncPullWorker(_PullWorker):
+    """The same over a SYNC_FLUSH store: a send's answer waits for its flush, a pull's does not."""
+
+    def __init__(self, root, loop, **topic):
+        super().__init__(root, loop, **topic)
+        self.holds.close()
+        self.store.close()
+        self.store = MessageStore.open(small_config(root, flush_disk_type=SYNC_FLUSH))
+        self.pipeline = type(self.pipeline)(self.store, "TestCluster")
+        self.holds = PullHolds(self.store, loop)
+
+
+async def _run(root, fast: bool, steps, worker=_PullWorker, **topic):
     """``steps``: bytes (a read of the one connection), ("put", qid, n) (another process's
     appends, then the loop's check), ("sleep", s), "close" (the connection goes away), or a
     callable of the worker. Returns the wire, stats, committed offsets and the bytes the C path took."""
-    w = _PullWorker(root, asyncio.get_running_loop(), **topic)
+    w = worker(root, asyncio.get_running_loop(), **topic)
     handlers, fp = dispatch.build(w, pull_fast=fast)
     t = _Transport()
     conn = Connection(handlers, Limits())
@@ -126,14 +141,13 @@ async def _run(root, fast: bool, steps, **topic):
         w.close()
 
 
-def _compare(tmp_path, steps, name, **topic):
-    py = asyncio.run(_run(tmp_path / f"{name}-py", False, steps, **topic))
-    c = asyncio.run(_run(tmp_path / f"{name}-c", True, steps, **topic))
+def _compare(tmp_path, steps, name, worker=_PullWorker, **topic):
+    py = asyncio.run(_run(tmp_path / f"{name}-py", False, steps, worker, **topic))
+    c = asyncio.run(_run(tmp_path / f"{name}-c", True, steps, worker, **topic))
     for i, (a, b) in enumerate(zip(py[0], c[0])):
         assert a == b, (i, a[0], b[0])
     assert len(py[0]) == len(c[0])
     assert py[1:4] == c[1:4]
-    assert py[4] == 0
     return c
 
 
@@ -201,6 +215,18 @@ def test_a_changed_topic_or_subscription_hands_the_pull_back(tmp_path):
              _pull(6, 2, nums=1, flags=SUSPEND, subver=5)]  # now filtered by tag b: nothing matches
     frames = _compare(tmp_path, steps, "changed")[0]
     assert b"is illegal" in frames[2][0]
+
+
+def test_sync_flush_pull_answers_do_not_wait_for_the_sends_flush(tmp_path):
+    """Under SYNC_FLUSH one C run is sends or pulls, not both: a pull's answer leaves in its read
+    and a send's after its flush, in the Python path's order."""
+    flushed = ("sleep", 0.2)  # the sends' answers out before the next read (the flusher's timing is its own)
+    steps = [("put", 0, 3), _pull(1, 0, nums=1), _pull(2, 1, nums=1), _send(3, qid=0), _send(4, qid=0), flushed,
+             _send(5, qid=0) + _pull(6, 3, nums=1) + _pull(7, 2, nums=1) + _send(8, qid=0) + _pull(9, 4, nums=1),
+             flushed, _pull(10, 7), _send(11, qid=0), flushed]
+    frames, _, _, held, taken = _compare(tmp_path, steps, "sync", _SyncPullWorker)
+    assert taken > 0 and held == 0
+    assert [json.loads(h)["opaque"] for h, _ in frames][-7:] == [6, 7, 9, 5, 8, 10, 11]
 
 
 def test_a_read_across_files_and_the_first_of_a_new_file(tmp_path):
