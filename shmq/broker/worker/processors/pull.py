@@ -19,6 +19,10 @@ whatever it finds. Filtering is by tag hash from the ConsumeQueue (clients filte
 tag text); a SQL92 subscription (with enablePropertyFilter=true) is evaluated on each
 record's properties (shmq.message.sql_filter). The subscription comes from the request (sysFlag 4) or from the group's
 heartbeat (24 when there is none, 25 when it is older than the request's subVersion).
+
+The common unfiltered pull of a queue this module has served in the handler's own call is then
+taken by the worker's C path (pull_fast.py, ``learn``) before it is decoded; this module stays
+the reference: the C path writes this module's answers (its template, its read, its holds).
 """
 from __future__ import annotations
 
