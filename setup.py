@@ -10,11 +10,13 @@ setup(
                            ["shmq/native/hot.c", "shmq/native/hot_send.c", "shmq/native/hot_result.c",
                             "shmq/native/hot_producer.c", "shmq/native/hot_message.c",
                             "shmq/native/hot_ext.c"],
-                           include_dirs=["shmq/native"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
-                 # the broker worker's C path for plain TCP sends (remoting_send.c says why)
-                 Extension("shmq.native._rsend", ["shmq/native/remoting_send.c", "shmq/native/remoting_batch.c"],
+                           include_dirs=["shmq/native"], depends=["shmq/native/queue_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the broker worker's C path for plain TCP sends and the common pull (remoting_send.c, remoting_pull.c say why)
+                 Extension("shmq.native._rsend", ["shmq/native/remoting_send.c", "shmq/native/remoting_batch.c",
+                                                     "shmq/native/remoting_pull.c"],
                            include_dirs=["shmq/native"],
-                           depends=["shmq/native/remoting_header.h", "shmq/native/remoting_send.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                           depends=["shmq/native/remoting_header.h", "shmq/native/remoting_send.h",
+                                    "shmq/native/queue_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's per-send C, with the GIL held (hot_remote.c says why)
                  Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),

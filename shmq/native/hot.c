@@ -8,6 +8,7 @@
 #include "hot.h"
 #include "core.h"
 #include "hot_message.h"
+#include "queue_read.h"
 
 /* ---- the consumer's record walk ---------------------------------------------------------
  * read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker)
@@ -243,40 +244,12 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
 }
 
 /* ---- one queue's read from its reader's state, and the wait that ends in it ---------------
- * A QueueReader (store/reader.py) keeps what a read needs in one list, ``st`` (the Q_* order):
- * the ConsumeQueue file index and mapping read last, the first commit-log offset and mapping of
- * the CommitLog file read last, entries per ConsumeQueue file, the addresses of the queue's
- * min_offset and next_offset and of the store's shmq_positions, topic, its UTF-8 and the broker.
- * read_queue(st, offset, max_count) -> (messages, next offset, elsewhere), or None when offset
- * is below min_offset or outside the ConsumeQueue file in st (the reader maps it and asks again).
- * elsewhere: -1 the read is complete (caught up, or where get_messages decides); >= 0 the
+ * A QueueReader (store/reader.py) keeps what a read needs in one list, ``st`` (queue_read.h's Q_*
+ * order). read_queue(st, offset, max_count) -> (messages, next offset, elsewhere), or None when
+ * offset is below min_offset or outside the ConsumeQueue file in st (the reader maps it and asks
+ * again). elsewhere: -1 the read is complete (caught up, or where get_messages decides); >= 0 the
  * commit-log offset of a record in another CommitLog file; -2 the end of the ConsumeQueue file
  * (both: the reader maps the next file and goes on). */
-enum { Q_CI, Q_CQ, Q_LOGBASE, Q_LOG, Q_PER, Q_MIN, Q_NEXT, Q_POS, Q_TOPIC, Q_UTF8, Q_BROKER, Q_N };
-
-/* a QueueReader state's numbers (0), or -1 with an exception set */
-typedef struct { long long ci, per, log_base; const int64_t *minp, *next; const shmq_positions *P; } qstate;
-
-static int queue_state(PyObject *st, qstate *q) {
-    if (!PyList_CheckExact(st) || PyList_GET_SIZE(st) != Q_N || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_TOPIC)) ||
-        !PyBytes_CheckExact(PyList_GET_ITEM(st, Q_UTF8)) || !PyUnicode_CheckExact(PyList_GET_ITEM(st, Q_BROKER))) {
-        PyErr_SetString(PyExc_TypeError, "read_queue: not a QueueReader state");
-        return -1;
-    }
-    q->ci = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_CI));
-    q->per = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_PER));
-    q->log_base = PyLong_AsLongLong(PyList_GET_ITEM(st, Q_LOGBASE));
-    q->minp = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_MIN));
-    q->next = (const int64_t *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_NEXT));
-    q->P = (const shmq_positions *)PyLong_AsVoidPtr(PyList_GET_ITEM(st, Q_POS));
-    if (PyErr_Occurred()) return -1;
-    if (!q->minp || !q->next || !q->P || q->per <= 0) {
-        PyErr_SetString(PyExc_ValueError, "read_queue: null position");
-        return -1;
-    }
-    return 0;
-}
-
 static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
     qstate q;
     if (queue_state(st, &q)) return NULL;
@@ -311,60 +284,22 @@ static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_
 
 /* read_raw(st, offset, max_count, max_bytes) -> (body, count, next offset, max offset, min offset)
  * or an int: the broker's answer to a pull of a QueueReader's queue (store/reader.py read_raw)
- * as get_messages gives it with no filter, its records copied into one bytes object. Only what
- * get_messages would answer FOUND for in the same way: from ``offset`` (min <= offset < max),
- * up to max_count entries and max_bytes (at least one), stopping at the queue's published end
- * or at a record past the commit position, the same visibility invariant (acquire loads). The
- * int says why not, and nothing is copied: -1 get_messages decides (an offset out of range, an
- * expired or empty entry, the end of the ConsumeQueue file in the middle of the read), -2 the
- * ConsumeQueue file of ``offset`` is not mapped in st, >= 0 the commit-log offset of a record
- * outside st's CommitLog mapping (the caller maps either and asks again). Records are not
- * checked: the pull hands on the stored bytes, as get_messages does. */
+ * as get_messages gives it with no filter, its records copied into one bytes object (queue_read.h
+ * qr_raw: what it reads; the int is its ``why``, and nothing is copied then). */
 static PyObject *hot_read_raw(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 4) { PyErr_SetString(PyExc_TypeError, "read_raw(state, offset, max_count, max_bytes)"); return NULL; }
-    qstate q;
-    if (queue_state(args[0], &q)) return NULL;
-    long long offset = PyLong_AsLongLong(args[1]), max_bytes = PyLong_AsLongLong(args[3]);
+    long long offset = PyLong_AsLongLong(args[1]), max_bytes = PyLong_AsLongLong(args[3]), why;
     Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred()) return NULL;
-    int64_t mn = __atomic_load_n(q.minp, __ATOMIC_ACQUIRE), mx = __atomic_load_n(q.next, __ATOMIC_ACQUIRE);
-    int64_t commit = __atomic_load_n(&q.P->commit_pos, __ATOMIC_ACQUIRE);
-    int64_t min_pos = __atomic_load_n(&q.P->min_pos, __ATOMIC_ACQUIRE);
-    if (offset < mn || offset >= mx || max_count < 1 || max_count > 1024) return PyLong_FromLong(-1);
-    if (offset / q.per != q.ci) return PyLong_FromLong(-2);
-    Py_buffer cq, lg;
-    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_CQ), &cq, PyBUF_SIMPLE)) return NULL;
-    if (PyObject_GetBuffer(PyList_GET_ITEM(args[0], Q_LOG), &lg, PyBUF_SIMPLE)) { PyBuffer_Release(&cq); return NULL; }
-    const uint8_t *recs[1024];
-    uint32_t sizes[1024];
-    long long at = offset % q.per, why = -1, total = 0;
-    int undecided = 0;                                       /* then why is the int answer */
-    Py_ssize_t n = 0;
-    while (n < max_count && offset + n < mx) {
-        Py_ssize_t e = (Py_ssize_t)(at + n) * SHMQ_CQ_ENTRY_SIZE;
-        if (at + n >= q.per || e + SHMQ_CQ_ENTRY_SIZE > cq.len) { undecided = 1; break; }
-        const uint8_t *ent = (const uint8_t *)cq.buf + e;
-        int64_t phys = (int64_t)rd64(ent + SHMQ_CQ_PHYS);
-        int32_t size = (int32_t)rd32(ent + SHMQ_CQ_SIZE);
-        if (size <= 0 || phys < min_pos) { undecided = 1; break; }
-        if (phys + size > commit) break;                     /* published entry, unpublished record */
-        if (n && total + size > max_bytes) break;
-        if (phys < q.log_base || phys - q.log_base + size > lg.len) { undecided = 1; why = phys; break; }
-        recs[n] = (const uint8_t *)lg.buf + (phys - q.log_base);
-        sizes[n++] = (uint32_t)size;
-        total += size;
-    }
-    PyObject *body = NULL;
-    if (!undecided && n) {
-        body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
-        for (Py_ssize_t i = 0, pos = 0; body && i < n; pos += sizes[i++])
-            memcpy(PyBytes_AS_STRING(body) + pos, recs[i], sizes[i]);
-    }
-    PyBuffer_Release(&lg);
-    PyBuffer_Release(&cq);
-    if (undecided || !n) return PyLong_FromLongLong(why);
+    qr_read r;
+    int rc = qr_raw(args[0], offset, max_count, max_bytes, &r, &why);
+    if (rc < 0) return NULL;
+    if (rc == 0) return PyLong_FromLongLong(why);
+    PyObject *body = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)r.total);
+    if (body) qr_copy(&r, (uint8_t *)PyBytes_AS_STRING(body));
+    qr_release(&r);
     if (!body) return NULL;
-    return Py_BuildValue("(NnLLL)", body, n, offset + (long long)n, (long long)mx, (long long)mn);
+    return Py_BuildValue("(NnLLL)", body, r.n, r.next, r.mx, r.mn);
 }
 
 /* the type is core.h's own declaration, so the call cannot drift from the definition */

@@ -1,6 +1,8 @@
 /*
  * shmq/native/remoting_send.c -- the broker worker's fast path for the common TCP send (module
- * shmq.native._rsend, type Sends; the Python side is shmq/broker/worker/processors/send_fast.py).
+ * shmq.native._rsend, type Sends; the Python side is shmq/broker/worker/processors/send_fast.py),
+ * and the frame loop the common PULL_MESSAGE shares with it (remoting_pull.c, once ``pulls`` is
+ * called: one serve call takes a run of both, in wire order).
  *
  * One call takes a connection's read buffer and serves the leading run of remoting frames that
  * are plain SEND_MESSAGE_V2 requests with a JSON header to a queue the Python path has already
@@ -61,7 +63,16 @@ static int ext_member(rh_cur *c, const span *k, void *ctx) {
                 && memcmp(k->p, r->s->keys[i], k->n) == 0) {
             if (r->h->f[i].set) return -1;  /* a duplicate: Python's */
             r->h->f[i] = v;
-            break;
+            return 0;
+        }
+    }
+    if (r->s->pl && k->n >= 4) {  /* a PULL_MESSAGE's (its names are longer than any letter) */
+        for (int i = 0; i < P_N; i++) {
+            if (k->n == r->s->pkey_len[i] && memcmp(k->p, r->s->pkeys[i], k->n) == 0) {
+                if (r->h->pf[i].set) return -1;
+                r->h->pf[i] = v;
+                return 0;
+            }
         }
     }
     return 0;
@@ -76,7 +87,8 @@ static int top_member(rh_cur *c, const span *k, void *ctx) {
     if (rh_is(k, "code")) {  /* any other request: handed back before the rest is read */
         if (h->have_code++) return -1;
         if (rh_int(c, &h->code, NULL)) return -1;
-        return h->code == r->s->code || (h->code == r->s->code_batch && r->s->code_batch) ? 0 : -1;
+        return h->code == r->s->code || (h->code == r->s->code_batch && r->s->code_batch) ||
+               (r->s->pl && (h->code == r->s->code_pull || h->code == r->s->code_lite_pull)) ? 0 : -1;
     }
     if (rh_is(k, "flag")) { if (h->have_flag++) return -1; return rh_int(c, &h->flag, NULL); }
     if (rh_is(k, "opaque")) {  /* echoed as written: "-0" (Python writes 0) is Python's */
@@ -173,8 +185,8 @@ static void put_text(Sends *s, const char *t, size_t n) {
  * msgId text (one id, or a batch's joined by commas), queue id, queue offset and the request's
  * own opaque literal between them */
 int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque) {
-    char q[16], o[24];
-    int ql = snprintf(q, sizeof q, "%d", qid), ol = snprintf(o, sizeof o, "%lld", (long long)qoff);
+    char q[24], o[24];
+    int ql = rs_dec(q, qid), ol = rs_dec(o, (long long)qoff);
     size_t fixed = 0;
     for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
     size_t hl = fixed + id_len + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);
@@ -224,8 +236,10 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     return e;
 }
 
-/* the messages served (stored, answered unless oneway); 0: the Python path's; -1: out of memory */
-static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topics, uint32_t bip, int32_t bport) {
+/* the messages served (stored, answered unless oneway; a pull served: 1, and *pull set); 0: the
+ * Python path's; -1: out of memory or an exception */
+static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topics, uint32_t bip, int32_t bport,
+                     int *pull) {
     uint32_t hl;
     if (rh_frame(f, total, &hl)) return 0;
     if (s->scr_cap < (size_t)hl + SHMQ_PROPS_MAX + 256) {
@@ -238,6 +252,11 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     int64_t v[K_N];
     int used = parse_header(s, f + 4, hl, &h);
     if (used < 0) return 0;
+    if (s->pl && (h.code == s->code_pull || h.code == s->code_lite_pull)) {
+        *pull = 1;
+        return rp_frame(s, &h);
+    }
+    if (s->no_mix && s->pulled) return 0;  /* SYNC_FLUSH: this run's pull answers must not wait for its flush */
     qentry *e = plain_send(s, &h, topics, v);
     if (e == NULL) return 0;
     if (h.code != s->code) return rb_frame(s, &h, v, e, f + 4 + hl, total - 4 - hl, bip, bport);
@@ -268,14 +287,17 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
 }
 
 /* ---- the type ------------------------------------------------------------------------------- */
-/* serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers, stored, stop, end): stored
- * counts the messages (a batch's each); frames
+/* serve(data, pos, topics, born_ip, born_port, max_frame, room, epoch) -> (pos, answers, stored,
+ * stop, end, got, held): stored counts the messages (a batch's each); got the messages pull
+ * answers carried; held the pulls held (remoting_pull.c's records) or None; room the held pulls
+ * this connection may still take (-1: every pull is Python's), epoch the worker's subscription
+ * cache's (remoting_pull.c); frames
  * from ``pos`` served until the end, an incomplete frame or a bad length word (stop False: the
  * frame splitter's), or a complete frame this does not take (stop True: the Python path's); end:
  * the commit position after the last append (what a SYNC_FLUSH answer waits for), 0 if none */
 static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 6 || !PyDict_CheckExact(args[2])) {
-        PyErr_SetString(PyExc_TypeError, "serve(data, pos, topics: dict, born_ip, born_port, max_frame)");
+    if (nargs != 8 || !PyDict_CheckExact(args[2])) {
+        PyErr_SetString(PyExc_TypeError, "serve(data, pos, topics: dict, born_ip, born_port, max_frame, room, epoch)");
         return NULL;
     }
     Py_buffer buf;
@@ -284,6 +306,8 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     unsigned long bip = PyLong_AsUnsignedLong(args[3]);
     long bport = PyLong_AsLong(args[4]);
     long long maxf = PyLong_AsLongLong(args[5]);
+    s->room = PyLong_AsLongLong(args[6]);
+    s->epoch = PyLong_AsLongLong(args[7]);
     if (PyErr_Occurred() || pos < 0 || pos > buf.len) {
         PyBuffer_Release(&buf);
         if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pos out of range");
@@ -294,20 +318,32 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     int stop = 0;
     s->out_len = 0;
     s->end = 0;
+    s->got = 0;
+    s->sent = s->pulled = 0;
+    s->topics = args[2];
+    Py_CLEAR(s->held);
     while (n - pos >= 4) {
         int32_t total = (int32_t)rh_be32(d + pos);
         if (total < 4 || (long long)total + 4 > maxf || n - pos - 4 < total) break;
-        int rc = one_frame(s, d + pos + 4, (uint32_t)total, args[2], (uint32_t)bip, (int32_t)bport);
-        if (rc < 0) { PyBuffer_Release(&buf); return PyErr_Occurred() ? NULL : PyErr_NoMemory(); }
+        int pull = 0;
+        int rc = one_frame(s, d + pos + 4, (uint32_t)total, args[2], (uint32_t)bip, (int32_t)bport, &pull);
+        if (rc < 0) {
+            PyBuffer_Release(&buf);
+            Py_CLEAR(s->held);  /* nothing was changed for a held pull but its commit: the error closes */
+            return PyErr_Occurred() ? NULL : PyErr_NoMemory();
+        }
         if (rc == 0) { stop = 1; break; }
-        stored += rc;
+        if (!pull) { stored += rc; s->sent = 1; }
         pos += 4 + total;
     }
     PyBuffer_Release(&buf);
+    s->topics = NULL;
+    PyObject *held = s->held ? s->held : Py_NewRef(Py_None);
+    s->held = NULL;
     PyObject *out = s->out_len ? PyBytes_FromStringAndSize((const char *)s->out, (Py_ssize_t)s->out_len)
                                : Py_NewRef(Py_None);
-    if (!out) return NULL;
-    return Py_BuildValue("nNnOL", pos, out, stored, stop ? Py_True : Py_False, (long long)s->end);
+    if (!out) { Py_DECREF(held); return NULL; }
+    return Py_BuildValue("nNnOLLN", pos, out, stored, stop ? Py_True : Py_False, (long long)s->end, s->got, held);
 }
 
 /* learn(topic, qid, tc, slot): the Python path served a plain send to this queue under ``tc`` */
@@ -386,6 +422,7 @@ static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
     s->prefix_len = (uint32_t)plen;
     sends_clear_table(s);
     rb_clear(s);
+    rp_free(s);
     return 0;
 }
 
@@ -397,6 +434,8 @@ static PyObject *sends_clear(Sends *s, PyObject *unused) {
 
 static void sends_dealloc(Sends *s) {
     sends_clear_table(s);
+    rp_free(s);
+    Py_CLEAR(s->held);
     rb_clear(s);
     PyMem_Free(s->phys);
     PyMem_Free(s->ids);
@@ -416,6 +455,14 @@ static PyMethodDef sends_methods[] = {
      "batches(put_batch address, batch_phys address, code, max_body): serve SEND_BATCH_MESSAGE too"},
     {"learn_batch", (PyCFunction)rb_learn, METH_VARARGS,
      "learn_batch(text, extra) -> bool (False: table full): batches with this properties text store extra"},
+    {"pulls", (PyCFunction)rp_enable, METH_VARARGS,
+     "pulls(code, lite code, names, answer pieces, (commit, suspend, subscription bits), max count, max bytes, "
+     "no_mix): serve PULL_MESSAGE too"},
+    {"learn_pull", (PyCFunction)rp_learn, METH_VARARGS,
+     "learn_pull(group, topic, qid, tc, (topic, qid, state), commit address, (version, epoch, until) or None) -> bool"},
+    {"answer", (PyCFunction)(void (*)(void))rp_answer, METH_FASTCALL,
+     "answer(state, offset, max_count, opaque) -> (frame, count) or None: a held pull's FOUND answer"},
+    {"clear_pulls", (PyCFunction)rp_clear_method, METH_NOARGS, "forget every learnt pull"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,8 +1,8 @@
 /*
- * shmq/native/remoting_send.h -- the types the worker's C send path (module shmq.native._rsend)
- * shares between its two files: remoting_send.c (the frames, the header's fields, a plain
- * SEND_MESSAGE_V2, the type) and remoting_batch.c (a SEND_BATCH_MESSAGE). Not a public header:
- * nothing but those two includes it.
+ * shmq/native/remoting_send.h -- the types the worker's C request path (module shmq.native._rsend)
+ * shares between its files: remoting_send.c (the frames, the header's fields, a plain
+ * SEND_MESSAGE_V2, the type), remoting_batch.c (a SEND_BATCH_MESSAGE) and remoting_pull.c (a
+ * PULL_MESSAGE). Not a public header: nothing but those three includes it.
  */
 #ifndef SHMQ_REMOTING_SEND_H
 #define SHMQ_REMOTING_SEND_H
@@ -20,6 +20,8 @@ typedef int (*phys_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, int64_t, u
 /* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
 enum { K_GROUP, K_TOPIC, K_DEFTOPIC, K_DEFNUMS, K_QID, K_SYSFLAG, K_BORN, K_FLAG, K_PROPS, K_RECONSUME, K_MAXRECONSUME,
        K_BATCH, K_N };
+/* the PULL_MESSAGE fields read (PullMessageRequestHeader's), in the order ``pulls`` is given their names */
+enum { P_GROUP, P_TOPIC, P_QID, P_QOFF, P_MAXN, P_SYSFLAG, P_COMMIT, P_SUSPEND, P_SUBVER, P_SUB, P_EXPR, P_N };
 /* the answer's variable parts, in the order of the template's pieces */
 enum { A_MSGID, A_QID, A_QOFF, A_OPAQUE, A_N };
 
@@ -44,6 +46,8 @@ typedef struct {
 } bprops;
 
 #define BPROPS_CAP 64  /* texts learnt per worker; producers repeat a few, others are Python's */
+
+typedef struct rp_state rp_state;  /* remoting_pull.c's: the learnt pulls and their answer */
 
 typedef struct {
     PyObject_HEAD
@@ -72,6 +76,19 @@ typedef struct {
     uint32_t bp_used;
     int64_t *phys; uint32_t phys_cap;  /* a batch's record offsets */
     char *ids; size_t ids_cap;         /* a batch's msgIds, comma-joined */
+    /* pulls (remoting_pull.c): Python's until ``pulls`` is called (pl NULL) */
+    rp_state *pl;
+    int32_t code_pull, code_lite_pull;  /* PULL_MESSAGE, LITE_PULL_MESSAGE (0: none) */
+    char pkeys[P_N][24];
+    uint8_t pkey_len[P_N];
+    /* this serve call's: held pulls it may still take (-1: none, every pull is Python's), the
+     * worker's subscription epoch, what it did (messages answered, held pulls handed back, a
+     * send stored / a pull answered: under SYNC_FLUSH the two are not mixed in one run) */
+    long long room, epoch, got;
+    PyObject *topics;                  /* the worker's topic table (borrowed, this call only) */
+    PyObject *held;
+    int sent, pulled;
+    int no_mix;                        /* SYNC_FLUSH: a run is sends or pulls, not both */
 } Sends;
 
 /* a request's header as read (remoting_send.c's parse_header) */
@@ -79,6 +96,7 @@ typedef struct {
     int64_t code, flag;
     span opaque;
     span f[K_N];
+    span pf[P_N];
     int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
 } header;
 
@@ -98,6 +116,29 @@ static inline size_t rs_offset_id(const Sends *s, char *out, int64_t phys) {
     uint64_t x = (uint64_t)phys;
     for (int i = 15; i >= 0; i--, x >>= 4) d[i] = hex[x & 15];
     return s->prefix_len + 16;
+}
+
+/* remoting_pull.c */
+/* a PULL_MESSAGE (its code checked) whose header is h: 1 served (answered into s->out, or held:
+ * a record appended to s->held), 0 the Python path's (nothing done), -1 an exception set */
+int rp_frame(Sends *s, const header *h);
+PyObject *rp_enable(Sends *s, PyObject *args);
+PyObject *rp_learn(Sends *s, PyObject *args);
+PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs);
+PyObject *rp_clear_method(Sends *s, PyObject *unused);
+void rp_free(Sends *s);
+
+/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length. One writer
+ * of the numbers the C answers carry (snprintf's format parsing cost more than the rest of a
+ * pull's answer). */
+static inline int rs_dec(char *out, long long x) {
+    char t[20];
+    int n = 0, k = 0;
+    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
+    do { t[n++] = (char)('0' + u % 10); u /= 10; } while (u);
+    if (x < 0) out[k++] = '-';
+    while (n) out[k++] = t[--n];
+    return k;
 }
 
 /* remoting_batch.c */

@@ -34,7 +34,7 @@ Why it is built the way it is:
   written one by one cost 64 wake-ups where one does. A lone answer still leaves at the end
   of the read that produced it: no added wait. Order on the wire is the order of ``send``.
 * A server may take the common requests before they are decoded: ``fast(conn, data, pos)``
-  (``RemotingServer(fast=...)``; the broker worker's plain sends, in C) serves the complete
+  (``RemotingServer(fast=...)``; the broker worker's plain sends and common pulls, in C) serves the complete
   frames it recognises from ``pos`` and returns ``(pos, answers or None, stop)``. With ``stop``
   the frame at ``pos`` is complete and is served here, the normal way, before ``fast`` sees the
   frames after it: frames are served in their order whichever path serves them, and whatever

@@ -277,6 +277,14 @@ class MessageStore(Reader):
         self._check_open()
         self._offset_set(f"{topic}@{group}", queue_id, offset)
 
+    def commit_offset_word(self, group: str, topic: str, queue_id: int) -> int:
+        """The address of the word :meth:`commit_offset` writes for (group, topic, queue), its
+        slot made if new: a C caller (the worker's pull path, remoting_pull.c) stores a committed
+        offset there as commit_offset does. Valid while attached (an offset slot never moves)."""
+        self._check_open()
+        i = self.appender.offset_slot(f"{topic}@{group}", queue_id)
+        return int(ffi.cast("uintptr_t", ffi.addressof(self.cb.offsets[i], "offset")))
+
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """The committed offset, or -1 when the group never committed one for this queue."""
         self._check_open()

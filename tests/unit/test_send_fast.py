@@ -86,6 +86,7 @@ class _Worker:
         self.pipeline = PutPipeline(self.store, "TestCluster")
         self.holds = _Holds()
         self.ctl = None
+        self.sub_epoch = 0
 
     async def fetch_topic(self, topic):
         return None

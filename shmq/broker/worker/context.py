@@ -43,6 +43,8 @@ class WorkerContext(Protocol):
     ctl: Connection | None
     #: Decides who gets the local attach info (request 9900).
     attach_guard: AttachGuard
+    #: Moves whenever a cached subscription changes (what the C pull path learnt may be stale).
+    sub_epoch: int
 
     async def ctl_call(self, cmd: RemotingCommand, ok: tuple[int, ...] = (0,)) -> RemotingCommand:
         """A request to the supervisor; raises unless the answer's code is in ``ok``."""
@@ -62,6 +64,9 @@ class WorkerContext(Protocol):
 
     def cached_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         """A subscription remembered or fetched recently, else None."""
+
+    def cached_subscription_until(self, group: str, topic: str) -> float:
+        """When the cached entry of ``cached_subscription`` expires (``time.monotonic()``), 0.0 if none."""
 
     async def fetch_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         """The group's subscription to ``topic`` as the supervisor knows it."""

@@ -27,16 +27,22 @@ def handlers(ctx: WorkerContext, acl: PlainAcl | None = None) -> dict[int, Handl
     return build(ctx, acl)[0]
 
 
-def build(ctx: WorkerContext, acl: PlainAcl | None = None) -> tuple[dict[int, Handler], FastFrames | None]:
-    """:func:`handlers`, and the send family's C path for the connections (send_fast.py), None
-    with ``acl``: no request passes the ACL check unchecked."""
+def build(ctx: WorkerContext, acl: PlainAcl | None = None, pull_fast: bool = True
+          ) -> tuple[dict[int, Handler], FastFrames | None]:
+    """:func:`handlers`, and the C path for the connections (send_fast.py, with the common pull
+    in the same call unless ``pull_fast`` is False: pull_fast.py), None with ``acl``: no request
+    passes the ACL check unchecked."""
     table: dict[int, Handler] = {}
-    fast = None
+    fast = pulls = None
     for family in FAMILIES:
         proc = family.Processor(ctx)
         table.update(proc.handlers())
         if family is send and acl is None:
             fast = proc.fast_path()
+        if family is pull:
+            pulls = proc
+    if fast is not None and pulls is not None and pull_fast:
+        fast.take_pulls(pulls)
     if acl is not None:
         table = {code: acl_check.guard(acl, h) for code, h in table.items()}
     return table, fast

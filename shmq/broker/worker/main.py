@@ -60,6 +60,7 @@ class Worker:
         self.channels: dict[str, Connection] = {}
         self._seq = 0
         self._subs: dict[tuple[str, str], tuple[SubscriptionData, float]] = {}
+        self.sub_epoch = 0  # moved at every change of _subs (the C pull path's cached subscriptions)
         self._stop = asyncio.Event()
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
@@ -88,7 +89,7 @@ class Worker:
         if acl is not None:
             self.acl_watch = acl.watcher()
             self.acl_watch.start()
-        handlers, fast = dispatch.build(self, acl)
+        handlers, fast = dispatch.build(self, acl, pull_fast=os.environ.get("SHMQ_PULL_FAST") != "0")
         if os.environ.get("SHMQ_SEND_FAST") == "0":
             fast = None  # every send through Python: the A/B switch of the send benchmarks
         if self.cfg.metricsExporterType.upper() == "PROM":
@@ -253,6 +254,7 @@ class Worker:
         e = self._subs.get((group, sub.topic))
         if e is None or sub.subVersion >= e[0].subVersion:
             self._subs[(group, sub.topic)] = (sub, time.monotonic() + 3600.0)
+            self.sub_epoch += 1
 
     def cached_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         e = self._subs.get((group, topic))
@@ -260,8 +262,13 @@ class Worker:
             return None
         return e[0]
 
+    def cached_subscription_until(self, group: str, topic: str) -> float:
+        e = self._subs.get((group, topic))
+        return 0.0 if e is None else e[1]
+
     async def fetch_subscription(self, group: str, topic: str) -> SubscriptionData | None:
         resp = await self.ctl_call(cc.ctl(Ctl.SUBSCRIPTION, group=group, topic=topic), ok=(0, 24))
+        self.sub_epoch += 1
         if resp.code != 0:
             self._subs.pop((group, topic), None)
             return None

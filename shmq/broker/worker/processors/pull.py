@@ -19,6 +19,10 @@ whatever it finds. Filtering is by tag hash from the ConsumeQueue (clients filte
 tag text); a SQL92 subscription (with enablePropertyFilter=true) is evaluated on each
 record's properties (shmq.message.sql_filter). The subscription comes from the request (sysFlag 4) or from the group's
 heartbeat (24 when there is none, 25 when it is older than the request's subVersion).
+
+The common unfiltered pull of a queue this module has served in the handler's own call is then
+taken by the worker's C path (pull_fast.py, ``learn``) before it is decoded; this module stays
+the reference: the C path writes this module's answers (its template, its read, its holds).
 """
 from __future__ import annotations
 
@@ -77,6 +81,9 @@ class Processor:
         self.cfg = worker.cfg
         self._templates: dict[tuple[int, str, int], tuple[bytes, object] | None] = {}
         self._readers: dict[tuple[str, int], object] = {}  # QueueReader per queue pulled (read_raw)
+        #: the worker's C path for the common pull (pull_fast.py), set by dispatch.build; it is
+        #: told each unfiltered pull this path served synchronously (``learn``)
+        self.fast = None
 
     def handlers(self):
         # LITE_PULL_MESSAGE (5.x DefaultLitePullConsumer) is answered exactly as PULL_MESSAGE
@@ -90,7 +97,7 @@ class Processor:
         tc = self.w.topics.get(h.topic)
         if tc is None:
             return self._pull_after_lookup(conn, cmd, h)
-        return self._pull_topic(conn, cmd, h, tc)
+        return self._pull_topic(conn, cmd, h, tc, True)
 
     async def _pull_after_lookup(self, conn, cmd, h):
         tc = await self.w.fetch_topic(h.topic)
@@ -98,9 +105,11 @@ class Processor:
             return cmd.make_response(ResponseCode.TOPIC_NOT_EXIST,
                                      f"topic[{h.topic}] not exist, apply first please! "
                                      "See http://rocketmq.apache.org/docs/faq/ for further details.")
-        return await _settled(self._pull_topic(conn, cmd, h, tc))
+        return await _settled(self._pull_topic(conn, cmd, h, tc, False))
 
-    def _pull_topic(self, conn, cmd, h: PullMessageRequestHeader, tc):
+    def _pull_topic(self, conn, cmd, h: PullMessageRequestHeader, tc, now: bool):
+        """``now``: served in the handler's own call, under ``tc`` as in the worker's table (what
+        the C path may learn: a pull that waited for the supervisor is not learnt)."""
         if not tc.perm & PERM_READ:
             return cmd.make_response(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queueId < 0 or h.queueId >= tc.readQueueNums:
@@ -109,15 +118,17 @@ class Processor:
                 f"queueId[{h.queueId}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
                 f"[{tc.readQueueNums}] consumer:[{conn.peer}]")
         if h.sysFlag & FLAG_SUBSCRIPTION:
-            return self._pull_expression(conn, cmd, h, h.expressionType, h.subscription)
+            return self._pull_expression(conn, cmd, h, h.expressionType, h.subscription, (tc, None) if now else None)
         sub = self.w.cached_subscription(h.consumerGroup, h.topic)
         if sub is None or _sub_version(sub) < h.subVersion:
             return self._pull_after_subscription(conn, cmd, h)
-        return self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString)
+        return self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString, (tc, sub) if now else None)
 
-    def _pull_expression(self, conn, cmd, h, expression_type: str | None, text: str | None):
+    def _pull_expression(self, conn, cmd, h, expression_type: str | None, text: str | None, learn=None):
+        """``learn``: (the TopicConfig, the cached subscription or None: the request's) of a pull
+        served now, for the C path (``_pull_filtered``)."""
         if (expression_type or "TAG").upper() == "TAG":
-            return self._pull_filtered(conn, cmd, h, tag_codes_of(text))
+            return self._pull_filtered(conn, cmd, h, tag_codes_of(text), None, learn)
         if (expression_type or "").upper() != "SQL92" or not self.cfg.enablePropertyFilter:
             return cmd.make_response(ResponseCode.SYSTEM_ERROR,
                                      "The broker does not support consumer to filter message by SQL92")
@@ -135,15 +146,19 @@ class Processor:
             return cmd.make_response(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
         return await _settled(self._pull_expression(conn, cmd, h, sub.expressionType, sub.subString))
 
-    def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None, rec_filter=None):
+    def _pull_filtered(self, conn, cmd, h: PullMessageRequestHeader, codes: set[int] | None, rec_filter=None,
+                       learn=None):
         suspend = h.sysFlag & FLAG_SUSPEND and h.suspendTimeoutMillis > 0
         # A consumer caught up asks for the queue's max offset: the read would answer
         # PULL_NOT_FOUND (OFFSET_OVERFLOW_ONE, or an empty or unknown queue at offset 0),
         # so a pull that may be held is parked without it.
         resp = None if suspend and self.w.holds.max_offset(h.topic, h.queueId) == h.queueOffset else \
             self._get(cmd, h, codes, rec_filter)
-        if h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0:
+        committed = h.sysFlag & FLAG_COMMIT_OFFSET and h.commitOffset >= 0
+        if committed:
             self.w.store.commit_offset(h.consumerGroup, h.topic, h.queueId, h.commitOffset)
+        if learn is not None and codes is None and rec_filter is None and self.fast is not None:
+            self.fast.learn(h, learn[0], learn[1], committed)
         if suspend and (resp is None or resp.code == ResponseCode.PULL_NOT_FOUND):
             return self._held(conn, cmd, h, codes, rec_filter)
         return resp
@@ -210,14 +225,22 @@ class Processor:
             self.w.stats["get"] += len(msgs)
         return code, st.value, suggest, res.next_begin_offset, res.min_offset, res.max_offset, body
 
-    def _read_raw(self, h: PullMessageRequestHeader):
-        key = (h.topic, h.queueId)
+    def reader(self, topic: str, qid: int):
+        """The queue's QueueReader (kept: a queue's slot never moves while the store is attached),
+        None while the queue does not exist. The C path reads through the same one's state."""
+        key = (topic, qid)
         reader = self._readers.get(key)
         if reader is None:
-            reader = self.w.store.queue_reader(h.topic, h.queueId)
+            reader = self.w.store.queue_reader(topic, qid)
             if reader is None:
                 return None
-            self._readers[key] = reader  # a queue's slot never moves while the store is attached
+            self._readers[key] = reader
+        return reader
+
+    def _read_raw(self, h: PullMessageRequestHeader):
+        reader = self._readers.get((h.topic, h.queueId)) or self.reader(h.topic, h.queueId)
+        if reader is None:
+            return None
         return reader.read_raw(h.queueOffset, _max_count(h), MAX_TRANSFER_BYTES)
 
     def _get(self, cmd, h: PullMessageRequestHeader, codes, rec_filter=None) -> RemotingCommand:
@@ -229,18 +252,40 @@ class Processor:
         (``_answer_template``): byte-identical to ``conn.send(self._get(...))``
         (tests/unit/test_pull_answer_frame.py) without the ext dict, RemotingCommand and JSON
         encoding per answer, which were a fifth of a one-message pull's Python."""
+        self._write_answer(conn, cmd.opaque, cmd.serialize_type, h, codes, rec_filter)
+
+    def answer_held(self, conn, topic: str, qid: int, offset: int, max_nums: int, opaque: int) -> None:
+        """The answer of a pull the C path held (a JSON header, no filter) that its own read did
+        not find (pull_fast.py): what ``_send_answer`` writes for it."""
+        h = PullMessageRequestHeader(consumerGroup="", topic=topic, queueId=qid, queueOffset=offset,
+                                     maxMsgNums=max_nums, sysFlag=0, commitOffset=0, suspendTimeoutMillis=0,
+                                     subVersion=0)
+        self._write_answer(conn, opaque, SerializeType.JSON, h, None)
+
+    def found_pieces(self) -> tuple[bytes, ...]:
+        """The FOUND answer's JSON header (``_answer_template``) cut at its four numbers,
+        nextBeginOffset, minOffset, maxOffset and the opaque, in that order: what the C path
+        writes its answers with (remoting_pull.c)."""
+        template, order = _answer_template(ResponseCode.SUCCESS, _FOUND, 0)
+        if order((0, 1, 2, 3)) != (0, 1, 2, 3) or b"%%" in template or template.count(b"%d") != 4:
+            raise ValueError("the FOUND answer's template is not in nextBeginOffset, minOffset, maxOffset, opaque order")
+        return tuple(template.split(b"%d"))
+
+    def _write_answer(self, conn, opaque: int, serialize_type: int, h: PullMessageRequestHeader, codes,
+                      rec_filter=None) -> None:
         code, remark, suggest, nxt, mn, mx, body = self._answer(h, codes, rec_filter)
         made = None
-        if cmd.serialize_type == SerializeType.JSON and len(body) < _FRAME_BODY_MAX:
+        if serialize_type == SerializeType.JSON and len(body) < _FRAME_BODY_MAX:
             key = (code, remark, suggest)
             made = self._templates.get(key)
             if made is None:
                 made = self._templates[key] = _answer_template(code, remark, suggest)
         if made is None:  # a binary header, a body the transport writes uncopied, or no template
-            conn.send(cmd.make_response(code, remark, _ext(suggest, nxt, mn, mx), body))
+            conn.send(RemotingCommand(code=code, opaque=opaque, flag=FLAG_RESPONSE, remark=remark,
+                                      ext_fields=_ext(suggest, nxt, mn, mx), body=body, serialize_type=serialize_type))
             return
         template, order = made
-        head = template % order((nxt, mn, mx, cmd.opaque))
+        head = template % order((nxt, mn, mx, opaque))
         hl = len(head)
         conn.write_frame(b"".join((_PREFIX.pack(4 + hl + len(body), hl), head, body)))
 

@@ -2,7 +2,9 @@
 the read buffer by ``native/remoting_send.c`` (``shmq.native.RemotingSends``), before Python
 decodes them. The transport hands it each read (``Connection.fast``); it serves the leading run
 of frames it takes and stops at the first one it does not, which the normal path then serves
-(send.py and every other processor), so frames are served in their order on the wire.
+(send.py and every other processor), so frames are served in their order on the wire. The
+common PULL_MESSAGE is taken in the same call (pull_fast.py, ``take_pulls``): a read holding
+both a consumer's pull and a producer's send (one client instance's connection) is one call.
 
 What it takes is what send.py's ``_send_checked`` would store with a PLAIN put (or, for a
 SEND_BATCH_MESSAGE, ``_put_batch``'s one batch append: remoting_batch.c) and answer SUCCESS at
@@ -72,6 +74,12 @@ class FastSends:
                        store.cfg.max_message_size)
         self._learnt: dict[tuple[str, int], object] = {}
         self._batch_texts: set[str] = set()
+        self.pulls = None  # pull_fast.FastPulls once take_pulls is called
+
+    def take_pulls(self, proc) -> None:
+        """Serve the common PULL_MESSAGE too, in the same call (pull_fast.py); ``proc``: pull.py's Processor."""
+        from .pull_fast import FastPulls
+        self.pulls = FastPulls(self.w, proc, self.c, self._confirmer is not None)
 
     def learn(self, topic: str, qid: int, tc, writer) -> None:
         """The Python path stored a plain SEND_MESSAGE_V2 to ``topic``:``qid`` under ``tc``
@@ -99,8 +107,13 @@ class FastSends:
 
     def __call__(self, conn, data: bytes, pos: int):
         ip, port = born_ints(conn)
-        pos, answers, stored, stop, end = self.c.serve(data, pos, self.w.topics.table, ip, port,
-                                                       conn.limits.max_frame_size)
+        pulls = self.pulls
+        w = self.w
+        pos, answers, stored, stop, end, got, held = self.c.serve(
+            data, pos, w.topics.table, ip, port, conn.limits.max_frame_size,
+            -1 if pulls is None else pulls.room(conn), w.sub_epoch)
+        if got:
+            w.stats["get"] += got
         if stored:
             self.w.stats["put"] += stored
             holds = self.w.holds
@@ -111,6 +124,11 @@ class FastSends:
                 holds.appended()
             elif holds.appended_in_read(conn, answers):
                 answers = None  # written, then the held pulls they satisfied answered
+        if held is not None:
+            if answers is not None:  # what this run answered leaves before a held pull's answer
+                conn.write_frame(answers)
+                answers = None
+            pulls.hold(conn, held)
         return pos, answers, stop
 
 
