@@ -20,9 +20,12 @@ setup(
                  # the TCP producer's per-send C, with the GIL held (hot_remote.c says why)
                  Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
-                 # the TCP producer's async answers, matched from the read buffer (remote_answer.c says why)
-                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c"], include_dirs=["shmq/native"],
-                           depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                 # the TCP producer's async answers and the consumer's pull answers, read from the read
+                 # buffer (remote_answer.c and pull_answer.c say why)
+                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c"],
+                           include_dirs=["shmq/native"],
+                           depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
+                                    "shmq/native/pull_answer.h", "shmq/native/pull_records.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c"],
                            include_dirs=["shmq/native"],

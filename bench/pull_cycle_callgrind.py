@@ -6,6 +6,14 @@ sends paced (every pull carries one message), the chosen process run under callg
 (Ir at N2 - Ir at N1) / (N2 - N1) cancels the fixed costs. Load does not move the counts.
 
     .venv/bin/python bench/pull_cycle_callgrind.py [--process worker|consumer] [--n 300 900] [--pace-ms 8]
+                                                   [--rebalance-s 1]
+
+The consumer process rebalances every ``--rebalance-s`` (tcp_paths' 1 s by default): those
+rounds are coroutines whose count in a window follows its wall time under valgrind, not N, so on
+a loaded machine they move the consumer's figure by 20-40k (bench/RESULTS.md, Session 7, consc).
+Each window's asyncio task steps (``task_step_impl``, inclusive: the periodic jobs; the pull
+cycle itself runs in callbacks) are also printed, and the per-message figure without them;
+``--rebalance-s 20`` (RocketMQ's default) leaves fewer of them in the window.
 
 Run from the tree to measure (its bench/ and shmq/ are used). Every process it starts is
 stopped by pid; the stores and callgrind files go to a temp dir that is removed."""
@@ -22,7 +30,7 @@ if not os.environ.get("PCG_UNDER") and (os.environ.get("SHMQ_WORKER_ID") is not 
 '''
 
 
-def window(n: int, pace: float, process: str, out: str) -> None:
+def window(n: int, pace: float, process: str, out: str, rebalance_s: float) -> None:
     sys.path[:0] = [os.getcwd(), os.path.join(os.getcwd(), "bench")]
     import psutil, tcp_paths as tp, vs_rocketmq
     from shmq import Message, Producer
@@ -31,7 +39,7 @@ def window(n: int, pace: float, process: str, out: str) -> None:
     try:
         p = Producer("pcg-pg", namesrv=pair.namesrv, local="never"); p.start()
         tp.create_topic(pair.addr, pair.namesrv, "Live", 4)
-        cons = subprocess.Popen([sys.executable, "bench/tcp_paths.py", "--consumer", pair.namesrv, "Live"],
+        cons = subprocess.Popen([sys.executable, "bench/tcp_paths.py", "--consumer", pair.namesrv, "Live", str(rebalance_s)],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
         cons.stdout.readline()
         time.sleep(25 if process == "consumer" else 2.5)  # its rebalance takes the queues
@@ -50,28 +58,41 @@ def window(n: int, pace: float, process: str, out: str) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def task_steps(dump: Path) -> int:
+    """The inclusive instructions of asyncio's task steps in a callgrind dump (0: none)."""
+    ann = subprocess.run(["callgrind_annotate", "--inclusive=yes", "--threshold=100", str(dump)],
+                         capture_output=True, text=True).stdout
+    m = re.search(r"^\s*([\d,]+) \([^)]*\)\s+\S*_asynciomodule\.c:task_step_impl \[", ann, re.M)
+    return int(m.group(1).replace(",", "")) if m else 0
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--process", choices=("worker", "consumer"), default="worker")
     ap.add_argument("--n", type=int, nargs=2, default=(300, 900))
     ap.add_argument("--pace-ms", type=float, default=8.0)
+    ap.add_argument("--rebalance-s", type=float, default=1.0)
     ap.add_argument("--window", type=int, default=None, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.window is not None:
-        return window(a.window, a.pace_ms / 1000, a.process, os.environ["PCG_OUT"])
+        return window(a.window, a.pace_ms / 1000, a.process, os.environ["PCG_OUT"], a.rebalance_s)
     tmp = Path(tempfile.mkdtemp(prefix="pcg-"))
     try:
         (tmp / "sitecustomize.py").write_text(SITE)
-        irs = []
+        irs, steps = [], []
         for n in a.n:
             out = str(tmp / f"cg{n}")
             env = dict(os.environ, PYTHONPATH=str(tmp), PCG_PROCESS=a.process, PCG_OUT=out)
             subprocess.run([sys.executable, __file__, "--process", a.process, "--pace-ms", str(a.pace_ms),
-                            "--window", str(n)], env=env, check=True, stdout=subprocess.DEVNULL)
+                            "--rebalance-s", str(a.rebalance_s), "--window", str(n)], env=env, check=True,
+                           stdout=subprocess.DEVNULL)
             dumps = sorted(tmp.glob(f"cg{n}.*.1"), key=lambda f: f.stat().st_size)
             irs.append(int(re.search(r"^(?:summary|totals): (\d+)", dumps[-1].read_text(), re.M).group(1)))
-            print(f"N={n}: {irs[-1]:,} instructions in the window", flush=True)
-        print(f"{a.process}: {(irs[1] - irs[0]) / (a.n[1] - a.n[0]):,.0f} instructions per message")
+            steps.append(task_steps(dumps[-1]))
+            print(f"N={n}: {irs[-1]:,} instructions in the window, asyncio task steps {steps[-1]:,}", flush=True)
+        d = a.n[1] - a.n[0]
+        print(f"{a.process}: {(irs[1] - irs[0]) / d:,.0f} instructions per message "
+              f"({(irs[1] - steps[1] - irs[0] + steps[0]) / d:,.0f} without the asyncio task steps)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

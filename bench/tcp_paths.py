@@ -207,7 +207,8 @@ def echo_with_puller_round_trips(duration: float) -> tuple[float, list[float], s
 
 
 # ---------------------------------------------------------------- shmq paths --
-def consumer_main(ns: str, topic: str) -> None:
+def consumer_main(ns: str, topic: str, rebalance_s: float = 1.0) -> None:
+    """The row's PushConsumer process (``--consumer NAMESRV TOPIC [REBALANCE_S]``)."""
     n = [0, 0]
 
     def listener(msgs):
@@ -215,7 +216,7 @@ def consumer_main(ns: str, topic: str) -> None:
         n[1] += 1
         return ConsumeResult.SUCCESS
     c = PushConsumer("tcp-paths-cg", namesrv=ns, model="CLUSTERING", local="never", consume_from="LAST_OFFSET",
-                     consume_batch_size=32, rebalance_interval=1.0, consume_threads=20)
+                     consume_batch_size=32, rebalance_interval=rebalance_s, consume_threads=20)
     c.subscribe(topic, "*")
     c.on_message(listener)
     c.start()
@@ -441,6 +442,6 @@ def run_rounds(a, work: Path, add) -> None:
             add_e2e_rows(add)
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--consumer"]:
-        consumer_main(sys.argv[2], sys.argv[3])
+        consumer_main(sys.argv[2], sys.argv[3], *map(float, sys.argv[4:5]))
     else:
         main()

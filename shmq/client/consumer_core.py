@@ -71,7 +71,10 @@ class ProcessQueue:
         if not msgs:
             return
         n, lo, hi = len(msgs), msgs[0].queue_offset, msgs[-1].queue_offset
-        with self.lock:
+        # acquire / release, not ``with`` (see ``consumed``): a TCP consumer puts once per message
+        lock = self.lock
+        lock.acquire()
+        try:
             if lo > self.max_seen and hi - lo == n - 1:
                 if not self.count:
                     self._low = lo
@@ -95,6 +98,8 @@ class ProcessQueue:
             self._low = low if was_empty else min(low, self._low)
             if high > self.max_seen:
                 self.max_seen = high
+        finally:
+            lock.release()
 
     def _split(self) -> None:
         """Every span into per-message entries (the lock is held)."""
@@ -108,7 +113,9 @@ class ProcessQueue:
     def remove(self, msgs: list[MessageExt]) -> int:
         """Forget consumed messages; returns the offset safe to commit (the smallest still in
         flight, or one past everything seen)."""
-        with self.lock:
+        lock = self.lock  # acquire / release: see put
+        lock.acquire()
+        try:
             spans = self._spans
             lo = msgs[0].queue_offset if msgs else None
             if lo is not None and spans.get(lo) is msgs:  # the batch as put: one entry
@@ -126,6 +133,8 @@ class ProcessQueue:
                     d.pop(m.queue_offset, None)
                 self.count = len(d)
             return self._safe()
+        finally:
+            lock.release()
 
     def consumed(self, first: int, last: int) -> int:
         """A batch consumed by the thread that pulled it before it was ever put (the inline

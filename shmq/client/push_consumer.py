@@ -96,7 +96,11 @@ class PushConsumer(ConsumerCore):
             return
         # one pool task per pulled batch (up to pull_batch_size messages), calling the listener
         # with consume_batch_size at a time: a task per message costs more than the message
-        self._submit(self._consume_pulled, pq, msgs)
+        # (_submit's body inline: this runs once per pulled message of a caught-up consumer)
+        try:
+            self._pool.submit(self._consume_pulled, pq, msgs)
+        except RuntimeError:  # shutting down
+            pass
 
     def _submit(self, fn, *args) -> None:
         try:
@@ -118,6 +122,25 @@ class PushConsumer(ConsumerCore):
         # (removed from the ProcessQueue, its offset committed in memory) once, at the end:
         # per message, twenty consume threads queue up on those two locks.
         n = self.consume_batch_size
+        if len(msgs) <= n:
+            # one listener call (a caught-up consumer's every batch): the loop below without the
+            # range, the second list and the two calls per batch; the listener still gets a copy
+            if pq.dropped:
+                return
+            batch = msgs[:]
+            try:
+                result = self.listener(batch)
+            except Exception:
+                log.exception("%s: listener raised; the messages will be consumed again", self.group)
+                result = None
+            else:
+                if result is None or result is _SUCCESS:
+                    self.commit(pq, pq.remove(msgs))
+                    return
+            done = self._not_consumed(pq, batch, result)
+            if done:
+                self.commit(pq, pq.remove(msgs if len(done) == len(msgs) else done))
+            return
         done: list[MessageExt] = []
         for i in range(0, len(msgs), n):
             if pq.dropped:

@@ -9,8 +9,11 @@ The steady cycle runs in the connection's read callback, with no task, future or
 pull: the answer goes to :meth:`TcpPull.set_result` (a waiter of
 ``Connection.start_request``), which sends the next PULL first (it is written in the same
 turn of the loop, before any consume thread is woken) and then hands the messages to the
-consumer (``ConsumerCore._deliver``). A lost answer is failed by one watchdog timer per queue
-(``expire``), not a timer per request.
+consumer (``ConsumerCore._deliver``). The steady answer (SUCCESS, plain records of the queue's
+own topic) does not even become a RemotingCommand: the connection's fast hook reads it in C from
+the read buffer (native/pull_answer.c) and calls :meth:`TcpPull._pulled` with the two offsets
+the consumer uses and the decoded messages; every other answer takes ``set_result``. A lost
+answer is failed by one watchdog timer per queue (``expire``), not a timer per request.
 
 Anything off the steady path (no connection yet, a different broker suggested, flow control,
 an error answer, a timeout, a dropped queue) ends the chain: the queue's task
@@ -28,6 +31,9 @@ import operator
 from shmq.errors import ShmqError
 from shmq.protocol import RemotingCommand, RequestCode, ResponseCode, request
 from shmq.protocol.command import FRAME_PREFIX, header_template
+
+from shmq.message.names import RETRY_PREFIX
+from shmq.native import _answer
 
 from .message import messages_from_records
 
@@ -74,10 +80,17 @@ _PREFIX = FRAME_PREFIX  # not the imported name itself: see command.FRAME_PREFIX
 class TcpPull:
     """The pull chain of one ProcessQueue (see the module docstring)."""
 
+    # slots: native/pull_answer.c reads _opaque and _fast (bound at import, below)
+    __slots__ = ("core", "pq", "fixed", "template", "_next", "timeout", "_end", "_conn", "_addr", "_hook", "_opaque",
+                 "_issued", "_watch", "_loop", "_fast")
+
     def __init__(self, core, pq):
         self.core = core
         self.pq = pq
         mq = pq.mq
+        # the answers native/pull_answer.c may read: a queue whose records show its own topic
+        # (a retry queue's show their original one: messages_from_records' Python decode)
+        self._fast = None if mq.topic.startswith(RETRY_PREFIX) else (mq.topic, mq.broker_name)
         sub = core.subscriptions.get(mq.topic)
         # the request's fields that stay the same for this queue, as the strings they are sent as
         self.fixed = request(RequestCode.PULL_MESSAGE, consumerGroup=core.group, topic=mq.topic,
@@ -165,16 +178,19 @@ class TcpPull:
             return False
         # a slave is never asked to commit (PullAPIWrapper)
         commit = core.offsets.table.get(mq, -1)
-        flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
-            PULL_SYS_COMMIT if commit > 0 and core.model == "CLUSTERING" and not slave else 0)
+        if commit > 0:
+            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
+                PULL_SYS_COMMIT if core.model == "CLUSTERING" and not slave else 0)
+        else:  # (no max(): a builtin call parses its arguments, ~700 instructions per pull)
+            flags, commit = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION, 0
         try:
             if self._hook is None and self.template is not None:
-                self._next = (pq.next_offset, flags, max(commit, 0))
+                self._next = (pq.next_offset, flags, commit)
                 self._opaque = conn.start_frame(self._frame, self)
             else:  # the ACL hook signs the fields: the generic encoding
                 ext = dict(self.fixed)
                 ext["queueOffset"], ext["sysFlag"], ext["commitOffset"] = \
-                    str(pq.next_offset), str(flags), str(max(commit, 0))
+                    str(pq.next_offset), str(flags), str(commit)
                 cmd = RemotingCommand(code=RequestCode.PULL_MESSAGE, ext_fields=ext)
                 if self._hook is not None:
                     self._hook(cmd)
@@ -208,6 +224,38 @@ class TcpPull:
             log.exception("pull %s: handling the answer failed", self.pq.mq)
             self._finish(PULL_DELAY_ON_ERROR_S)
 
+    def _pulled(self, suggest: int, nxt: int, msgs: list) -> None:
+        """A SUCCESS answer read in C (native/pull_answer.c, the connection's fast hook), which
+        checked that it answers the pull in flight and popped this waiter: set_result's work on
+        it, with the two offsets read and the records decoded."""
+        self._opaque = 0
+        try:
+            self._found(suggest, nxt, msgs)
+        except Exception:  # noqa: BLE001 - as set_result: this chain ends, never the connection
+            log.exception("pull %s: handling the answer failed", self.pq.mq)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+
+    def _found(self, suggest: int, nxt: int, msgs: list) -> None:
+        """A SUCCESS answer: its messages (decoded, not filtered yet) go to the ProcessQueue and
+        the consumer after the next pull is sent."""
+        core, pq = self.core, self.pq
+        if pq.dropped:
+            self._finish(0.0)
+            return
+        mq = pq.mq
+        core._pull_from[mq] = suggest
+        msgs = core._accept(mq.topic, msgs)
+        pq.next_offset = nxt
+        if msgs:
+            pq.put(msgs)
+            self._issue()  # the next pull goes out before a consume thread is woken
+            core._deliver(pq, msgs)
+            return
+        pq.max_seen = max(pq.max_seen, nxt - 1)
+        if not pq.count:
+            core.commit(pq, nxt)
+        self._issue()
+
     def _answered(self, resp: RemotingCommand) -> None:
         core, pq = self.core, self.pq
         if pq.dropped:
@@ -215,21 +263,14 @@ class TcpPull:
             return
         mq = pq.mq
         ext = resp.ext_fields
-        core._pull_from[mq] = _int(ext.get("suggestWhichBrokerId"))
+        suggest = _int(ext.get("suggestWhichBrokerId"))
         nxt = _int(ext.get("nextBeginOffset"), pq.next_offset)
         code = resp.code
         if code == ResponseCode.SUCCESS:
-            msgs = core._accept(mq.topic, messages_from_records(resp.body, mq.broker_name, mq.topic))
-            pq.next_offset = nxt
-            if msgs:
-                pq.put(msgs)
-                self._issue()  # the next pull goes out before a consume thread is woken
-                core._deliver(pq, msgs)
-                return
-            pq.max_seen = max(pq.max_seen, nxt - 1)
-            if not pq.count:
-                core.commit(pq, nxt)
-        elif code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
+            self._found(suggest, nxt, messages_from_records(resp.body, mq.broker_name, mq.topic))
+            return
+        core._pull_from[mq] = suggest
+        if code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):
             pq.next_offset = nxt
             if code == ResponseCode.PULL_RETRY_IMMEDIATELY and not pq.count:
                 pq.max_seen = max(pq.max_seen, nxt - 1)
@@ -251,3 +292,6 @@ def _int(text, default: int = 0) -> int:
         return int(text)
     except (TypeError, ValueError):
         return default
+
+
+_answer.bind_pull(TcpPull)  # its SUCCESS answers are read in C (native/pull_answer.c)

@@ -9,6 +9,7 @@
 #include "core.h"
 #include "hot_message.h"
 #include "queue_read.h"
+#include "pull_records.h"
 
 /* ---- the consumer's record walk ---------------------------------------------------------
  * read(cq, at, qoff, count, log, log_base, positions, next_offset, topic, topic_utf8, broker)
@@ -402,39 +403,45 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
  * (client/message.py messages_from_records). None, and nothing made, as soon as one record is
  * not what decode handles as message_from_view would: a record that does not check, a
  * compressed one, or one of another topic than the queue's (a retry queue's original topic):
- * the caller then decodes the whole body in Python, which raises on the bad record. */
+ * the caller then decodes the whole body in Python, which raises on the bad record.
+ * records_of is that decode over n bytes at p (topic: a str; NULL with an exception set when out
+ * of memory); the client's pull answers reader calls it on the read buffer itself, through the
+ * capsule ``records_c`` (pull_records.h), so an answer's body is never copied into a bytes. */
+static PyObject *records_of(const uint8_t *p, Py_ssize_t n, PyObject *topic, PyObject *broker) {
+    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
+    Py_ssize_t tlen;
+    const char *tu = PyUnicode_AsUTF8AndSize(topic, &tlen);
+    if (!tu) return NULL;
+    PyObject *out = PyList_New(0);
+    Py_ssize_t pos = 0;
+    while (out && pos < n) {
+        const uint8_t *r = p + pos;
+        uint32_t size = n - pos >= 4 ? rd32(r) : 0;
+        if (size > (uint64_t)(n - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
+            goto python;
+        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
+        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
+        PyObject *m = decode(r, size, topic, tu, tlen, broker);
+        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
+        Py_DECREF(m);
+        pos += size;
+    }
+    return out;
+python:
+    Py_DECREF(out);
+    Py_RETURN_NONE;
+}
+
 static PyObject *hot_records(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 3 || !PyUnicode_CheckExact(args[1]) || !PyUnicode_CheckExact(args[2])) {
         PyErr_SetString(PyExc_TypeError, "records(body, topic: str, broker: str)");
         return NULL;
     }
-    if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
-    Py_ssize_t tlen;
-    const char *tu = PyUnicode_AsUTF8AndSize(args[1], &tlen);
-    if (!tu) return NULL;
     Py_buffer b;
     if (PyObject_GetBuffer(args[0], &b, PyBUF_SIMPLE)) return NULL;
-    PyObject *out = PyList_New(0);
-    const uint8_t *p = (const uint8_t *)b.buf;
-    Py_ssize_t pos = 0;
-    while (out && pos < b.len) {
-        const uint8_t *r = p + pos;
-        uint32_t size = b.len - pos >= 4 ? rd32(r) : 0;
-        if (size > (uint64_t)(b.len - pos) || !record_ok(r, size) || (rd32(r + SHMQ_R_SYSFLAG) & SHMQ_FLAG_COMPRESSED))
-            goto python;
-        const uint8_t *t = r + SHMQ_R_BODYLEN + 4 + rd32(r + SHMQ_R_BODYLEN);  /* in range: record_ok */
-        if ((Py_ssize_t)t[0] != tlen || memcmp(t + 1, tu, (size_t)tlen) != 0) goto python;
-        PyObject *m = decode(r, size, args[1], tu, tlen, args[2]);
-        if (!m || PyList_Append(out, m)) { Py_XDECREF(m); Py_CLEAR(out); break; }
-        Py_DECREF(m);
-        pos += size;
-    }
+    PyObject *out = records_of((const uint8_t *)b.buf, b.len, args[1], args[2]);
     PyBuffer_Release(&b);
     return out;
-python:
-    PyBuffer_Release(&b);
-    Py_DECREF(out);
-    Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
@@ -460,8 +467,12 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_hot", NULL, -1, met
 PyMODINIT_FUNC PyInit__hot(void) {
     if (PyType_Ready(&shmq_message_type)) return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (shmq_send_add(m) || shmq_ext_add(m) ||
-              PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type)))
+    records_fn *fn = records_of;  /* (the capsule's type is pull_records.h's: checked here) */
+    PyObject *cap = m ? PyCapsule_New((void *)fn, RECORDS_CAPSULE, NULL) : NULL;
+    if (m && (!cap || shmq_send_add(m) || shmq_ext_add(m) ||
+              PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type) ||
+              PyModule_AddObjectRef(m, "records_c", cap)))
         Py_CLEAR(m);
+    Py_XDECREF(cap);
     return m;
 }

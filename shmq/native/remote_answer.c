@@ -12,13 +12,16 @@
  * the waiter (the caller's SendFuture itself), builds ``SendResult(SEND_OK, uniq or msgId,
  * msgId, mq, queueOffset)`` and resolves the future with it (``AsyncSend._resolve``). It stops at the first frame it does not
  * take, which the Python path then serves, in order: any other code (a refusal to retry), a
- * request from the broker, a pull's answer (it has a body), a binary header, an unknown opaque,
+ * request from the broker, an answer with a body (to a send; a pull's is below), a binary header, an unknown opaque,
  * a queueId other than the queue asked, a transactionId or recallHandle, and any header its
  * scanner does not read exactly as msgspec would (a backslash: no scratch is given here, a byte
  * >= 0x80, a value of another JSON type, a number with a fraction). The scanner is
  * remoting_header.h, the one the worker's remoting_send.c reads its sends with; ``decode``
  * exposes it so the tests hold it against ``decode_command`` frame by frame (with and without
  * escapes). A bad length word is the Python decoder's (not taken).
+ *
+ * The same hook takes a PushConsumer's SUCCESS answers to its pulls (the waiter a
+ * ``client.tcp_pull.TcpPull``): pull_answer.c, which says which it takes.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -28,6 +31,12 @@
 
 #include "send_answer.h"
 #include "async_slots.h"
+#include "pull_answer.h"
+
+/* the largest frame read here: a pull's answer carries up to 256 KiB of records (the broker's
+ * maxTransferBytes) or one larger record; far below the Python decoder's frame limit (16 MiB),
+ * so no frame it would refuse is taken. A send's answer has no body (MAX_ANSWER's). */
+#define MAX_TAKEN (1 << 20)
 
 static PyObject *resolve, *result_type, *send_ok, *invalid_state;
 static PyObject *s_pending, *s_set, *state_ok;  /* state_ok: SendFuture's _OK, 1 */
@@ -272,15 +281,22 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     header h;
     while (n - pos >= 4) {
         Py_ssize_t total = rh_be32((const uint8_t *)data + pos), body;
-        if (total < 4 || total > MAX_ANSWER || total > n - pos - 4) break;
+        if (total < 4 || total > MAX_TAKEN || total > n - pos - 4) break;
         stop = 1;  /* from here the frame at pos is complete: not taken, it is Python's */
-        if (tpl_header(data + pos + 4, total, &h) &&
-            (frame_header(data + pos + 4, total, &h, &body, NULL) || body || !(h.flag & 1) || h.code || !h.has_ext))
-            break;
+        if (tpl_header(data + pos + 4, total, &h)) {
+            if (frame_header(data + pos + 4, total, &h, &body, NULL) || !(h.flag & 1)) break;
+        } else {
+            body = 0;
+        }
         PyObject *key = PyLong_FromLongLong(h.opaque);
         if (!key) { err = 1; break; }
         PyObject *w = PyDict_GetItemWithError(pending, key);  /* borrowed */
-        int rc = w && Py_TYPE(w) == as_type ? complete(pending, key, w, &h) : 0;
+        int rc = 0;
+        if (w && Py_TYPE(w) == as_type) {
+            if (!body && !h.code && h.has_ext) rc = complete(pending, key, w, &h);
+        } else if (w && pull_waiter(w)) {  /* a PushConsumer's pull (pull_answer.c) */
+            rc = pull_answer(pending, key, w, &h, (const uint8_t *)data + pos + 4 + total - body, body);
+        }
         Py_DECREF(key);
         if (rc < 0 || (!w && PyErr_Occurred())) { err = 1; break; }
         if (!rc) break;
@@ -308,6 +324,7 @@ static PyObject *a_bind(PyObject *self, PyObject *args) {
 
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
+    {"bind_pull", (PyCFunction)pull_bind, METH_O, "bind_pull(TcpPull): its answers are read here too (pull_answer.c)"},
     {"answers", (PyCFunction)(void (*)(void))a_answers, METH_FASTCALL, "answers(conn, data, pos) -> (pos, None, stop)"},
     {"decode", (PyCFunction)a_decode, METH_VARARGS, "decode(frame, escapes=False) -> the header's fields as read here, or None"},
     {"bind_template", (PyCFunction)a_bind_template, METH_O, "bind_template(answer_pieces() or None): the broker's SUCCESS answer"},

@@ -121,3 +121,37 @@ def test_inline_listener_that_raises_or_answers_none(monkeypatch):
     assert put == [[0, 1, 2, 3]] and sent_back == [0, 1, 2, 3] and commits == [4] and pq.count == 0
     c._consume_inline(pq, [_msg(o) for o in range(4, 8)])
     assert put == [[0, 1, 2, 3]] and commits == [4, 8]
+
+
+def test_a_pulled_batch_within_the_listener_batch_is_one_call_settled_as_the_loop_does(monkeypatch):
+    # _consume_pulled's one-call path (a caught-up TCP consumer's every batch): SUCCESS, None and
+    # an exception, a RECONSUME_LATER the broker takes back only in part, and a listener that
+    # empties the list it was given (a copy: the ProcessQueue's batch is untouched)
+    monkeypatch.setattr("shmq.client.push_consumer.time.sleep", lambda s: None)
+    answers = iter([ConsumeResult.SUCCESS, None, RuntimeError("boom"), ConsumeResult.RECONSUME_LATER, "clear"])
+    calls = []
+
+    def listener(msgs):
+        calls.append([m.queue_offset for m in msgs])
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        if a == "clear":
+            msgs.clear()
+            return ConsumeResult.SUCCESS
+        return a
+
+    c, commits, again = _consumer(listener, lambda m: m.queue_offset != 13)
+    c.consume_threads = 20  # (the pool path's _consume_pulled; no pool is started here)
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    batches = [[_msg(o) for o in range(f, f + 4)] for f in range(0, 20, 4)]
+    for b in batches:
+        pq.put(b)
+    for b in batches:
+        c._consume_pulled(pq, b)
+    assert calls == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11], [12, 13, 14, 15], [16, 17, 18, 19]]
+    # 8-11 raised: all sent back (taken); 12-15: 13 not taken back, consumed here again later
+    assert commits == [4, 8, 12, 13, 13] and [m.queue_offset for m in again[0][1]] == [13] and pq.count == 1
+    pq.dropped = True
+    c._consume_pulled(pq, [_msg(20)])  # a dropped queue's batch: not consumed
+    assert len(calls) == 5

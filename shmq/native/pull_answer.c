@@ -1,0 +1,112 @@
+/*
+ * shmq/native/pull_answer.c -- a PushConsumer's PULL answers read straight from the client
+ * connection's read buffer (part of shmq.native._answer: remote_answer.c's ``answers``, the
+ * connection's fast hook, hands it each complete answer frame whose waiter is a TcpPull).
+ *
+ * Why: a caught-up TCP consumer gets one PULL answer per message, and the Python path of one
+ * (msgspec decode into a RemotingCommand, its ext dict, the opaque's waiter, set_result, the
+ * offsets read with int() from the dict, the body sliced into a bytes and decoded) was a large
+ * part of the consumer's per-message cost on the loop thread, whose GIL the consume threads
+ * share. Here: the header scanned by remoting_header.h (the one scanner, as the async send
+ * answers are), the records decoded by hot.c's decode (pull_records.h: the one record decoder)
+ * from the read buffer itself, and the TcpPull handed (suggestWhichBrokerId, nextBeginOffset,
+ * messages) by one call, ``TcpPull._pulled``: what its Python ``set_result`` -> ``_answered``
+ * does with a SUCCESS answer, without the command. minOffset and maxOffset are not read: the
+ * consumer reads neither (RocketMQ's DefaultMQPushConsumerImpl reads them only for logging).
+ *
+ * Taken: a JSON header the scanner reads exactly (escapes refused, as for the async answers),
+ * code SUCCESS, the response flag, extFields with suggestWhichBrokerId and nextBeginOffset in
+ * the digits-only form Python's int() reads the same way (a repeated key: its last value, as
+ * the dict decode keeps), the waiter's opaque the one it has in flight, a queue whose topic is
+ * not a retry topic (its messages show their original topic: message_from_view's work; the
+ * TcpPull says so by its ``_fast`` slot being None), and a body the C decode takes whole. Any
+ * other answer (PULL_NOT_FOUND, RETRY_IMMEDIATELY, OFFSET_MOVED, an error code, a binary header,
+ * a compressed or damaged record, a late answer of a stopped chain) is left to the Python
+ * decoder untouched, which serves it as before.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#include "pull_answer.h"
+#include "pull_records.h"
+
+/* TcpPull's slots read here (client/tcp_pull.py): the opaque in flight (0: none), and
+ * (topic, broker) of a queue whose answers this path may take, or None */
+enum { P_OPAQUE, P_FAST, P_N };
+static const char *const p_names[P_N] = {"_opaque", "_fast"};
+static PyTypeObject *pull_type;
+static Py_ssize_t p_off[P_N];
+static records_fn *records;
+static PyObject *s_pulled;
+
+#define P_SLOT(w, i) (*(PyObject **)((char *)(w) + p_off[i]))
+
+int pull_waiter(PyObject *w) { return pull_type && Py_TYPE(w) == pull_type; }
+
+/* the last value of extFields ``name`` as int() reads it: 0, or -1 (absent, or another form) */
+static int field(const header *h, const char *name, int64_t *v) {
+    const span *val = NULL;
+    for (int i = 0; i < h->n_ext; i++)
+        if (rh_is(&h->key[i], name)) val = &h->val[i];
+    return val ? rh_field_int(val, INT64_MIN, INT64_MAX, v) : -1;
+}
+
+int pull_answer(PyObject *pending, PyObject *key, PyObject *w, const header *h, const uint8_t *body, Py_ssize_t n) {
+    if (h->code || !(h->flag & 1) || !h->has_ext) return 0;
+    PyObject *opaque = P_SLOT(w, P_OPAQUE), *fast = P_SLOT(w, P_FAST);
+    if (!opaque || !PyLong_CheckExact(opaque) || !fast || !PyTuple_CheckExact(fast) || PyTuple_GET_SIZE(fast) != 2)
+        return 0;
+    int overflow;
+    long long mine = PyLong_AsLongLongAndOverflow(opaque, &overflow);
+    if (overflow || mine != h->opaque || !mine) return 0;  /* a stopped chain's answer: Python drops it */
+    PyObject *topic = PyTuple_GET_ITEM(fast, 0), *broker = PyTuple_GET_ITEM(fast, 1);
+    int64_t suggest, next;
+    if (!PyUnicode_CheckExact(topic) || !PyUnicode_CheckExact(broker) || field(h, "suggestWhichBrokerId", &suggest) ||
+        field(h, "nextBeginOffset", &next))
+        return 0;
+    PyObject *msgs = records(body, n, topic, broker);
+    if (!msgs) return -1;
+    if (msgs == Py_None) { Py_DECREF(msgs); return 0; }
+    PyObject *s = PyLong_FromLongLong(suggest), *x = s ? PyLong_FromLongLong(next) : NULL;
+    int rc = -1;
+    if (!x) goto out;
+    /* popped as the Python path pops it, then handed the answer; w's reference held for the call */
+    Py_INCREF(w);
+    if (!PyDict_DelItem(pending, key)) {
+        PyObject *args[4] = {w, s, x, msgs};
+        PyObject *r = PyObject_VectorcallMethod(s_pulled, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+        rc = r ? 1 : -1;  /* _pulled catches what the answer's handling raises: an error here is fatal */
+        Py_XDECREF(r);
+    }
+    Py_DECREF(w);
+out:
+    Py_XDECREF(s);
+    Py_XDECREF(x);
+    Py_DECREF(msgs);
+    return rc;
+}
+
+PyObject *pull_bind(PyObject *self, PyObject *cls) {
+    if (!PyType_Check(cls) || ((PyTypeObject *)cls)->tp_dictoffset) {
+        PyErr_SetString(PyExc_TypeError, "bind_pull: a class with __slots__ only");
+        return NULL;
+    }
+    Py_ssize_t off[P_N];
+    for (int i = 0; i < P_N; i++) {
+        PyObject *d = PyObject_GetAttrString(cls, p_names[i]);
+        if (!d) return NULL;
+        int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+        if (ok) off[i] = ((PyMemberDescrObject *)d)->d_member->offset;
+        Py_DECREF(d);
+        if (!ok) return PyErr_Format(PyExc_TypeError, "TcpPull.%s is not an object slot", p_names[i]);
+    }
+    records_fn *fn = PyCapsule_Import(RECORDS_CAPSULE, 0);
+    if (!fn) return NULL;
+    if (!s_pulled && !(s_pulled = PyUnicode_InternFromString("_pulled"))) return NULL;
+    memcpy(p_off, off, sizeof off);
+    records = fn;
+    Py_XSETREF(pull_type, (PyTypeObject *)Py_NewRef(cls));
+    Py_RETURN_NONE;
+}

@@ -1,0 +1,21 @@
+/*
+ * shmq/native/pull_answer.h -- what remote_answer.c's ``answers`` hook (the client connection's
+ * fast path) calls of pull_answer.c, the PushConsumer's PULL answers: the two files make the one
+ * extension module shmq.native._answer. Include it after send_answer.h.
+ */
+#ifndef SHMQ_PULL_ANSWER_H
+#define SHMQ_PULL_ANSWER_H
+#include "send_answer.h"
+
+/* w is a bound client.tcp_pull.TcpPull (the waiter of a PULL_MESSAGE) */
+int pull_waiter(PyObject *w);
+
+/* The answer of one frame (its header h, its body the n bytes at body) to the TcpPull w, which
+ * ``pending`` holds under ``key``: 1 taken (w popped and handed the answer), 0 not this path's
+ * (nothing changed: the Python decoder serves the frame), -1 an error raised. */
+int pull_answer(PyObject *pending, PyObject *key, PyObject *w, const header *h, const uint8_t *body, Py_ssize_t n);
+
+/* bind_pull(TcpPull): once, at import of client/tcp_pull.py */
+PyObject *pull_bind(PyObject *self, PyObject *cls);
+
+#endif
