@@ -1,6 +1,19 @@
-"""Event-loop choice: uvloop when installed (the ``fast`` extra) and not disabled.
+"""The event loop of each shmq process: uvloop for the servers, asyncio for the client.
 
-``SHMQ_UVLOOP=0`` forces the standard loop, e.g. to compare the two or to debug.
+Which process runs which loop, and why (instruction counts, bench/RESULTS.md "Session 7, uvl"):
+
+* NameServer, broker supervisor, broker workers, ``shmq up``: uvloop, through :func:`run`. A
+  worker's turn of the loop is most of what a lone request costs once the request itself is C:
+  uvloop's turn cost a sync send 33k instructions in the worker against asyncio's 59k, a
+  one-message pull cycle 184k against 240k, a NameServer route query 56k against 81k. Where
+  many requests share one read (the Java benchmark's 64 sender threads, pipelined async
+  sends) the turn is shared too and the two loops cost the same.
+* The client (``ClientInstance``): always the standard selector loop, ``client/handoff.py``'s
+  ``ClientLoop``: its selector is what wakes the consume threads after it lets go of the GIL,
+  and uvloop has no selector to put that in.
+
+``SHMQ_UVLOOP=0`` forces the standard loop in the servers, e.g. to compare the two or to debug.
+uvloop is a dependency; a platform without it gets the standard loop.
 """
 from __future__ import annotations
 
@@ -23,6 +36,7 @@ def uvloop_enabled() -> bool:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A server process's loop (see the module docstring)."""
     if uvloop_enabled():
         import uvloop
 
@@ -31,10 +45,11 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:
-    """``asyncio.run`` on the best loop available."""
+    """``asyncio.run`` on a server process's loop."""
     with asyncio.Runner(loop_factory=new_event_loop) as runner:
         return runner.run(main)
 
 
 def loop_name() -> str:
+    """The loop :func:`new_event_loop` makes: "uvloop" or "asyncio"."""
     return "uvloop" if uvloop_enabled() else "asyncio"
