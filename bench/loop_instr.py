@@ -20,7 +20,8 @@ PATH, and the process measured:
 
 The process runs under valgrind through a ``sitecustomize`` in a temp dir (a worker: the one
 with ``SHMQ_WORKER_ID``), instrumented only for the window. Every process it starts is stopped
-by pid; stores and callgrind files go to a temp dir that is removed.
+by pid; stores and callgrind files go to a temp dir that is removed (kept, and named, with
+``LI_KEEP=1``).
 """
 from __future__ import annotations
 
