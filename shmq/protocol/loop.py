@@ -16,11 +16,12 @@ Which process runs which loop, and why (instruction counts, bench/RESULTS.md "Se
 uvloop is a dependency; a platform without it gets the standard loop.
 
 uvloop reads a socket into its own 256,000-byte buffer and hands the protocol a copy of what
-arrived (``Connection.connection_made``'s ``max_size`` is asyncio's knob, not uvloop's). A
-pipelined stream fills it: copies of ~100 KiB, which glibc served from the top of the heap and
-gave back at every free (its trim threshold is 128 KiB), so each read paid brk twice and a page
-fault per 4 KiB page (a worker under oneway sends: 273 brk per 117 reads, a third of its CPU
-in the kernel). ``_keep_read_buffers`` raises the two thresholds so such buffers are reused.
+arrived (``Connection.connection_made``'s ``max_size`` is asyncio's knob, not uvloop's). On a
+pipelined stream those copies are ~100 KiB, which glibc served from the top of the heap and
+gave back at every free (its trim threshold is 128 KiB): each read paid brk twice and the
+kernel's work of mapping the pages again (a worker under oneway sends: 273 brk per 117 reads, a
+third of its CPU in the kernel). ``_keep_read_buffers`` raises the two thresholds so the next
+read's copy reuses that memory.
 """
 from __future__ import annotations
 
