@@ -160,7 +160,7 @@ class Connection(asyncio.Protocol):
         # frame takes a few more reads.
         try:
             transport.max_size = READ_SIZE  # type: ignore[attr-defined]
-        except AttributeError:  # a transport without it (uvloop): its own buffer
+        except AttributeError:  # uvloop: its own read buffer (protocol/loop.py keeps the copies in the heap)
             pass
 
     def data_received(self, data: bytes) -> None:
