@@ -123,21 +123,13 @@ class PushConsumer(ConsumerCore):
         # per message, twenty consume threads queue up on those two locks.
         n = self.consume_batch_size
         if len(msgs) <= n:
-            # one listener call (a caught-up consumer's every batch): the loop below without the
-            # range, the second list and the two calls per batch; the listener still gets a copy
+            # one listener call (a caught-up consumer's every batch), settled with the pulled list
+            # itself: the loop below without the range and the second list; the listener gets a copy
             if pq.dropped:
                 return
             batch = msgs[:]
-            try:
-                result = self.listener(batch)
-            except Exception:
-                log.exception("%s: listener raised; the messages will be consumed again", self.group)
-                result = None
-            else:
-                if result is None or result is _SUCCESS:
-                    self.commit(pq, pq.remove(msgs))
-                    return
-            done = self._not_consumed(pq, batch, result)
+            result = self._call_listener(batch)
+            done = msgs if result is _SUCCESS else self._not_consumed(pq, batch, result)
             if done:
                 self.commit(pq, pq.remove(msgs if len(done) == len(msgs) else done))
             return
