@@ -60,11 +60,8 @@ struct rp_state {
 };
 
 static uint32_t pkey_hash(const uint8_t *g, uint32_t gn, const uint8_t *t, uint32_t tn, int32_t qid) {
-    uint32_t h = 2166136261u ^ (uint32_t)qid;
-    for (uint32_t i = 0; i < gn; i++) h = (h ^ g[i]) * 16777619u;
-    h = (h ^ 0xFFu) * 16777619u;  /* a separator no UTF-8 byte is */
-    for (uint32_t i = 0; i < tn; i++) h = (h ^ t[i]) * 16777619u;
-    return h;
+    static const uint8_t sep = 0xFF;  /* between group and topic: a byte no UTF-8 text holds */
+    return rs_fnv(rs_fnv(rs_fnv(2166136261u ^ (uint32_t)qid, g, gn), &sep, 1), t, tn);
 }
 
 static pentry *plookup(rp_state *p, const uint8_t *g, uint32_t gn, const uint8_t *t, uint32_t tn, int32_t qid,

@@ -33,14 +33,8 @@
 #include <string.h>
 #include "remoting_send.h"
 
-static uint32_t key_hash(const uint8_t *t, uint32_t n, int32_t qid) {
-    uint32_t h = 2166136261u ^ (uint32_t)qid;
-    for (uint32_t i = 0; i < n; i++) h = (h ^ t[i]) * 16777619u;
-    return h;
-}
-
 static qentry *lookup(Sends *s, const uint8_t *t, uint32_t n, int32_t qid, int for_insert) {
-    uint32_t i = key_hash(t, n, qid) & (TAB_CAP - 1);
+    uint32_t i = rs_fnv(2166136261u ^ (uint32_t)qid, t, n) & (TAB_CAP - 1);
     for (uint32_t k = 0; k < TAB_CAP; k++, i = (i + 1) & (TAB_CAP - 1)) {
         qentry *e = &s->tab[i];
         if (e->topic == NULL) return for_insert ? e : NULL;

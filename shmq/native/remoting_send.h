@@ -106,6 +106,13 @@ int rs_out_reserve(Sends *s, size_t more);
  * request's opaque literal); 0 or -1 (out of memory) */
 int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque);
 
+/* FNV-1a over n bytes, from h (start: 2166136261 ^ the queue id): the learnt tables' hash, the
+ * sends' (topic, queue) and the pulls' (group, topic, queue) */
+static inline uint32_t rs_fnv(uint32_t h, const uint8_t *p, uint32_t n) {
+    for (uint32_t i = 0; i < n; i++) h = (h ^ p[i]) * 16777619u;
+    return h;
+}
+
 /* The offset msgId of the record at phys, written at out: the store's prefix (host and port,
  * as msgid.py's offset id begins) then phys as 16 upper-case hex digits; its length. One writer
  * for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
