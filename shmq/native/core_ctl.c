@@ -193,7 +193,7 @@ static void repair(shmq_ctl *c) {
         ADD_SC(&c->pos.data_seq, 1);
         /* every sleeper, its own worker's pull-wake thread too: a repair is no append the
          * repairing worker's loop checks its holds after */
-        if (LOAD_SC(&c->pos.data_waiters) || LOAD_SC(&c->pos.data_skip_waiters[0])
+        if ((LOAD_SC(&c->pos.data_waiters) & DATA_COUNT) || LOAD_SC(&c->pos.data_skip_waiters[0])
                 || LOAD_SC(&c->pos.data_skip_waiters[1]))
             futex_wake(&c->pos.data_seq, INT_MAX);
         notify_timer(c, qs);

@@ -67,7 +67,7 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
         if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen || (stop && LOAD_SC(stop))) return cpos;
         int64_t left = deadline - mono_ns();
         if (left <= 0) return cpos;
-        if (skip_count) ADD_SC(skip_count, skip_unit); else ADD_SC(&c->pos.data_waiters, 1);
+        if (skip_count) ADD_SC(skip_count, skip_unit); else data_waiter_in(c);
         if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED
                 && !(stop && LOAD_SC(stop)))
             futex_wait_bits(&c->pos.data_seq, seq, deadline, bits);

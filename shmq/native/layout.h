@@ -60,7 +60,7 @@
 
 /* CDEF-BEGIN */
 #define SHMQ_CTL_MAGIC 0x314C5443514D4853
-#define SHMQ_LAYOUT_VERSION 4
+#define SHMQ_LAYOUT_VERSION 5
 
 #define SHMQ_MESSAGE_MAGIC 0xDAA320A7
 #define SHMQ_BLANK_MAGIC 0xCBD43194
@@ -230,6 +230,11 @@ typedef struct shmq_positions {
     int64_t last_store_ts;        /* store timestamps never go back along the log */
     uint64_t appends;             /* records appended (statistics) */
     uint32_t data_seq;            /* futex: +1 at every publish */
+    /* Sleepers on data_seq with every wake bit: their count (bits 0-30), and bit 31 "woken": set
+     * by the append that woke them all, cleared by every sleeper that counts itself in. While it
+     * is set, no sleeper counted arrived since that wake, so later appends make no FUTEX_WAKE
+     * (they woke nobody: their sleepers were woken already and have yet to run; core_private.h
+     * wake_data; layout 5) */
     uint32_t data_waiters;
     /* futex: +1 at every publish into the timer topic (rmq_sys_wheel_timer, both queues), so
      * the supervisor's timer service sleeps through every other append (layout 3) */
