@@ -111,9 +111,25 @@ uint32_t shmq_crc32(uint32_t crc, const uint8_t *p, size_t len) {
 /* ============================================================ Java hashCode == */
 /* String.hashCode over the UTF-16 code units of a UTF-8 string; invalid bytes count as
  * U+FFFD, as Java's decoder would make them. Wraps like Java's int. */
+/* 31^k as Java's int arithmetic makes it (mod 2^32) */
+#define P1 31u
+#define P2 (P1 * P1)
+#define P3 (P2 * P1)
+#define P4 (P2 * P2)
+#define P8 (P4 * P4)
+
 uint32_t java_hash_cont(uint32_t h, const uint8_t *s, size_t n) {
     size_t i = 0;
     while (i < n) {
+        /* eight ASCII bytes a step: h * 31^8 + s0 * 31^7 + ... + s7, the same value mod 2^32 as
+         * eight single steps with an eighth of their chain of multiplies (the index dispatch
+         * hashes every message's topic#UNIQ_KEY, 40-odd bytes: this was ~45 % of its instructions) */
+        for (uint64_t w; i + 8 <= n && (memcpy(&w, s + i, 8), (w & 0x8080808080808080ull) == 0); i += 8) {
+            const uint8_t *c = s + i;
+            uint32_t hi = c[0] * P3 + c[1] * P2 + c[2] * P1 + c[3];
+            uint32_t lo = c[4] * P3 + c[5] * P2 + c[6] * P1 + c[7];
+            h = h * P8 + hi * P4 + lo;
+        }
         while (i < n && s[i] < 0x80) h = 31u * h + s[i++];  /* ASCII: one code unit a byte */
         if (i >= n) break;
         uint32_t c = s[i], cp;

@@ -82,6 +82,16 @@ def test_tag_code_is_java_hashcode():
     assert lib.shmq_java_hash(g, len(g)) == 0xD83D * 31 + 0xDE00
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from("aZ09#_-é日😀"), max_size=70) | st.text(max_size=70))
+def test_c_java_hash_matches_the_python_one(s):
+    """The C hash (eight ASCII bytes a step, then byte by byte) against shmq.message.javahash on
+    text of every length, ASCII runs broken by multi-byte characters at any position."""
+    from shmq.message.javahash import java_string_hash
+    b = s.encode("utf-8", "surrogatepass")
+    assert lib.shmq_java_hash(b, len(b)) == java_string_hash(s)
+
+
 names = st.text(alphabet=st.characters(blacklist_characters="\x00\x01\x02", blacklist_categories=("Cs",)), min_size=1, max_size=20)
 
 
