@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 import time
+import types
 import zlib
 
 from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
@@ -37,7 +38,7 @@ from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture, done_future as _done
-from .sync_send import exchange, plain
+from .sync_send import exchange, plain, send_plain as send_plain_sync
 from .uniq_id import generator, new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
@@ -92,7 +93,8 @@ class Producer(ProducerBase):
         self._conns_lock = threading.Lock()
         self._fast = LocalSender(self) if local != "never" else None
         # the common local send() whole in C (LocalSender.hot: None when it does not take one)
-        self._hot = self._fast.hot if self._fast is not None else _not_local
+        # (a producer that never sends locally: a plain message's TCP send, client/sync_send.py)
+        self._hot = self._fast.hot if self._fast is not None else types.MethodType(send_plain_sync, self)
         self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
         self._frames = Frames(group)
         self._sendable: set[str] = set()  # topics _prepare checked (_wire)
@@ -214,23 +216,36 @@ class Producer(ProducerBase):
                 return r
         wire = None if plain(self, msg) else self._wire(msg)  # None: built in C (client/sync_send.py)
         info = self._publish_info(msg.topic)
-        deadline = time.monotonic() + (timeout or self.send_timeout)
+        return self._tries(msg, wire, info, time.monotonic() + (timeout or self.send_timeout), timeout)
+
+    def _tries(self, msg: Message, wire: tuple | None, info: TopicPublishInfo, deadline: float,
+               timeout: float | None, mq: MessageQueue | None = None, failed: Exception | None = None) -> SendResult:
+        """``_send``'s tries, each to the next queue (avoiding the broker that failed last).
+        ``mq``: the first try's queue, already drawn (client/sync_send.send_plain); with
+        ``failed``, that try was made and raised it."""
         last: Exception | None = None
         avoid = None
-        for attempt in range(1 + self.retry_times):
+        first = 0
+        if failed is not None:
+            last, avoid, mq, first = self._failed(failed, mq, 0), mq.broker_name, None, 1
+        for attempt in range(first, 1 + self.retry_times):
             if time.monotonic() >= deadline:
                 break
-            mq = self._select(info, avoid)
+            if mq is None:
+                mq = self._select(info, avoid)
             try:
                 return self._send_one(mq, msg, wire, info, deadline)
             except (RemotingError, BrokerError, StaleSegment) as e:
-                if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
-                    raise
-                last = e
-                avoid = mq.broker_name
-                self._mark_failed(mq.broker_name)
-                log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, e)
+                last, avoid, mq = self._failed(e, mq, attempt), mq.broker_name, None
         raise last if last else ShmqError(f"send timed out after {timeout or self.send_timeout}s")
+
+    def _failed(self, e: Exception, mq: MessageQueue, attempt: int) -> Exception:
+        """A try to ``mq`` raised ``e``: raised on when it is not retried, else noted."""
+        if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
+            raise e
+        self._mark_failed(mq.broker_name)
+        log.debug("send to %s failed (attempt %d): %s", mq, attempt + 1, e)
+        return e
 
     def send_orderly(self, msg: Message, selector, arg=None, timeout: float | None = None) -> SendResult:
         """Send to the queue ``selector(queues, msg, arg)`` picks (same arg, same queue)."""

@@ -8,11 +8,11 @@
  * the recv that a socket with a timeout makes, and an mmap / mremap / munmap for the 256 KiB
  * bytes object each recv allocated). ``call`` does the same work in C: it draws the UNIQ_KEY,
  * writes the frame with the oneway lane's writer (send_frame.h: the template path's bytes),
- * sends it, waits for the answer with the GIL released (recv first, then poll: one send and one
- * recv when the answer is there, polling up to ``spin`` seconds before it blocks, as
- * SyncRemotingClient's spin_us), reads it with the async answers' reader (send_answer.h) and
- * returns the SendResult. The socket is the SyncRemotingClient's own (non-blocking: it has a
- * timeout), used by one thread, one request at a time.
+ * sends it, waits for the answer with the GIL released (polling up to ``spin`` seconds before it
+ * blocks, as SyncRemotingClient's spin_us; then asleep in the recv itself when the socket is in
+ * blocking mode, ``block``, else in poll), reads it with the async answers' reader
+ * (send_answer.h) and returns the SendResult. The socket is the SyncRemotingClient's own, used
+ * by one thread, one request at a time.
  *
  * Every answer it does not read exactly as send_result would -- a refusal, a binary or escaped
  * header, a queueId other than the queue asked, a transactionId, a frame after the answer, an
@@ -89,16 +89,26 @@ static int find_answer(const char *buf, size_t n, int64_t opaque, header *h, Py_
 }
 
 /* read until the answer is whole: 1 (read into h), -1 the Python decoder's (*n bytes read), 0
- * timed out, -2 closed by the peer, -3 errno, -4 a signal interrupted the wait (call again) */
-static int read_answer(int fd, char *buf, size_t *n, int64_t opaque, double spin, double deadline,
+ * timed out, -2 closed by the peer, -3 errno, -4 a signal interrupted the wait (call again).
+ * ``block`` > 0: the socket is in blocking mode with SO_RCVTIMEO of ``block`` seconds
+ * (SyncRemotingClient.block): a wait whose deadline is no sooner than that (less 1 ms) sleeps in
+ * the recv itself, as a blocking echo client does; a poll first was one more system call and
+ * wake-up path on the round trip (~1.5 us here). A recv that SO_RCVTIMEO ends (EAGAIN) goes on
+ * with poll up to the deadline, as a non-blocking socket (block 0) always does. */
+static int read_answer(int fd, char *buf, size_t *n, int64_t opaque, double spin, double block, double deadline,
                        header *h, Py_ssize_t *body) {
     double spin_end = spin > 0 ? now_s() + spin : 0;
-    if (!spin_end) {  /* not polling: the answer is not there yet, wait for it before the recv */
-        int w = wait_fd(fd, POLLIN, deadline, 1);
-        if (w <= 0) return w == -1 ? -3 : w;
-    }
-    for (;;) {
-        ssize_t r = recv(fd, buf + *n, ANSWER_BUF - *n, MSG_DONTWAIT);
+    int sleep_in_recv = 0;
+    for (int first = 1;; first = 0) {
+        if (!spin_end || now_s() >= spin_end) {  /* not (or no longer) polling */
+            sleep_in_recv = block > 0 && deadline - now_s() >= block - 0.001;
+            if (!sleep_in_recv && (first || spin_end)) {  /* the answer is not there yet: wait for it */
+                int w = wait_fd(fd, POLLIN, deadline, 1);
+                if (w <= 0) return w == -1 ? -3 : w;
+            }
+            spin_end = 0;
+        }
+        ssize_t r = recv(fd, buf + *n, ANSWER_BUF - *n, sleep_in_recv ? 0 : MSG_DONTWAIT);
         if (r > 0) {
             *n += (size_t)r;
             int f = find_answer(buf, *n, opaque, h, body);
@@ -107,9 +117,16 @@ static int read_answer(int fd, char *buf, size_t *n, int64_t opaque, double spin
             continue;
         }
         if (r == 0) return -2;
-        if (errno == EINTR) continue;
+        if (errno == EINTR) {
+            if (sleep_in_recv) return -4;  /* a signal's handlers first (KeyboardInterrupt) */
+            continue;
+        }
         if (errno != EAGAIN && errno != EWOULDBLOCK) return -3;
-        if (spin_end && now_s() < spin_end) continue;
+        if (spin_end) continue;
+        if (sleep_in_recv) {  /* SO_RCVTIMEO ended it: poll what is left of the deadline */
+            block = 0;
+            sleep_in_recv = 0;
+        }
         int w = wait_fd(fd, POLLIN, deadline, 1);
         if (w <= 0) return w == -1 ? -3 : w;
     }
@@ -178,13 +195,15 @@ static int request_of(PyObject *const *a, request *q) {
     return 0;
 }
 
-/* call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq) -> a SendResult,
+/* call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq[, block]) -> a SendResult,
  * (uniq, bytes read) for the Python path, or the int EMONTH / UNSUPPORTED with nothing sent.
  * uniq None: a message's, drawn here and put in its properties with tags; else a batch's ids
  * (properties ""). Raises TimeoutError, ConnectionResetError (EOF) or OSError: the connection is
  * then in an unknown state and the caller closes it. */
 static PyObject *s_call(PyObject *self, PyObject *const *a, Py_ssize_t na) {
-    if (na != 11) { PyErr_SetString(PyExc_TypeError, "call() takes 11 arguments"); return NULL; }
+    if (na != 11 && na != 12) { PyErr_SetString(PyExc_TypeError, "call() takes 11 or 12 arguments"); return NULL; }
+    double block = na == 12 ? PyFloat_AsDouble(a[11]) : 0;
+    if (block == -1 && PyErr_Occurred()) return NULL;
     if (!f_uniq || !result_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     int fd = PyObject_AsFileDescriptor(a[0]);
     request q;
@@ -220,7 +239,7 @@ static PyObject *s_call(PyObject *self, PyObject *const *a, Py_ssize_t na) {
         Py_BEGIN_ALLOW_THREADS
         rc = sent ? 0 : send_all(fd, f, (size_t)len, deadline);
         if (rc < 0) rc = errno == ETIMEDOUT ? 0 : -3;
-        else sent = 1, rc = read_answer(fd, buf, &n, q.opaque, q.spin, deadline, &h, &body);
+        else sent = 1, rc = read_answer(fd, buf, &n, q.opaque, q.spin, block, deadline, &h, &body);
         err = errno;
         Py_END_ALLOW_THREADS
         if (rc != -4) break;
@@ -262,7 +281,7 @@ static PyObject *s_find(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)s_bind, METH_VARARGS, "bind(SendResult, SEND_OK, shmq_uniq_ids address, shmq_uniq address)"},
     {"call", (PyCFunction)(void (*)(void))s_call, METH_FASTCALL,
-     "call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq)"},
+     "call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq[, block])"},
     {"find", (PyCFunction)s_find, METH_VARARGS, "find(data, opaque): the answer reader's verdict"},
     {NULL, NULL, 0, NULL},
 };

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import struct
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -169,6 +170,11 @@ class SyncRemotingClient:
         except OSError as e:
             raise RemotingConnectError(f"cannot connect to {addr}: {e}") from None
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        # what bounds a wait in blocking mode (block(), for a C caller); inert while a timeout is set
+        tv = struct.pack("ll", int(timeout), int(timeout % 1 * 1e6))
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, tv)
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, tv)
+        self.block_s = 0.0  # > 0: the socket is in blocking mode (block()), its waits bounded so
         self._decoder = FrameDecoder(max_frame_size)
         self._ready: list[RemotingCommand] = []
         self._opaque = 0
@@ -187,6 +193,21 @@ class SyncRemotingClient:
         """How long a wait for an answer polls before it blocks, in seconds (``spin_us``)."""
         return self._spin_s
 
+    def block(self) -> float:
+        """Put the socket in blocking mode for a C caller that sleeps in recv (native/sync_send.c:
+        one system call per wait where a socket with a timeout polls first); its waits are then
+        bounded by SO_RCVTIMEO / SO_SNDTIMEO, this client's timeout. Returns that timeout (0: no
+        timeout to bound them, the socket left as it is). Every Python read or write of this
+        client puts its timeout back first (``_unblock``)."""
+        if self.timeout > 0:
+            self.sock.settimeout(None)
+            self.block_s = self.timeout
+        return self.block_s
+
+    def _unblock(self) -> None:
+        self.block_s = 0.0
+        self.sock.settimeout(self.timeout)
+
     def idle(self) -> bool:
         """Nothing read and not yet taken: the socket's next bytes are the next frame's."""
         return not self._ready and not self._decoder.pending
@@ -196,9 +217,13 @@ class SyncRemotingClient:
         self._ready.extend(decode_command(f) for f in self._decoder.feed(data))
 
     def send_raw(self, data: bytes) -> None:
+        if self.block_s:
+            self._unblock()
         self.sock.sendall(data)
 
     def send(self, cmd: RemotingCommand) -> None:
+        if self.block_s:
+            self._unblock()
         self.sock.sendall(encode_command(cmd))
 
     def receive(self, timeout: float | None = None) -> RemotingCommand:
@@ -208,6 +233,7 @@ class SyncRemotingClient:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise RemotingTimeout(f"nothing from {self.addr} in time")
+            self.block_s = 0.0  # (a timeout is set below: blocking mode ends)
             try:
                 n = self._spin_recv() if self._spin_s else None
                 if n is None:
@@ -242,6 +268,8 @@ class SyncRemotingClient:
         if cmd.__class__ is not RemotingCommand:
             if self.rpc_hook is None:
                 opaque = self._next_opaque()
+                if self.block_s:
+                    self._unblock()
                 self.sock.sendall(cmd.frame(opaque))
                 return self.response(opaque, timeout)
             cmd = cmd.command()

@@ -171,8 +171,9 @@ class Connection(asyncio.Protocol):
             served = False
             if self.fast is not None and self._decoder.error is None:
                 data, served = self._serve_fast(data)
-                if self._stopped():
-                    return  # a frame it served was a protocol error: nothing after it is served
+                if self._stopped() or not data:  # a protocol error: nothing after it is served; or
+                    self.partial_since = None     # every byte taken: nothing for the decoder
+                    return
             try:
                 frames = self._decoder.feed(data) if data else []
             except FrameError as e:
@@ -194,11 +195,10 @@ class Connection(asyncio.Protocol):
         each frame it does not take through ``_serve_frames``, in order; returns what is left for
         the frame decoder (an incomplete frame or a bad length word) and whether a frame was
         served."""
-        dec = self._decoder
-        if dec.pending:
-            data = dec.take_pending() + data
-        fast, pos, n = self.fast, 0, len(data)
-        while pos < n and not self._stopped():
+        if self._decoder.pending:
+            data = self._decoder.take_pending() + data
+        fast, pos, n, t = self.fast, 0, len(data), self._transport
+        while pos < n and not (self.closed or t is None or t.is_closing()):  # (_stopped, inline: per read)
             pos, answers, stop = fast(self, data, pos)
             if answers is not None:
                 self._out.append(answers)

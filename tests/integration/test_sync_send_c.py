@@ -66,3 +66,22 @@ def test_a_broken_connection_is_dropped_and_the_send_retried(env):
         r = p.send(Message("T", b"third"))
         assert r.status is SendStatus.SEND_OK
         assert conn.sock.fileno() == -1 and p._tls.conns[addr] is not conn  # closed, replaced
+
+
+def test_plain_sends_take_the_producers_first_step_in_round_robin(env, monkeypatch):
+    """A producer that never sends locally makes a plain send's first try in ``send_plain``
+    (its ``_hot``), drawing the queues in the round robin the general path draws them in; a
+    message that is not plain is the general path's, in the same rotation."""
+    ns, b = env
+    calls = []
+    general = Producer._tries
+    monkeypatch.setattr(Producer, "_tries", lambda self, *a: calls.append(a[4]) or general(self, *a))
+    with Producer("pg", ns.addr, local="never") as p:
+        first = p.send(Message("T", b"0"))  # a topic not checked yet: the general way
+        rs = [p.send(Message("T", b"%d" % i)) for i in range(1, 6)]
+        keyed = p.send(Message("T", b"k", keys="K"))  # not plain: _send
+        last = p.send(Message("T", b"7"))
+    assert calls == [None, None]  # only those two went the general way (no queue drawn before it)
+    qids = [r.queue_id for r in [first, *rs, keyed, last]]
+    assert qids == [(qids[0] + i) % 4 for i in range(8)]
+    assert all(r.status is SendStatus.SEND_OK for r in [first, *rs, keyed, last])

@@ -7,7 +7,9 @@ hang or a crash."""
 from __future__ import annotations
 
 import socket
+import struct
 import threading
+import time
 
 import pytest
 
@@ -38,10 +40,15 @@ def _ok(req: RemotingCommand, **ext) -> bytes:
                                           ext_fields={k: v for k, v in fields.items() if v is not None}))
 
 
-def _exchange(answer, *, tags=None, body=b"x" * 100, uniq=None, flag=0, batch=False, timeout=5.0, spin=0.0):
+def _exchange(answer, *, tags=None, body=b"x" * 100, uniq=None, flag=0, batch=False, timeout=5.0, spin=0.0,
+              block=0.0):
     """One _sync.call over a socket pair whose server end answers ``answer(request)`` (bytes, or
-    None to stay silent, or "close"). Returns (call's result, the request's frame, what was answered)."""
+    None to stay silent, or "close"). Returns (call's result, the request's frame, what was answered).
+    ``block`` > 0: the client end's SO_RCVTIMEO (as SyncRemotingClient.block leaves it), and the
+    call sleeps in its recv."""
     cli, srv = socket.socketpair()
+    if block:
+        cli.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, struct.pack("ll", int(block), int(block % 1 * 1e6)))
     got: dict = {}
 
     def serve():
@@ -63,7 +70,7 @@ def _exchange(answer, *, tags=None, body=b"x" * 100, uniq=None, flag=0, batch=Fa
     t = threading.Thread(target=serve, daemon=True)
     t.start()
     try:
-        r = _sync.call(cli, _target(batch).template.pieces, 0, flag, tags, body, uniq, 77, timeout, spin, MQ)
+        r = _sync.call(cli, _target(batch).template.pieces, 0, flag, tags, body, uniq, 77, timeout, spin, MQ, block)
     finally:
         t.join(5)
         cli.close()
@@ -132,6 +139,20 @@ def test_silence_is_a_timeout_and_a_close_an_error(spin):
         _exchange(lambda req: None, timeout=0.2, spin=spin)
     with pytest.raises(ConnectionResetError):
         _exchange(lambda req: "close", spin=spin)
+
+
+@pytest.mark.parametrize("spin", [0.0, 0.02])
+def test_asleep_in_the_recv_the_answer_is_read_and_the_deadline_kept(spin):
+    r, _, sent = _exchange(_ok, block=5.0, spin=spin)
+    assert repr(r) == repr(send_result(decode_command(sent[4:]), MQ, r.msg_id))
+    with pytest.raises(TimeoutError):  # SO_RCVTIMEO ends the recv, then the deadline's poll
+        _exchange(lambda req: None, timeout=0.2, block=0.2, spin=spin)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError):  # a deadline sooner than SO_RCVTIMEO: not asleep in the recv
+        _exchange(lambda req: None, timeout=0.2, block=30.0, spin=spin)
+    assert time.monotonic() - t0 < 20
+    with pytest.raises(ConnectionResetError):
+        _exchange(lambda req: "close", block=5.0, spin=spin)
 
 
 def test_bad_arguments_raise_and_send_nothing():

@@ -73,3 +73,23 @@ def test_the_server_closing_during_the_spin_is_an_error():
             c.invoke(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2))
     finally:
         c.close()
+
+
+def test_blocking_mode_for_the_c_wait_and_back_for_every_python_read_or_write():
+    """``block()`` leaves the socket in blocking mode (the C sync send sleeps in its recv, its
+    wait bounded by SO_RCVTIMEO); the client's own requests put its timeout back first and get
+    the same answers."""
+    port, t = _server([0, 0])
+    c = SyncRemotingClient(f"127.0.0.1:{port}", timeout=5)
+    try:
+        assert c.block_s == 0 and c.sock.gettimeout() == 5
+        assert c.block() == 5 and c.block_s == 5 and c.sock.gettimeout() is None
+        assert c.invoke(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2)).remark == "r0"
+        assert c.block_s == 0 and c.sock.gettimeout() is not None
+        c.block()
+        c.send(RemotingCommand(code=RequestCode.SEND_MESSAGE_V2, opaque=7))
+        assert c.block_s == 0 and c.sock.gettimeout() == 5
+        assert c.response(7, 5).remark == "r1"
+    finally:
+        c.close()
+    assert SyncRemotingClient.block(type("C", (), {"timeout": 0, "block_s": 0.0})()) == 0  # no bound: left as is
