@@ -91,6 +91,10 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
             endpoint = cls.open_sender(channel, sc, idx)
         else:
             endpoint = cls.open_receiver(channel, sc, idx)
+        # the CPU clock's first read imports psutil (14-29 ms here): not at the start instant,
+        # where it made every row's first sends that late (a sync producer near its rate never
+        # caught up: bench/RESULTS.md, "Session 8, tcpe2e")
+        _cpu_seconds()
         conn.send({"ready": True})
         start = go if role == "producer" else cgo
         while start.value == 0 and not stop.value and not orphan():

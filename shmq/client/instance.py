@@ -190,62 +190,72 @@ class ClientInstance:
         asyncs: list = []  # consecutive common async sends to conn (their jobs), started together
         taken = 0  # bytes of oneway bodies taken off (written or failed)
         lane = self.oneway_lane
-        for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
-            addr, cmd, waiter, timeout = job = jobs.popleft()
-            if cmd is MARK:  # plain oneways and asyncs: this marker's segment is the lane's oldest (hot_oneway.c)
-                _, cmd, waiter, timeout = lane.take()  # waiter: its async sends by opaque, or None
-            if asyncs and (waiter is None or addr != last or conn.closed):  # written in order
-                start_asyncs(conn, asyncs, timers)
-            if addr != last or conn is None or conn.closed:
-                if oneways:
-                    send_oneways(conn, oneways)
-                held = self._held.get(addr)
-                if held is not None:  # its connection is being opened: after the ones before it
-                    if cmd.__class__ is bytes:
-                        lane.charge(len(cmd))  # held frames still count against the bound
-                    held.append((cmd, waiter, timeout))
-                    last = None
-                    continue
-                client = self._client(addr)
-                conn, last = client.connection, addr
-                if conn is None:  # not connected yet (or again): one connect, the jobs held till then
-                    if cmd.__class__ is bytes:
-                        lane.charge(len(cmd))
-                    self._held[addr] = collections.deque([(cmd, waiter, timeout)])
-                    self.loop.create_task(self._connect_and_start(client))
-                    last = None
-                    continue
-            if cmd.__class__ is bytes and waiter is not None:  # a lane segment with async sends
-                if oneways:
-                    send_oneways(conn, oneways)
-                if asyncs:
+        # what the drain writes leaves at its end, one write per connection in this callback:
+        # through the connection's own flush callback it would wait for the loop's next turn (a
+        # select and a callback more per wake-up of the loop thread, on each send's latency)
+        deferred: list = []
+        try:
+            for _ in range(len(jobs)):  # the jobs there now: callers appending meanwhile wake another drain
+                addr, cmd, waiter, timeout = job = jobs.popleft()
+                if cmd is MARK:  # plain oneways and asyncs: this marker's segment is the lane's oldest (hot_oneway.c)
+                    _, cmd, waiter, timeout = lane.take()  # waiter: its async sends by opaque, or None
+                if asyncs and (waiter is None or addr != last or conn.closed):  # written in order
                     start_asyncs(conn, asyncs, timers)
-                start_lane(conn, cmd, waiter, timeout, timers)
-                continue
-            if waiter is None:
-                if cmd.__class__ is bytes:
+                if addr != last or conn is None or conn.closed:
                     if oneways:
                         send_oneways(conn, oneways)
-                    conn.write_frame(cmd)
+                    held = self._held.get(addr)
+                    if held is not None:  # its connection is being opened: after the ones before it
+                        if cmd.__class__ is bytes:
+                            lane.charge(len(cmd))  # held frames still count against the bound
+                        held.append((cmd, waiter, timeout))
+                        last = None
+                        continue
+                    client = self._client(addr)
+                    conn, last = client.connection, addr
+                    if conn is not None and conn not in deferred and conn.defer_flush():
+                        deferred.append(conn)
+                    if conn is None:  # not connected yet (or again): one connect, the jobs held till then
+                        if cmd.__class__ is bytes:
+                            lane.charge(len(cmd))
+                        self._held[addr] = collections.deque([(cmd, waiter, timeout)])
+                        self.loop.create_task(self._connect_and_start(client))
+                        last = None
+                        continue
+                if cmd.__class__ is bytes and waiter is not None:  # a lane segment with async sends
+                    if oneways:
+                        send_oneways(conn, oneways)
+                    if asyncs:
+                        start_asyncs(conn, asyncs, timers)
+                    start_lane(conn, cmd, waiter, timeout, timers)
                     continue
-                taken += len(cmd.body)
+                if waiter is None:
+                    if cmd.__class__ is bytes:
+                        if oneways:
+                            send_oneways(conn, oneways)
+                        conn.write_frame(cmd)
+                        continue
+                    taken += len(cmd.body)
+                    if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
+                        oneways.append(cmd.frame)  # the common oneway send: _start's last case
+                        continue
+                if oneways:
+                    send_oneways(conn, oneways)
                 if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
-                    oneways.append(cmd.frame)  # the common oneway send: _start's last case
+                    asyncs.append(job)  # the common async send: _start's last case, in a run
                     continue
+                if asyncs:
+                    start_asyncs(conn, asyncs, timers)
+                start_one(client, conn, cmd, waiter, timeout, timers)
             if oneways:
                 send_oneways(conn, oneways)
-            if cmd.__class__ is RemoteSend and client.rpc_hook is None and len(cmd.body) < _FRAME_BODY_MAX:
-                asyncs.append(job)  # the common async send: _start's last case, in a run
-                continue
             if asyncs:
                 start_asyncs(conn, asyncs, timers)
-            start_one(client, conn, cmd, waiter, timeout, timers)
-        if oneways:
-            send_oneways(conn, oneways)
-        if asyncs:
-            start_asyncs(conn, asyncs, timers)
-        lane.charge(-taken)
-        start_timers(self.loop, timers)
+            lane.charge(-taken)
+            start_timers(self.loop, timers)
+        finally:
+            for c in deferred:
+                c.flush()
 
     async def _connect_and_start(self, client: RemotingClient) -> None:
         """Open ``client``'s connection, then start the requests held for it, in order (or fail
