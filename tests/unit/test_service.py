@@ -281,3 +281,45 @@ class TestAsyncService:
 
         asyncio.run(first())
         asyncio.run(again())
+
+
+def test_a_background_service_runs_its_thread_below_its_process_and_only_that_thread():
+    import os
+
+    from shmq.service import BACKGROUND_NICE
+    seen = {}
+
+    def job(name):
+        seen[name] = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+
+    mine = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    bg = ThreadService("bg", 0.01, lambda: job("bg"), first_delay_s=0, background=True)
+    fg = ThreadService("fg", 0.01, lambda: job("fg"), first_delay_s=0)
+    bg.start()
+    fg.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(seen) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        bg.stop()
+        fg.stop()
+    assert seen["fg"] == mine
+    assert seen["bg"] == min(19, mine + BACKGROUND_NICE)
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == mine  # the caller's is untouched
+
+
+
+@pytest.mark.parametrize("mode", ["ASYNC_FLUSH", "SYNC_FLUSH"])
+def test_the_store_runs_index_cleanup_and_an_async_flush_in_the_background(store_root, mode):
+    from shmq.store.config import FLUSH_MODES
+    from shmq.store.message_store import MessageStore
+    from tests.conftest import small_config
+    store = MessageStore.open(small_config(store_root, flush_disk_type=FLUSH_MODES[mode]))
+    try:
+        assert store.dispatcher.background and store.cleaner.background
+        # a SYNC_FLUSH putter waits for the flush thread; the queue thread pre-touches CommitLog files
+        assert store.flusher.background is (mode == "ASYNC_FLUSH")
+        assert not store.flusher.queue_service.background
+    finally:
+        store.close()
