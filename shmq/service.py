@@ -25,12 +25,6 @@ that is WARNING or above), counted in ``errors`` and kept in ``last_error``; the
 comes after ``error_delay_s`` (default: one interval). The service never dies of an
 exception its job raises; ``rounds`` counts the rounds that completed.
 
-Background: ``ThreadService(..., background=True)`` runs its thread BACKGROUND_NICE steps
-below its process's CPU priority (Linux: a thread's own nice value). For jobs whose lag costs
-no client anything (index dispatch, cleanup, the CommitLog flush under ASYNC_FLUSH): on a machine with few cores their rounds (a msync, the page
-faults after it: 1-5 ms of CPU at a time at 10,000 msgs/s) otherwise hold the core that a
-woken producer or consumer of the same host was queued on (RESULTS, "Session 8, tail").
-
 Stop wakes a sleeping service at once: a thread's wait is an Event (or, for a service that
 sleeps elsewhere, e.g. on a store futex, its own ``sleep``/``interrupt`` pair), a task's wait
 is cancelled. A round in progress sees ``stopping`` and may cut itself short.
@@ -42,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import inspect
 import logging
-import os
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -50,22 +43,6 @@ from typing import Any
 __all__ = ["AsyncService", "ThreadService"]
 
 _log = logging.getLogger("shmq.service")
-
-#: Nice steps a background service's thread runs below its process: at weight 110 against a
-#: client's 1024 a woken client task preempts it at once, and it still gets ~10 % of a core
-#: that client threads keep busy (so the index and the checkpoint lag, never stop).
-BACKGROUND_NICE = 10
-
-
-def lower_this_thread(steps: int = BACKGROUND_NICE) -> bool:
-    """Raise the calling thread's nice value by ``steps`` (Linux applies PRIO_PROCESS with a
-    thread id to that thread alone). Best effort: False where it cannot be done."""
-    try:
-        tid = threading.get_native_id()
-        os.setpriority(os.PRIO_PROCESS, tid, min(19, os.getpriority(os.PRIO_PROCESS, tid) + steps))
-        return True
-    except (AttributeError, OSError):
-        return False
 
 
 class _Rounds:
@@ -114,11 +91,9 @@ class ThreadService(_Rounds):
 
     def __init__(self, name: str, interval_s: float, job: Callable[[], Any] | None = None, *,
                  log: logging.Logger | None = None, first_delay_s: float | None = None,
-                 error_delay_s: float | None = None, error_level: int = logging.ERROR,
-                 background: bool = False):
+                 error_delay_s: float | None = None, error_level: int = logging.ERROR):
         super().__init__(name, interval_s, job, log=log, first_delay_s=first_delay_s,
                          error_delay_s=error_delay_s, error_level=error_level)
-        self.background = background  # read when the thread starts (see the module doc)
         self._wake_evt = threading.Event()
         self._stop_evt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -175,8 +150,6 @@ class ThreadService(_Rounds):
     def _run(self) -> None:
         # Bound once: this loop is the flush thread's, once per group commit. A service that
         # keeps the default round() runs its job directly (and ignores what the job returns).
-        if self.background:
-            lower_this_thread()
         stopped, woken, sleep = self._stop_evt.is_set, self._wake_evt, self.sleep
         plain = type(self).round is ThreadService.round
         round_ = (self._job or self.run_once) if plain else self.round

@@ -18,7 +18,7 @@ MAX_FILES_PER_ROUND = 10
 
 class CleanupService(ThreadService):
     def __init__(self, store):
-        super().__init__("shmq-cleanup", store.cfg.clean_interval_s, log=log, background=True)
+        super().__init__("shmq-cleanup", store.cfg.clean_interval_s, log=log)
         self.store = store
         self.cfg = store.cfg
 

@@ -36,10 +36,8 @@ DISK_FULL_RETRY_S = 1.0
 
 class IndexDispatcher(ThreadService):
     def __init__(self, store):
-        # background: its rounds (the C run's page faults into the IndexFile, the msync every
-        # FLUSH_EVERY_S) ran 1-5 ms at a time at 10,000 msgs/s, on the core a woken client was queued on
         super().__init__("shmq-index", BUSY_POLL_S, log=log, first_delay_s=0,
-                         error_delay_s=RETRY_AFTER_FAILURE_S, background=True)
+                         error_delay_s=RETRY_AFTER_FAILURE_S)
         self.store = store
         cfg = store.cfg
         self.index = IndexService(cfg.index_dir, cfg.max_hash_slot_num, cfg.max_index_num)

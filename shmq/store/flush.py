@@ -69,10 +69,7 @@ class FlushService(ThreadService):
         interval = cfg.flush_interval_commitlog_ms / 1000.0
         if cfg.flush_disk_type:
             interval = min(interval, SYNC_MAX_WAIT_S)
-        # ASYNC_FLUSH: nobody waits for this thread, so it runs in the background (service.py);
-        # SYNC_FLUSH: its group commit answers the putters and keeps its process's priority
-        super().__init__("shmq-flush", interval, log=log, error_delay_s=RETRY_AFTER_FAILURE_S,
-                         background=not cfg.flush_disk_type)
+        super().__init__("shmq-flush", interval, log=log, error_delay_s=RETRY_AFTER_FAILURE_S)
         self.store = store
         self.cb = store.cb
         self.cfg = cfg
@@ -242,8 +239,6 @@ class QueueFlushService(ThreadService):
         # prealloc_tick ran after every CommitLog flush before (<= 500 ms apart); a new file is
         # needed at most once a file, so 100 ms is ahead of any writer that fills one slower
         tick = min(PREPARE_EVERY_S, cfg.flush_interval_consume_queue_ms / 1000.0)
-        # not a background service (service.py): its prealloc_tick pre-touches the next CommitLog
-        # file, and if that lagged a fast producer the page zeroing would move into its sends
         super().__init__("shmq-flush-cq", tick, log=log, error_delay_s=RETRY_AFTER_FAILURE_S, first_delay_s=0)
         self.flusher = flusher
 
