@@ -30,6 +30,7 @@ from .loops import Consumer, produce
 from .peers.base import Peer
 from .scenarios import Result, Scenario
 from .services import ServiceUnavailable
+from .tail import open_log, write_services
 
 READY_TIMEOUT = 60.0
 GRACE_S = 0.3          # after the window: time for messages in flight to arrive
@@ -111,8 +112,13 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
 
         stopped = lambda: bool(stop.value) or orphan()  # noqa: E731
         if role == "producer":
+            tail = open_log("producer")
+            if tail is not None:
+                tail.note_thread()
             out = produce(endpoint.send, getattr(endpoint, "send_batch", None), sc, idx, go.value,
-                          stop=stopped, progress=progress)
+                          stop=stopped, progress=progress, tail=tail)
+            if tail is not None:
+                tail.dump(cls.name)
             drain = getattr(endpoint, "drain", None)  # async sends: wait for the unanswered ones
             if drain is not None:
                 drain()
@@ -128,6 +134,8 @@ def child_main(peer_ref: tuple[str, str], role: str, idx: int, channel, sc_dict:
             else:
                 cons.run(endpoint.recv, stopped)
             out = cons.report()
+            if cons.tail is not None:
+                cons.tail.dump(cls.name)
         out.update(role=role, idx=idx, cpu_s=_cpu_seconds() - cpu0, start_ns=start_ns)
         conn.send(out)
         # Stay open until the parent has every report: a producer's queue may still hold
@@ -225,6 +233,7 @@ def run(peer: Peer, sc: Scenario, env, on_progress: Callable[[str], None] | None
             cut_ns = time.monotonic_ns()
         _collect(children, RESULT_TIMEOUT)
         svc_cpu = _service_cpu(pids) - svc0
+        write_services(peer.name, pids, shared["go"].value)
         res = summarize(peer.name, sc, [c.result for c in children if c.result], svc_cpu if pids else None,
                         cut_ns=cut_ns)
         if interrupted:

@@ -14,6 +14,7 @@ from .histogram import LatencyRecorder, Pacer, wait_until
 import struct
 
 from .scenarios import HEADER, Scenario
+from .tail import TailLog, open_log
 
 STAMP = struct.Struct("<q")
 
@@ -30,13 +31,15 @@ def producer_count(sc: Scenario, idx: int) -> int:
 
 def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int, go_ns: int, *,
             stop: Callable[[], bool] = lambda: False, progress: Callable[[int], None] | None = None,
-            clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep) -> dict:
+            clock: Callable[[], int] = time.monotonic_ns, sleep: Callable[[float], None] = time.sleep,
+            tail: TailLog | None = None) -> dict:
     """Send this producer's share; returns {"sent", "sent_window", "end_ns", "ack_histogram"}
     (the time from each call's intended start to its return: for sync-flush, the durable answer).
 
     Paced (``sc.rate``): message i is due at ``go + offset + i / rate_per_producer`` and is
     stamped with that due time whether it leaves on time or late (coordinated omission).
-    Unpaced: stamped with the clock just before the send call."""
+    Unpaced: stamped with the clock just before the send call. ``tail`` (bench/tail.py): paced,
+    each window message's due time, its wait's end and its send's return are appended to it."""
     rate = sc.rate / sc.producers if sc.rate else 0.0
     pacer = Pacer(go_ns, rate, offset_ns=int(idx * (1e9 / sc.rate)) if sc.rate else 0)
     paced = pacer.paced
@@ -69,6 +72,8 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
                                      clock, sleep)
             if stamp >= warm_end:
                 late(started - stamp)
+                if tail is not None:
+                    tail.rows.append((stamp, started, clock()))
         else:  # as fast as possible: stamped just before the call (no list: the loop is the rate)
             stamp = clock()
             if end is not None and stamp >= end:
@@ -127,6 +132,7 @@ class Consumer:
         self._pad = b"x" * (sc.size - HEADER.size)
         self._seen: list[bytearray] = []
         self._lock = threading.Lock() if threadsafe else None
+        self.tail = open_log("consumer")  # bench/tail.py: (due, received) per window message
 
     def handle(self, bodies, now: int | None = None) -> None:
         """``now``: when the receiver got them, if it read the clock itself (a push client's
@@ -151,6 +157,9 @@ class Consumer:
                 stamp = unpack(body)[0]
                 if stamp >= warm_end:
                     add(now - stamp)
+            if self.tail is not None:
+                self.tail.note_thread()
+                self.tail.rows.extend((s, now) for s in (unpack(b)[0] for b in bodies) if s >= warm_end)
         n = len(bodies)
         if not self.first_ns:
             self.first_ns = now

@@ -191,3 +191,47 @@ def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store
         assert at_answer >= 20 and ticks[0] > at_answer  # it ran during both spins
     finally:
         store.close()
+
+
+def test_wait_read_spins_only_while_its_news_comes_within_the_spin(store_root):
+    """The spin adapts to the gaps (native/hot.c): a wait spins only when its thread's previous
+    wait found news within 1.5x the spin. After an answer at once it spins (CPU through the
+    whole wait); after a timeout, or news later than that, it sleeps at once (no CPU). The
+    answers are the same either way."""
+    from shmq.native import wait_read
+    store = MessageStore.open(small_config(store_root))
+    out = {}
+    try:
+        store.put("T", 0, b"first", {})
+        reader = store.queue_reader("T", 0, "b1")
+        reader.read(0, 1)  # mapped: wait_read reads from then on
+        ptrs, offs = ffi.new("int64_t *[]", 1), ffi.new("int64_t[]", [0])
+        ptrs[0] = store.max_offset_watch("T", 0)
+        seen, poke = ffi.new("int64_t[1]", [0]), ffi.new("int32_t[1]")
+
+        def wait(spin_s, timeout_s):  # (queue, bodies, CPU seconds of this thread in the wait)
+            cpu = time.thread_time()
+            i, got = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke),
+                               0, int(spin_s * 1e9), int(timeout_s * 1e9), [reader.st], 32, False)
+            cpu = time.thread_time() - cpu
+            if got is not None:
+                offs[0] = got[1]
+            return i, [m.body for m in got[0]] if got else None, cpu
+
+        def waits():  # a fresh thread: the gap is remembered per thread
+            out["first"] = wait(0.3, 0.3)   # news already there: answered at once
+            out["spun"] = wait(0.3, 0.3)    # so this one spins, to its timeout
+            out["slept"] = wait(0.3, 0.3)   # after a timeout: sleeps
+            threading.Timer(0.25, store.put, ("T", 0, b"late", {})).start()
+            out["late"] = wait(0.1, 5.0)    # news after 0.25 s, more than 1.5x the 0.1 s spin
+            out["after_late"] = wait(0.1, 0.3)  # so this one sleeps too
+
+        t = threading.Thread(target=waits)
+        t.start()
+        t.join(30)
+        assert out["first"][:2] == (0, [b"first"]) and out["late"][:2] == (0, [b"late"]), out
+        assert out["spun"][0] == -1 and out["spun"][2] > 0.03, out
+        assert out["slept"][0] == -1 and out["slept"][2] < 0.03, out
+        assert out["after_late"][0] == -1 and out["after_late"][2] < 0.03, out
+    finally:
+        store.close()
