@@ -126,6 +126,10 @@ class ProcessQueue:
                     self._low = hi
                 else:
                     self._gone[lo] = hi
+                if not self.count:  # _safe's first case, inline: the usual one of a caught-up consumer
+                    if self._gone:
+                        self._gone.clear()
+                    return self.max_seen + 1
             else:
                 self._split()
                 d = self._single

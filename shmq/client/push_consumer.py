@@ -128,8 +128,17 @@ class PushConsumer(ConsumerCore):
             if pq.dropped:
                 return
             batch = msgs[:]
-            result = self._call_listener(batch)
-            done = msgs if result is _SUCCESS else self._not_consumed(pq, batch, result)
+            # _call_listener's body, inline (a call less per message of a caught-up consumer)
+            try:
+                result = self.listener(batch)
+            except Exception:
+                log.exception("%s: listener raised; the messages will be consumed again", self.group)
+                result = None
+            else:
+                if result is None or result is _SUCCESS:
+                    self.commit(pq, pq.remove(msgs))
+                    return
+            done = self._not_consumed(pq, batch, result)
             if done:
                 self.commit(pq, pq.remove(msgs if len(done) == len(msgs) else done))
             return

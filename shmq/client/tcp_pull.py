@@ -69,7 +69,7 @@ class PullFrame:
 
     def frame(self, offset: int, sysflag: int, commit: int, opaque: int) -> bytes:
         head = self.template % self.order((offset, sysflag, commit, opaque))
-        return b"".join((_PREFIX.pack(4 + len(head), len(head)), head))
+        return _PREFIX.pack(4 + len(head), len(head)) + head
 
 
 _MARK_OFFSET, _MARK_FLAGS, _MARK_COMMIT = "9100000000000000001", "9100000000000000002", "9100000000000000003"
@@ -82,7 +82,7 @@ class TcpPull:
 
     # slots: native/pull_answer.c reads _opaque and _fast (bound at import, below)
     __slots__ = ("core", "pq", "fixed", "template", "_next", "timeout", "_end", "_conn", "_addr", "_hook", "_opaque",
-                 "_issued", "_watch", "_loop", "_fast")
+                 "_seen", "_watch", "_loop", "_fast", "_plain")
 
     def __init__(self, core, pq):
         self.core = core
@@ -105,7 +105,8 @@ class TcpPull:
         self._addr: str | None = None
         self._hook = None
         self._opaque = 0                          # the request in flight (0: none)
-        self._issued = 0.0
+        self._seen = (0, 0.0)                     # the watchdog's: an opaque in flight, when it first saw it
+        self._plain = False                       # no ACL hook and a template: the frame from the template
         self._watch: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -125,6 +126,7 @@ class TcpPull:
             return PULL_DELAY_ON_ERROR_S
         loop = self._loop = asyncio.get_running_loop()
         self._conn, self._addr, self._hook = conn, addr, client.rpc_hook
+        self._plain = self._hook is None and self.template is not None
         self._end = loop.create_future()
         self._watch = loop.call_later(self.timeout / 4, self._watchdog)
         try:
@@ -151,12 +153,19 @@ class TcpPull:
             self._end.set_result(delay)
 
     def _watchdog(self) -> None:
-        """A pull unanswered for ``timeout`` is failed (RemotingTimeout through set_exception)."""
+        """A pull unanswered for ``timeout`` is failed (RemotingTimeout through set_exception).
+        The pull's start time is not read per pull (a clock read per message): the watchdog
+        notes the opaque in flight and when it first saw it, and fails it once that is
+        ``timeout`` ago, so between ``timeout`` and ``1.5 * timeout`` after it was sent."""
         conn = self._conn
         if conn is None:
             return
-        if self._opaque and self._loop.time() - self._issued > self.timeout:
-            conn.expire([self._opaque], RequestCode.PULL_MESSAGE, self.timeout)
+        opaque, now = self._opaque, self._loop.time()
+        if opaque and opaque == self._seen[0]:
+            if now - self._seen[1] >= self.timeout:
+                conn.expire([opaque], RequestCode.PULL_MESSAGE, self.timeout)
+        else:
+            self._seen = (opaque, now)
         if self._conn is not None:
             self._watch = self._loop.call_later(self.timeout / 4, self._watchdog)
 
@@ -167,7 +176,7 @@ class TcpPull:
         if not core._running or pq.dropped:
             self._finish(0.0)
             return False
-        if pq.count >= core.threshold or not core._may_pull(pq):
+        if pq.count >= core.threshold or (core._gated and not core._may_pull(pq)):
             self._finish(FLOW_CONTROL_DELAY_S)
             return False
         mq = pq.mq
@@ -184,7 +193,7 @@ class TcpPull:
         else:  # (no max(): a builtin call parses its arguments, ~700 instructions per pull)
             flags, commit = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION, 0
         try:
-            if self._hook is None and self.template is not None:
+            if self._plain:
                 self._next = (pq.next_offset, flags, commit)
                 self._opaque = conn.start_frame(self._frame, self)
             else:  # the ACL hook signs the fields: the generic encoding
@@ -199,11 +208,13 @@ class TcpPull:
             log.debug("pull %s failed: %s", mq, e)
             self._finish(PULL_DELAY_ON_ERROR_S)
             return False
-        self._issued = self._loop.time()
         return True
 
     def _frame(self, opaque: int) -> bytes:
-        return self.template.frame(*self._next, opaque)
+        # PullFrame.frame's body, inline (a call less per pull)
+        t = self.template
+        head = t.template % t.order((*self._next, opaque))
+        return _PREFIX.pack(4 + len(head), len(head)) + head
 
     # Connection.start_request's waiter: done / set_result / set_exception, on the loop
     def done(self) -> bool:

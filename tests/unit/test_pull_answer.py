@@ -51,6 +51,8 @@ class Core:
         # brokerId 1 (a slave suggested) is another address: the chain ends and starts again
         self.instance = SimpleNamespace(read_addr=lambda name, bid: (f"127.0.0.1:{1 + bid}", bid > 0), connect=connect)
 
+    _gated = False  # ConsumerCore's: _may_pull is asked only when it can answer False
+
     def _may_pull(self, pq):
         return True
 

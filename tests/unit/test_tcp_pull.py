@@ -70,6 +70,8 @@ class FakeCore:
             return client, self.conn
         self.instance = SimpleNamespace(read_addr=lambda name, bid: ("127.0.0.1:1", False), connect=connect)
 
+    _gated = False  # ConsumerCore's: _may_pull is asked only when it can answer False
+
     def _may_pull(self, pq):
         return True
 
