@@ -120,16 +120,18 @@ class ProcessQueue:
             lo = msgs[0].queue_offset if msgs else None
             if lo is not None and spans.get(lo) is msgs:  # the batch as put: one entry
                 del spans[lo]
-                self.count -= len(msgs)
+                count = self.count = self.count - len(msgs)
+                if not count:
+                    # nothing in flight (a caught-up consumer's every batch): _safe's first
+                    # case, inline; _low is set again by the next put, as it is at count 0
+                    if self._gone:
+                        self._gone.clear()
+                    return self.max_seen + 1
                 hi = msgs[-1].queue_offset + 1
                 if lo == self._low:
                     self._low = hi
                 else:
                     self._gone[lo] = hi
-                if not self.count:  # _safe's first case, inline: the usual one of a caught-up consumer
-                    if self._gone:
-                        self._gone.clear()
-                    return self.max_seen + 1
             else:
                 self._split()
                 d = self._single

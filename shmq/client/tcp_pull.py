@@ -40,6 +40,9 @@ from .message import messages_from_records
 log = logging.getLogger("shmq.client.consumer")
 
 PULL_SYS_COMMIT, PULL_SYS_SUSPEND, PULL_SYS_SUBSCRIPTION = 1, 2, 4
+_FLAGS = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION  # every pull's sysFlag; with the commit bit:
+_FLAGS_COMMIT = _FLAGS | PULL_SYS_COMMIT
+_NO_FILTER = (None, None)  # ConsumerCore._filters' entry of a topic without a tag filter
 PULL_DELAY_ON_ERROR_S = 3.0
 ANSWER_MARGIN_S = 15.0  # a pull unanswered this long past its suspend timeout is failed
 FLOW_CONTROL_DELAY_S = 0.05
@@ -188,10 +191,9 @@ class TcpPull:
         # a slave is never asked to commit (PullAPIWrapper)
         commit = core.offsets.table.get(mq, -1)
         if commit > 0:
-            flags = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION | (
-                PULL_SYS_COMMIT if core.model == "CLUSTERING" and not slave else 0)
+            flags = _FLAGS_COMMIT if core.model == "CLUSTERING" and not slave else _FLAGS
         else:  # (no max(): a builtin call parses its arguments, ~700 instructions per pull)
-            flags, commit = PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION, 0
+            flags, commit = _FLAGS, 0
         try:
             if self._plain:
                 self._next = (pq.next_offset, flags, commit)
@@ -236,36 +238,36 @@ class TcpPull:
             self._finish(PULL_DELAY_ON_ERROR_S)
 
     def _pulled(self, suggest: int, nxt: int, msgs: list) -> None:
-        """A SUCCESS answer read in C (native/pull_answer.c, the connection's fast hook), which
-        checked that it answers the pull in flight and popped this waiter: set_result's work on
-        it, with the two offsets read and the records decoded."""
-        self._opaque = 0
-        try:
-            self._found(suggest, nxt, msgs)
-        except Exception:  # noqa: BLE001 - as set_result: this chain ends, never the connection
-            log.exception("pull %s: handling the answer failed", self.pq.mq)
-            self._finish(PULL_DELAY_ON_ERROR_S)
-
-    def _found(self, suggest: int, nxt: int, msgs: list) -> None:
         """A SUCCESS answer: its messages (decoded, not filtered yet) go to the ProcessQueue and
-        the consumer after the next pull is sent."""
+        the consumer after the next pull is sent. Called by native/pull_answer.c (the
+        connection's fast hook), which checked that it answers the pull in flight, popped this
+        waiter, read the two offsets and decoded the records; and by ``_answered`` (set_result)
+        for a SUCCESS answer the Python decoder read. Once per message of a caught-up consumer,
+        so one frame for all of it (no _found / _accept calls)."""
+        self._opaque = 0
         core, pq = self.core, self.pq
-        if pq.dropped:
-            self._finish(0.0)
-            return
-        mq = pq.mq
-        core._pull_from[mq] = suggest
-        msgs = core._accept(mq.topic, msgs)
-        pq.next_offset = nxt
-        if msgs:
-            pq.put(msgs)
-            self._issue()  # the next pull goes out before a consume thread is woken
-            core._deliver(pq, msgs)
-            return
-        pq.max_seen = max(pq.max_seen, nxt - 1)
-        if not pq.count:
-            core.commit(pq, nxt)
-        self._issue()
+        try:
+            if pq.dropped:
+                self._finish(0.0)
+                return
+            mq = pq.mq
+            core._pull_from[mq] = suggest
+            if core._filters.get(mq.topic, _NO_FILTER)[0] is not None:  # a tag filter: _accept's
+                msgs = core._accept(mq.topic, msgs)
+            pq.next_offset = nxt
+            if msgs:
+                pq.put(msgs)
+                self._issue()  # the next pull goes out before a consume thread is woken
+                core._deliver(pq, msgs)
+                return
+            if nxt - 1 > pq.max_seen:
+                pq.max_seen = nxt - 1
+            if not pq.count:
+                core.commit(pq, nxt)
+            self._issue()
+        except Exception:  # noqa: BLE001 - as set_result: this chain ends, never the connection
+            log.exception("pull %s: handling the answer failed", pq.mq)
+            self._finish(PULL_DELAY_ON_ERROR_S)
 
     def _answered(self, resp: RemotingCommand) -> None:
         core, pq = self.core, self.pq
@@ -278,7 +280,7 @@ class TcpPull:
         nxt = _int(ext.get("nextBeginOffset"), pq.next_offset)
         code = resp.code
         if code == ResponseCode.SUCCESS:
-            self._found(suggest, nxt, messages_from_records(resp.body, mq.broker_name, mq.topic))
+            self._pulled(suggest, nxt, messages_from_records(resp.body, mq.broker_name, mq.topic))
             return
         core._pull_from[mq] = suggest
         if code in (ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY):

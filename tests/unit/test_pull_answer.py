@@ -52,6 +52,7 @@ class Core:
         self.instance = SimpleNamespace(read_addr=lambda name, bid: (f"127.0.0.1:{1 + bid}", bid > 0), connect=connect)
 
     _gated = False  # ConsumerCore's: _may_pull is asked only when it can answer False
+    _filters = {}   # ConsumerCore's: no tag filter (_accept is asked only for a topic with one)
 
     def _may_pull(self, pq):
         return True
@@ -99,12 +100,19 @@ def run_chain(fast, topic, script, chunk=None):
     makes the answer to the pull in flight (from that pull's opaque and queueOffset), which is
     read in chunks of ``chunk`` bytes. Returns the log: pulls sent (offset, sysFlag, commit),
     what the core saw, the chain's delays; and how many answers C took."""
-    taken = [0]
-    real = tcp_pull.TcpPull._pulled
+    taken, in_python = [0], [False]
+    real, real_set = tcp_pull.TcpPull._pulled, tcp_pull.TcpPull.set_result
 
-    def counted(self, *a):
-        taken[0] += 1
+    def counted(self, *a):  # _pulled from C (the Python decoder's SUCCESS reaches it through set_result)
+        taken[0] += not in_python[0]
         return real(self, *a)
+
+    def python_path(self, resp):
+        in_python[0] = True
+        try:
+            return real_set(self, resp)
+        finally:
+            in_python[0] = False
 
     async def go():
         conn = Connection({}, Limits())
@@ -144,6 +152,7 @@ def run_chain(fast, topic, script, chunk=None):
         return log
     mp = pytest.MonkeyPatch()
     mp.setattr(tcp_pull.TcpPull, "_pulled", counted)
+    mp.setattr(tcp_pull.TcpPull, "set_result", python_path)
     mp.setattr(tcp_pull, "PULL_DELAY_ON_ERROR_S", 0.002)
     mp.setattr(tcp_pull, "FLOW_CONTROL_DELAY_S", 0.002)
     try:

@@ -71,6 +71,7 @@ class FakeCore:
         self.instance = SimpleNamespace(read_addr=lambda name, bid: ("127.0.0.1:1", False), connect=connect)
 
     _gated = False  # ConsumerCore's: _may_pull is asked only when it can answer False
+    _filters = {}   # ConsumerCore's: no tag filter (_accept is asked only for a topic with one)
 
     def _may_pull(self, pq):
         return True
