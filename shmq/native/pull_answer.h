@@ -18,4 +18,8 @@ int pull_answer(PyObject *pending, PyObject *key, PyObject *w, const header *h, 
 /* bind_pull(TcpPull): once, at import of client/tcp_pull.py */
 PyObject *pull_bind(PyObject *self, PyObject *cls);
 
+/* pull_frame(pieces, order, (queueOffset, sysFlag, commitOffset), opaque) -> the PULL_MESSAGE
+ * frame of client.tcp_pull.PullFrame (its template's literal pieces around the four slots) */
+PyObject *pull_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+
 #endif

@@ -325,6 +325,8 @@ static PyObject *a_bind(PyObject *self, PyObject *args) {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
     {"bind_pull", (PyCFunction)pull_bind, METH_O, "bind_pull(TcpPull): its answers are read here too (pull_answer.c)"},
+    {"pull_frame", (PyCFunction)(void (*)(void))pull_frame, METH_FASTCALL,
+     "pull_frame(pieces, order, (offset, flags, commit), opaque) -> a PULL frame (pull_answer.c)"},
     {"answers", (PyCFunction)(void (*)(void))a_answers, METH_FASTCALL, "answers(conn, data, pos) -> (pos, None, stop)"},
     {"decode", (PyCFunction)a_decode, METH_VARARGS, "decode(frame, escapes=False) -> the header's fields as read here, or None"},
     {"bind_template", (PyCFunction)a_bind_template, METH_O, "bind_template(answer_pieces() or None): the broker's SUCCESS answer"},

@@ -209,3 +209,16 @@ def test_a_failing_chain_is_started_again(monkeypatch):
         task.cancel()
         assert log[:1] == [("pull", 4)]
     asyncio.run(body())
+
+
+def test_the_c_frame_writer_refuses_what_is_not_a_template():
+    import pytest
+    from shmq.native import _answer
+    pieces, slots = (b"a", b"b", b"c", b"d", b"e"), (3, 0, 1, 2)
+    assert _answer.pull_frame(pieces, slots, (10, -6, 0), 123) == b"\0\0\0\x11\0\0\0\x0da123b10c-6d0e"
+    for bad in ((pieces[:4], slots, (1, 2, 3), 4), (pieces, slots[:3], (1, 2, 3), 4), (pieces, slots, (1, 2), 4),
+                ((b"a", "b", b"c", b"d", b"e"), slots, (1, 2, 3), 4), (pieces, slots, (1, "2", 3), 4)):
+        with pytest.raises(TypeError):
+            _answer.pull_frame(*bad)
+    with pytest.raises(ValueError):
+        _answer.pull_frame(pieces, (0, 1, 2, 4), (1, 2, 3), 4)
