@@ -163,10 +163,15 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     self->last_direct = 0;
     if (lane_direct_gate(self)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
-        if (scratch_reserve(self, most)) return NULL;
-        Py_ssize_t n = sf_write(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
-                                PyBytes_AS_STRING(a[5]), bl);
-        int r = n > 0 ? lane_direct(self, a[0], self->scratch, n, NULL, NULL, NULL) : 0;
+        PyObject *conn = lane_direct_conn(self, a[0]);
+        if (!conn) return NULL;
+        int r = conn == Py_None ? 0 : scratch_reserve(self, most);
+        if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
+            Py_ssize_t n = sf_write(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                                    PyBytes_AS_STRING(a[5]), bl);
+            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, NULL, NULL, NULL) : 0;
+        }
+        Py_DECREF(conn);
         if (r < 0) return NULL;
         if (r) {
             self->last_direct = 1;
@@ -248,13 +253,20 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     Py_XDECREF(uniq);
     if (!w) goto fail;
     self->last_direct = 0;
+    /* the opaque is this put's from here: a put of another thread while this one runs Python
+     * code (_direct_conn) draws the next */
+    self->aopaque = next;
     if (lane_direct_gate(self)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
-        if (scratch_reserve(self, most)) goto fail;
-        n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
-        int r = n > 0 ? lane_direct(self, a[0], self->scratch, n, key, w, a[9]) : 0;
+        PyObject *conn = lane_direct_conn(self, a[0]);
+        if (!conn) goto fail;
+        int r = conn == Py_None ? 0 : scratch_reserve(self, most);
+        if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
+            n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
+            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, key, w, a[9]) : 0;
+        }
+        Py_DECREF(conn);
         if (r < 0) goto fail;
         if (r) {
-            self->aopaque = next;
             self->last_direct = 1;
             Py_DECREF(key);
             return w;
@@ -274,7 +286,6 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
         goto fail;
     }
     Py_DECREF(key);
-    self->aopaque = next;
     if (!s->timeout) s->timeout = Py_NewRef(a[9]);
     s->len += (size_t)n;
     s->frames++;

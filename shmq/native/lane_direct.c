@@ -92,14 +92,16 @@ end:
     return fd;
 }
 
-int lane_direct(Lane *self, PyObject *addr, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
-                PyObject *timeout) {
-    PyObject *conn = PyObject_CallOneArg(self->direct_conn, addr);  /* ClientInstance._direct_conn */
-    if (!conn) return -1;
-    if (conn == Py_None) { Py_DECREF(conn); return 0; }
+PyObject *lane_direct_conn(Lane *self, PyObject *addr) {
+    return PyObject_CallOneArg(self->direct_conn, addr);  /* ClientInstance._direct_conn */
+}
+
+int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
+                     PyObject *timeout) {
     PyObject *out = NULL, *pending = NULL, *rest = NULL;
     int rc = 0;
-    /* ---- from here to the end of the send, no Python code runs (so no other thread does) ---- */
+    /* ---- from the frame's writing (the caller's) to the end of the send, no Python code runs,
+     * so no other thread does: the lane's scratch buffer is this put's, the checks still hold ---- */
     if (self->head) goto done;  /* another thread put into the lane meanwhile: after it */
     int fd = idle_fd(conn, &out, &pending);
     if (fd < 0) goto done;
@@ -143,7 +145,6 @@ done:
     Py_XDECREF(rest);
     Py_XDECREF(out);
     Py_XDECREF(pending);
-    Py_DECREF(conn);
     return rc;
 }
 

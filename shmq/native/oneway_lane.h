@@ -51,11 +51,14 @@ PyObject *lane_async(Lane *self, PyObject *const *a);
 /* lane_direct.c: the put may try the socket (the direct write on, no segment in the lane, the put
  * before this one at least gap_ns ago); it reads the clock and records this put's time */
 int lane_direct_gate(Lane *self);
-/* write frame[0..n) on addr's connection from this thread: 1 (on its way; w, an async send's
- * waiter, registered under key with its timer asked for), 0 (not written: the lane takes it), -1
- * (an exception, nothing written) */
-int lane_direct(Lane *self, PyObject *addr, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
-                PyObject *timeout);
+/* addr's connection when nothing submitted waits before this put (new reference; None: the lane
+ * takes it; NULL: an exception). Runs Python code: called before the frame is written */
+PyObject *lane_direct_conn(Lane *self, PyObject *addr);
+/* write frame[0..n) on conn from this thread (frame written right before, with no Python code
+ * since): 1 (on its way; w, an async send's waiter, registered under key with its timer asked
+ * for), 0 (not written: the lane takes it), -1 (an exception, nothing written) */
+int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
+                     PyObject *timeout);
 PyObject *lane_set_direct(Lane *self, PyObject *args);
 int lane_direct_init(void);
 
