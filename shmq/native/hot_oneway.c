@@ -158,11 +158,11 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    long long born = sf_born_ms();
+    long long now = lane_now_ns(), born = now / 1000000;  /* (one clock read: the born ms and the gap) */
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
     self->last_direct = 0;
-    if (lane_direct_gate(self)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
+    if (lane_direct_gate(self, now)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
         PyObject *conn = lane_direct_conn(self, a[0]);
         if (!conn) return NULL;
         int r = conn == Py_None ? 0 : scratch_reserve(self, most);
@@ -240,7 +240,7 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    long long born = sf_born_ms();
+    long long now = lane_now_ns(), born = now / 1000000;  /* (one clock read: the born ms and the gap) */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl), n;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     PyObject *key = PyLong_FromLongLong(-(long long)next);
@@ -256,7 +256,7 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     /* the opaque is this put's from here: a put of another thread while this one runs Python
      * code (_direct_conn) draws the next */
     self->aopaque = next;
-    if (lane_direct_gate(self)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
+    if (lane_direct_gate(self, now)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
         PyObject *conn = lane_direct_conn(self, a[0]);
         if (!conn) goto fail;
         int r = conn == Py_None ? 0 : scratch_reserve(self, most);

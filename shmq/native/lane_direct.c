@@ -48,7 +48,7 @@ int lane_direct_init(void) {
 
 long long lane_now_ns(void) {
     struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
+    clock_gettime(CLOCK_REALTIME, &ts);
     return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
 }
 
@@ -148,11 +148,11 @@ done:
     return rc;
 }
 
-int lane_direct_gate(Lane *self) {
+int lane_direct_gate(Lane *self, long long now) {
     if (!self->direct_conn) return 0;
-    long long now = lane_now_ns(), last = self->last_ns;
+    long long last = self->last_ns;
     self->last_ns = now;
-    return !self->head && now - last >= self->gap_ns;
+    return !self->head && (now - last >= self->gap_ns || now < last);
 }
 
 /* direct(conn_of, after, gap_ns): turn the caller-thread write on (conn_of None: off) */

@@ -49,8 +49,11 @@ extern PyTypeObject shmq_lane_type;
 PyObject *lane_async(Lane *self, PyObject *const *a);
 
 /* lane_direct.c: the put may try the socket (the direct write on, no segment in the lane, the put
- * before this one at least gap_ns ago); it reads the clock and records this put's time */
-int lane_direct_gate(Lane *self);
+ * before this one at least gap_ns ago); now: this put's wall clock (ns), which it records */
+int lane_direct_gate(Lane *self, long long now);
+/* the wall clock in ns (CLOCK_REALTIME: a put's born ms is now / 1e6; the gap is measured on it
+ * too, a clock step costing one put's choice at worst) */
+long long lane_now_ns(void);
 /* addr's connection when nothing submitted waits before this put (new reference; None: the lane
  * takes it; NULL: an exception). Runs Python code: called before the frame is written */
 PyObject *lane_direct_conn(Lane *self, PyObject *addr);
