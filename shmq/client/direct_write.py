@@ -18,8 +18,9 @@ import time
 
 from shmq.protocol import RequestCode
 
-#: A put goes to the socket only when the put before it was at least this long ago: at a higher
-#: rate the loop's batching (one write per burst) is cheaper than a send() per frame
+#: A put goes to the socket only when it and the put before it each came at least this long after
+#: the put before them: at a higher rate the loop's batching (one write per burst) is cheaper
+#: than a send() per frame (native/lane_direct.c, "Rate")
 GAP_NS = 30_000
 #: How often the loop looks at the timeouts of the sends written this way while any are open
 SWEEP_S = 0.05

@@ -24,8 +24,11 @@
  *
  * Rate: at a high rate the loop's batching (one write per burst) is what makes the throughput,
  * and a send() per frame would cost more than the wake-up it saves. A put comes here only when
- * the one before it (of either kind) was at least ``gap_ns`` ago; a burst's first frame may go
- * direct, the rest take the lane as before.
+ * this put and the one before it each came at least ``gap_ns`` after the put before them: a
+ * paced sender's puts do, a burst's do not (its first frame goes direct when the burst follows a
+ * quiet stretch), and neither does the first put after a high-rate sender lost the CPU or the GIL
+ * for a moment (the loop's drain, a preemption), which would otherwise add a send() and a
+ * one-frame read of the broker to every drain.
  */
 #include <errno.h>
 #include <string.h>
@@ -151,8 +154,10 @@ done:
 int lane_direct_gate(Lane *self, long long now) {
     if (!self->direct_conn) return 0;
     long long last = self->last_ns;
+    int quiet = now - last >= self->gap_ns || now < last, was = self->quiet;
     self->last_ns = now;
-    return !self->head && (now - last >= self->gap_ns || now < last);
+    self->quiet = quiet;
+    return quiet && was && !self->head;
 }
 
 /* direct(conn_of, after, gap_ns): turn the caller-thread write on (conn_of None: off) */

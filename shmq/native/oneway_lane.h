@@ -35,6 +35,7 @@ typedef struct {
      * the last put went direct, how many did; the frame's scratch buffer */
     PyObject *direct_conn, *direct_after;
     long long gap_ns, last_ns;
+    int quiet;  /* the last put came gap_ns or more after the one before it */
     int last_direct;
     unsigned long long direct_frames;
     char *scratch;

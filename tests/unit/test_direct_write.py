@@ -134,6 +134,11 @@ def test_a_partial_write_hands_its_rest_to_the_loop_before_anything_else():
         conn = inst._clients[sink.addr].connection
         conn._transport.get_extra_info("socket").setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
         want, futs = [b"checked"], []
+        for i in range(3):  # paced small ones: the puts after them may go direct
+            time.sleep(0.002)
+            p.send_oneway(Message("T", b"small%d" % i))
+            want.append(b"small%d" % i)
+        assert inst.oneway_lane.last_direct
         for i in range(40):  # the socket fills: one direct write is cut, the rest go through the loop
             time.sleep(0.002)
             body = (b"%d-" % i).ljust(60_000, b"y")
