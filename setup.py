@@ -27,7 +27,8 @@ setup(
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
                                     "shmq/native/pull_answer.h", "shmq/native/pull_records.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
-                 Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c"],
+                 Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c",
+                                                        "shmq/native/lane_direct.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/send_frame.h", "shmq/native/async_slots.h", "shmq/native/oneway_lane.h",
                                     "shmq/native/hot_message.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),

@@ -16,7 +16,8 @@ bytes each ``Connection`` reads (``data_received``) and writes (``_flush``):
 * ``S``: the harness calls the send (its return time in ``extra``); ``L``: the consumer's
   listener was entered (the harness's own clock, the latency's end);
 * ``w`` in the producer: its frame handed to the socket (async / oneway: the client loop
-  thread's write; a sync send writes in C, so there the hop starts at ``S``);
+  thread's write; a sync send writes in C, and so does an async / oneway caller's thread when
+  the connection is idle (client/direct_write.py): for those the hop starts at ``S``);
 * ``r`` / ``w`` in a worker: the send frame read, then the pull answer carrying it written;
 * ``r`` in the consumer: the answer read; ``u``: ``TcpPull._pulled`` (the C read of the answer
   done); ``o``: the loop's select that pays the hand-over's wake-ups; ``c``: the consume
@@ -220,11 +221,14 @@ def summary(d: str, skip: int, first: int) -> None:
             ww.setdefault(s, t)
     same = any(w["seq"]["r"] and w["seq"]["w"] for w in workers)
     sent = p["seq"]["S"]
-    pw = p["seq"]["w"] or sent  # sync: written in C, inside the send call
+    # a frame with no write of the loop thread traced was written inside the send call: a sync
+    # send's (C), or an async / oneway one its caller's thread wrote (client/direct_write.py)
+    pw = {**sent, **p["seq"]["w"]}
     stamps = c["stamp"]
     seqs = sorted(stamps)
     print(f"{d}: {len(seqs):,} messages delivered, producer and consumer on {'one worker' if same else 'two workers'};"
-          f" {len(seqs) - skip:,} after the first {skip:,}")
+          f" {len(seqs) - skip:,} after the first {skip:,}; written by the send call itself (no loop-thread write):"
+          f" {sum(1 for s in seqs[skip:] if s not in p['seq']['w']):,}")
     hops = [("intended time -> send call", lambda s: sent[s] - stamps[s]),
             ("send call -> its frame written (producer)", lambda s: pw[s] - sent[s]),
             ("written -> read by the worker", lambda s: wr[s] - pw[s]),

@@ -84,7 +84,7 @@ def send_plain_async(p, msg, callback, timeout):
         w = s.lane.put_async(addr, target.template.pieces, msg.flag, tags, msg.body, msg, p, callback, mq,
                              timeout or s.timeout, s.left)
     inst = s.inst
-    if not inst._drain_scheduled:  # a segment's marker is in the deque; its drain may have run
+    if not s.lane.last_direct and not inst._drain_scheduled:  # a segment's marker is in the deque; its drain may have run
         inst._drain_scheduled = True
         inst.loop.call_soon_threadsafe(inst._drain_submitted)
     return w

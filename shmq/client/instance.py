@@ -26,6 +26,8 @@ from shmq.protocol.transport import SCATTER_BODY as _FRAME_BODY_MAX  # larger: s
 from shmq.protocol.bodies import HeartbeatData, ProducerData, TopicRouteData, decode_topic_route, encode_json
 from shmq.service import AsyncService
 
+from . import direct_write
+from .direct_write import DirectWrites
 from .handoff import ClientLoop
 from .oneway import MARK, Lane, wait_room
 from .remote_send import RemoteSend, answers
@@ -111,6 +113,12 @@ class ClientInstance:
         #: the plain oneway sends' frames (client/oneway.py); it also counts the bytes of the
         #: other oneway bodies submitted and not yet written or failed, against one bound
         self.oneway_lane = Lane(self._submitted.append, MARK, ONEWAY_BACKLOG_BYTES, ONEWAY_BACKLOG)
+        # a lane frame may be written by its caller's thread when nothing is queued (client/direct_write.py);
+        # _draining: jobs taken off the deque and not yet on their connection (no such write then)
+        self._draining = False
+        self.direct = DirectWrites(self.loop)
+        if direct_write.enabled():
+            self.oneway_lane.direct(self._direct_conn, self.direct.after, direct_write.GAP_NS)
         self._thread = threading.Thread(target=self._run_loop, name=f"shmq-client-{self.client_id}", daemon=True)
         self._thread.start()
         self._services = [self.every(self.route_poll_s, self.refresh_routes, "routes"),
@@ -181,8 +189,17 @@ class ClientInstance:
         conn = c.connection if c is not None else None
         return conn is not None and conn.writing_paused
 
+    def _direct_conn(self, addr: str):
+        """``addr``'s open connection when no submitted request waits to be written before a frame
+        its caller's thread would write (native/lane_direct.c checks the connection), else None."""
+        if self._submitted or self._draining or self._held or self._closed:
+            return None
+        c = self._clients.get(addr)
+        return None if c is None else c.connection
+
     def _drain_submitted(self) -> None:
         self._drain_scheduled = False
+        self._draining = True
         jobs = self._submitted
         timers: dict[tuple, list[int]] = {}
         last, client, conn = None, None, None
@@ -256,6 +273,7 @@ class ClientInstance:
         finally:
             for c in deferred:
                 c.flush()
+            self._draining = False
 
     async def _connect_and_start(self, client: RemotingClient) -> None:
         """Open ``client``'s connection, then start the requests held for it, in order (or fail
@@ -268,13 +286,17 @@ class ClientInstance:
                 self._unreachable[client.addr] = time.monotonic() + UNREACHABLE_S  # as invoke()
             conn, err = None, e
         timers: dict[tuple, list[int]] = {}
-        for cmd, waiter, timeout in self._held.pop(client.addr, ()):
-            if waiter is None or cmd.__class__ is bytes:  # what was held counted against the bound
-                self.oneway_lane.charge(-(len(cmd) if cmd.__class__ is bytes else len(cmd.body)))
-            if conn is None:
-                failed(waiter, err)
-            else:
-                start_one(client, conn, cmd, waiter, timeout, timers)
+        self._draining = True  # (the held requests first: no caller-thread write meanwhile)
+        try:
+            for cmd, waiter, timeout in self._held.pop(client.addr, ()):
+                if waiter is None or cmd.__class__ is bytes:  # what was held counted against the bound
+                    self.oneway_lane.charge(-(len(cmd) if cmd.__class__ is bytes else len(cmd.body)))
+                if conn is None:
+                    failed(waiter, err)
+                else:
+                    start_one(client, conn, cmd, waiter, timeout, timers)
+        finally:
+            self._draining = False
         start_timers(self.loop, timers)
 
     def every(self, interval: float, job, what: str) -> AsyncService:
@@ -539,6 +561,7 @@ class ClientInstance:
             self.call(close_all(), 10)
         except Exception as e:
             log.debug("closing client instance: %s", e)
+        self.oneway_lane.direct(None, None, 0)  # (and the cycle through its bound methods goes)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
         if not self.loop.is_running():

@@ -109,6 +109,7 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
         Py_XDECREF(w);
         goto python;
     }
+    if (self->lane->last_direct) return w;  /* written by this thread (lane_direct.c): no drain */
     /* the frame is in the lane: its segment's marker is in the deque; its drain may have run */
     PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
     int scheduled = ds ? PyObject_IsTrue(ds) : -1;

@@ -88,8 +88,12 @@ static inline int futex_wait(uint32_t *addr, uint32_t val, int64_t timeout_ns) {
 
 static inline void futex_wake(uint32_t *addr, int n) { syscall(SYS_futex, addr, FUTEX_WAKE, n, NULL, NULL, 0); }
 
-/* which sleepers on data_seq this process's appends wake (core_util.c says why) */
-extern SHMQ_HIDDEN uint32_t data_wake_bits;
+/* which sleepers on data_seq this process's appends wake (core_util.c says why); the workers
+ * whose held pulls it wakes through their eventfds, those fds, and the data_skip_waiters counts
+ * its appends need not wake (its own bit's and those workers') */
+extern SHMQ_HIDDEN uint32_t data_wake_bits, pull_peer_bits;
+extern SHMQ_HIDDEN int pull_peer_fds[32];
+extern SHMQ_HIDDEN uint64_t skip_ignore[2];
 
 /* A wake bit's count in data_skip_waiters (layout.h): the word, and the count's unit there. */
 #define SKIP_WORD(bit) ((bit) >> 4)
@@ -110,14 +114,14 @@ extern SHMQ_HIDDEN uint32_t data_wake_bits;
  * with all bits, so any append's wake is theirs. No lost wake-up: every count is raised before
  * its sleeper re-checks commit_pos, and these loads follow the data_seq bump (SC); a sleeper that
  * counted itself in after a wake cleared the bit, so the next append wakes it. */
+static inline void wake_peers(shmq_ctl *c);
+
 static inline void wake_data(shmq_ctl *c) {
     uint64_t skip0 = LOAD_SC(&c->pos.data_skip_waiters[0]), skip1 = LOAD_SC(&c->pos.data_skip_waiters[1]);
     uint32_t bits = data_wake_bits;
-    if (bits != FUTEX_BITSET_MATCH_ANY) {
-        int own = __builtin_ctz(bits);
-        if (SKIP_WORD(own)) skip1 &= ~(0xFull * SKIP_ONE(own));
-        else skip0 &= ~(0xFull * SKIP_ONE(own));
-    }
+    if (pull_peer_bits) wake_peers(c);
+    skip0 &= ~skip_ignore[0];
+    skip1 &= ~skip_ignore[1];
     int wake = skip0 || skip1;
     uint32_t w = LOAD_SC(&c->pos.data_waiters);
     while ((w & DATA_COUNT) && !(w & DATA_WOKEN)) {
@@ -128,6 +132,21 @@ static inline void wake_data(shmq_ctl *c) {
         }
     }
     if (wake) syscall(SYS_futex, &c->pos.data_seq, FUTEX_WAKE_BITSET, INT_MAX, NULL, NULL, bits);
+}
+
+/* A worker's append (after data_seq moved): each other worker holding pulls (pull_armed) and not
+ * signalled since it last looked gets one eventfd write (layout.h says the protocol). No lost
+ * wake-up: the holder sets its armed bit before it looks at its queues, and clears its signalled
+ * bit after it consumed its eventfd and before it looks again; this load follows the publish (SC), so either the holder's look sees
+ * the append or this load sees the bit. A run of appends costs one write (and one wake-up). */
+static inline void wake_peers(shmq_ctl *c) {
+    uint32_t want = LOAD_SC(&c->pos.pull_armed) & pull_peer_bits;
+    if (!want || !(want &= ~LOAD_SC(&c->pos.pull_signaled))) return;
+    uint32_t was = __atomic_fetch_or(&c->pos.pull_signaled, want, __ATOMIC_SEQ_CST);
+    for (want &= ~was; want; want &= want - 1) {
+        uint64_t one = 1;
+        while (write(pull_peer_fds[__builtin_ctz(want)], &one, sizeof one) < 0 && errno == EINTR) {}
+    }
 }
 
 /* A sleeper with every wake bit counts itself in data_waiters: one more, and the woken bit

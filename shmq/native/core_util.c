@@ -242,4 +242,38 @@ uint32_t data_wake_bits = FUTEX_BITSET_MATCH_ANY;
 
 void shmq_set_data_wake_bit(int bit) {
     data_wake_bits = bit >= 0 && bit < 32 ? 1u << bit : FUTEX_BITSET_MATCH_ANY;
+    pull_peer_bits = 0;  /* (a forked child, -1: an appender that wakes everyone the futex way) */
+    skip_ignore[0] = skip_ignore[1] = 0;
+    if (data_wake_bits != FUTEX_BITSET_MATCH_ANY) skip_ignore[SKIP_WORD(bit)] = 0xFull * SKIP_ONE(bit);
+}
+
+/* The other workers of this broker whose held pulls this worker's appends wake through their
+ * eventfds (fds[b], -1: none), not through their pull-wake threads: each such thread sleeps with
+ * none of those workers' bits (shmq_wait_data_others), so a worker's append wakes one loop, not a
+ * thread that then wakes the loop (bench/RESULTS.md "Session 9, tcphops"). Only on a worker,
+ * after shmq_set_data_wake_bit; every worker of the broker is given the same fds. */
+uint32_t pull_peer_bits;
+int pull_peer_fds[32];
+uint64_t skip_ignore[2];
+
+void shmq_set_pull_peers(const int *fds, int n) {
+    if (data_wake_bits == FUTEX_BITSET_MATCH_ANY) return;
+    uint32_t bits = 0;
+    for (int b = 0; b < n && b < 32; b++) {
+        pull_peer_fds[b] = fds[b];
+        if (fds[b] >= 0 && !(data_wake_bits & (1u << b))) bits |= 1u << b;
+    }
+    for (int b = 0; b < 32; b++)  /* their threads do not count for this worker's appends either */
+        if (bits & (1u << b)) skip_ignore[SKIP_WORD(b)] |= 0xFull * SKIP_ONE(b);
+    pull_peer_bits = bits;
+}
+
+void shmq_pull_armed(shmq_ctl *c, int bit, int on) {
+    if (bit < 0 || bit >= 32) return;
+    if (on) __atomic_fetch_or(&c->pos.pull_armed, 1u << bit, __ATOMIC_SEQ_CST);
+    else __atomic_fetch_and(&c->pos.pull_armed, ~(1u << bit), __ATOMIC_SEQ_CST);
+}
+
+void shmq_pull_signal_clear(shmq_ctl *c, int bit) {
+    if (bit >= 0 && bit < 32) __atomic_fetch_and(&c->pos.pull_signaled, ~(1u << bit), __ATOMIC_SEQ_CST);
 }

@@ -33,7 +33,7 @@ int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeo
  * (see data_wake_bits); returns at the timeout with whatever the position is then. */
 static int64_t wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns, const uint32_t *stop) {
     return wait_data(c, seen, 0, timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
-                     ? FUTEX_BITSET_MATCH_ANY : ~data_wake_bits, stop);
+                     ? FUTEX_BITSET_MATCH_ANY : ~(data_wake_bits | pull_peer_bits), stop);
 }
 
 int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
@@ -58,7 +58,7 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
      * process's bit (a pull-wake thread) in that bit's count of data_skip_waiters */
     uint64_t skip_unit = 0, *skip_count = NULL;
     if (bits != FUTEX_BITSET_MATCH_ANY) {
-        int own = __builtin_ctz(~bits);
+        int own = __builtin_ctz(data_wake_bits);  /* (wait_data_others: this process's bit) */
         skip_count = &c->pos.data_skip_waiters[SKIP_WORD(own)];
         skip_unit = SKIP_ONE(own);
     }

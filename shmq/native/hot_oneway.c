@@ -76,6 +76,9 @@ static void lane_dealloc(Lane *self) {
     lane_clear_segs(self);
     Py_XDECREF(self->append);
     Py_XDECREF(self->mark);
+    Py_XDECREF(self->direct_conn);
+    Py_XDECREF(self->direct_after);
+    PyMem_Free(self->scratch);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -120,6 +123,17 @@ static int seg_reserve(seg *s, Py_ssize_t most) {
     return 0;
 }
 
+/* room for ``most`` bytes in the lane's scratch buffer (a frame tried on the socket first) */
+static int scratch_reserve(Lane *self, Py_ssize_t most) {
+    if ((size_t)most <= self->scap) return 0;
+    size_t cap = self->scap ? self->scap : 4096;
+    while (cap < (size_t)most) cap *= 2;
+    char *b = PyMem_Realloc(self->scratch, cap);
+    if (!b) return PyErr_NoMemory(), -1;
+    self->scratch = b, self->scap = cap;
+    return 0;
+}
+
 /* put(addr, pieces, sysflag, flag, tags, body) -> status bits: the frame of one plain oneway
  * SEND_MESSAGE_V2 (pieces: the queue's template as 6 literal bytes around the slots sysflag,
  * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
@@ -144,9 +158,26 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
     if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    long long born = sf_born_ms();
+    long long now = lane_now_ns(), born = now / 1000000;  /* (one clock read: the born ms and the gap) */
     self->opaque = self->opaque % 0x7FFFFFFFu + 1;  /* positive and wrapping, as Connection numbers */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[5]), most = sf_most(&pc, tags, tj, id, bl);
+    self->last_direct = 0;
+    if (lane_direct_gate(self, now)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
+        PyObject *conn = lane_direct_conn(self, a[0]);
+        if (!conn) return NULL;
+        int r = conn == Py_None ? 0 : scratch_reserve(self, most);
+        if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
+            Py_ssize_t n = sf_write(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                                    PyBytes_AS_STRING(a[5]), bl);
+            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, NULL, NULL, NULL) : 0;
+        }
+        Py_DECREF(conn);
+        if (r < 0) return NULL;
+        if (r) {
+            self->last_direct = 1;
+            return PyLong_FromLong(0);  /* no segment: no drain to ask for */
+        }
+    }
     int status = 0;
     seg *s = lane_seg(self, a[0], NULL, &status);
     if (!s) return NULL;
@@ -209,12 +240,8 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     if (tst) return tst < 0 ? NULL : PyLong_FromLong(ST_UNSUPPORTED);
     char id[32];
     if (f_uniq(the_uniq, 1, id)) return PyLong_FromLong(ST_EMONTH);
-    long long born = sf_born_ms();
-    Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl);
-    int status = 0;
-    seg *s = lane_seg(self, a[0], a[9], &status);
-    if (!s || seg_reserve(s, most)) return NULL;
-    if (!s->waiters && !(s->waiters = PyDict_New())) return NULL;
+    long long now = lane_now_ns(), born = now / 1000000;  /* (one clock read: the born ms and the gap) */
+    Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl), n;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     PyObject *key = PyLong_FromLongLong(-(long long)next);
     PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
@@ -223,28 +250,52 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
         w = new_waiter(vals);
     }
+    Py_XDECREF(uniq);
+    if (!w) goto fail;
+    self->last_direct = 0;
+    /* the opaque is this put's from here: a put of another thread while this one runs Python
+     * code (_direct_conn) draws the next */
+    self->aopaque = next;
+    if (lane_direct_gate(self, now)) {  /* the caller's thread writes it (lane_direct.c), or the lane does */
+        PyObject *conn = lane_direct_conn(self, a[0]);
+        if (!conn) goto fail;
+        int r = conn == Py_None ? 0 : scratch_reserve(self, most);
+        if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
+            n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
+            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, key, w, a[9]) : 0;
+        }
+        Py_DECREF(conn);
+        if (r < 0) goto fail;
+        if (r) {
+            self->last_direct = 1;
+            Py_DECREF(key);
+            return w;
+        }
+    }
+    int status = 0;
+    seg *s = lane_seg(self, a[0], a[9], &status);
+    if (!s || seg_reserve(s, most)) goto fail;
+    if (!s->waiters && !(s->waiters = PyDict_New())) goto fail;
     /* registered, then written (nothing after the write can fail): a frame in the lane always
      * has its waiter */
-    if (w && PyDict_SetItem(s->waiters, key, w)) Py_CLEAR(w);
-    Py_XDECREF(key);
-    Py_XDECREF(uniq);
-    if (!w) return NULL;
-    Py_ssize_t n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, -(long long)next,
-                            PyBytes_AS_STRING(a[4]), bl);
+    if (PyDict_SetItem(s->waiters, key, w)) goto fail;
+    n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
     if (n < 0) {  /* (never, for a template's pieces: the header is far below 16 MiB) */
-        PyObject *k = PyLong_FromLongLong(-(long long)next);
-        if (k && PyDict_DelItem(s->waiters, k)) PyErr_Clear();
-        Py_XDECREF(k);
-        Py_DECREF(w);
-        return PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
+        if (PyDict_DelItem(s->waiters, key)) PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
+        goto fail;
     }
-    self->aopaque = next;
+    Py_DECREF(key);
     if (!s->timeout) s->timeout = Py_NewRef(a[9]);
     s->len += (size_t)n;
     s->frames++;
     self->bytes += n;
     self->frames++;
     return w;
+fail:
+    Py_XDECREF(key);
+    Py_XDECREF(w);
+    return NULL;
 }
 
 /* take() -> (addr, frames as bytes, waiters, timeout) of the oldest segment, or None; waiters:
@@ -294,6 +345,14 @@ static PyObject *lane_queued(Lane *self, void *unused) {
     return Py_BuildValue("(nn)", self->bytes, self->frames);
 }
 
+static PyObject *lane_last_direct(Lane *self, void *unused) {
+    return PyBool_FromLong(self->last_direct);
+}
+
+static PyObject *lane_direct_frames(Lane *self, void *unused) {
+    return PyLong_FromUnsignedLongLong(self->direct_frames);
+}
+
 static PyMethodDef lane_methods[] = {
     {"put", (PyCFunction)(void (*)(void))lane_put, METH_FASTCALL, "put(addr, pieces, sysflag, flag, tags, body)"},
     {"put_async", (PyCFunction)(void (*)(void))lane_put_async, METH_FASTCALL,
@@ -303,11 +362,15 @@ static PyMethodDef lane_methods[] = {
     {"charge", (PyCFunction)lane_charge, METH_O, "charge(n): bytes held elsewhere that count"},
     {"full", (PyCFunction)lane_full, METH_NOARGS, "over the bound"},
     {"clear", (PyCFunction)lane_clear, METH_NOARGS, "drop every segment"},
+    {"direct", (PyCFunction)lane_set_direct, METH_VARARGS,
+     "direct(conn_of, after, gap_ns): a put may write its frame from the caller's thread (conn_of None: never)"},
     {NULL, NULL, 0, NULL},
 };
 
 static PyGetSetDef lane_getset[] = {
     {"queued", (getter)lane_queued, NULL, "(bytes, frames) counted against the bound", NULL},
+    {"last_direct", (getter)lane_last_direct, NULL, "the last put's frame was written from the caller's thread", NULL},
+    {"direct_frames", (getter)lane_direct_frames, NULL, "frames written from the callers' threads", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 
@@ -333,7 +396,7 @@ static PyMethodDef methods[] = {
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_oneway", NULL, -1, methods};
 
 PyMODINIT_FUNC PyInit__oneway(void) {
-    if (PyType_Ready(&shmq_lane_type) < 0) return NULL;
+    if (PyType_Ready(&shmq_lane_type) < 0 || lane_direct_init() < 0) return NULL;
     PyObject *m = PyModule_Create(&module);
     if (!m) return NULL;
     Py_INCREF(&shmq_lane_type);

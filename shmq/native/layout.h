@@ -256,8 +256,15 @@ typedef struct shmq_positions {
     uint32_t flusher_waiting;
     uint64_t flush_count;         /* msyncs done (group commit makes this < puts) */
     uint32_t io_error;            /* errno of a failed flush; the store is read-only after */
+    /* Held pulls woken by the appending worker itself (in what was padding: layout 5 still). Bit
+     * b of pull_armed: worker b holds pulls; an append by another worker of the same broker that
+     * finds it set sets bit b of pull_signaled and, when that bit was clear, writes worker b's
+     * eventfd (made by the supervisor, passed to every worker); worker b's loop reads its eventfd,
+     * then clears its bit, then looks at its holds. core_private.h wake_data, broker/worker/pull_hold.py */
+    uint32_t pull_armed;
+    uint32_t pull_signaled;
     uint32_t _pad1;
-    uint64_t _pad2[2];
+    uint64_t _pad2;
     /* --- cache line: replication (SYNC_MASTER) --- */
     int64_t repl_pos;             /* highest offset a slave acknowledged (and was sent) */
     uint32_t repl_seq;            /* futex: +1 whenever repl_pos moves or slaves change */

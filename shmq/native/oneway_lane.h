@@ -30,6 +30,16 @@ typedef struct {
     uint32_t opaque, aopaque;  /* the last oneway opaque; the last async one, negated */
     uint32_t puts;
     PyObject *append, *mark;
+    /* the caller-thread write (lane_direct.c): ClientInstance._direct_conn and
+     * DirectWrites.after (NULL: off), the least gap since the last put, that put's time, whether
+     * the last put went direct, how many did; the frame's scratch buffer */
+    PyObject *direct_conn, *direct_after;
+    long long gap_ns, last_ns;
+    int quiet;  /* the last put came gap_ns or more after the one before it */
+    int last_direct;
+    unsigned long long direct_frames;
+    char *scratch;
+    size_t scap;
 } Lane;
 
 extern PyTypeObject shmq_lane_type;
@@ -38,6 +48,23 @@ extern PyTypeObject shmq_lane_type;
  * callback, mq, timeout, left; the AsyncSend (new reference), a status int (FULL / EMONTH /
  * UNSUPPORTED, nothing written), or NULL with an exception (nothing written) */
 PyObject *lane_async(Lane *self, PyObject *const *a);
+
+/* lane_direct.c: the put may try the socket (the direct write on, no segment in the lane, the put
+ * before this one at least gap_ns ago); now: this put's wall clock (ns), which it records */
+int lane_direct_gate(Lane *self, long long now);
+/* the wall clock in ns (CLOCK_REALTIME: a put's born ms is now / 1e6; the gap is measured on it
+ * too, a clock step costing one put's choice at worst) */
+long long lane_now_ns(void);
+/* addr's connection when nothing submitted waits before this put (new reference; None: the lane
+ * takes it; NULL: an exception). Runs Python code: called before the frame is written */
+PyObject *lane_direct_conn(Lane *self, PyObject *addr);
+/* write frame[0..n) on conn from this thread (frame written right before, with no Python code
+ * since): 1 (on its way; w, an async send's waiter, registered under key with its timer asked
+ * for), 0 (not written: the lane takes it), -1 (an exception, nothing written) */
+int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
+                     PyObject *timeout);
+PyObject *lane_set_direct(Lane *self, PyObject *args);
+int lane_direct_init(void);
 
 /* the module's AsyncPlain type, added by PyInit__oneway: 0, or -1 with an exception */
 int shmq_async_plain_add(PyObject *m);

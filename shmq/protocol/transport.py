@@ -135,6 +135,7 @@ class Connection(asyncio.Protocol):
         self._out: list[bytes] = []
         self._in_read = False
         self._flush_scheduled = False
+        self._writing = False  # a write of _out under way (_flush)
         self._closed_fut: asyncio.Future[None] = self._loop.create_future()
         self.closed = False
         self.peer = "?"
@@ -153,11 +154,8 @@ class Connection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         self.peer = _fmt_addr(transport.get_extra_info("peername"))
         self.local = _fmt_addr(transport.get_extra_info("sockname"))
-        # asyncio reads with sock.recv(256 KiB): glibc serves an allocation that large with
-        # mmap, and the shrink to what arrived with mremap, so every read of a small frame
-        # cost mmap + mremap + munmap (and a page fault) beside its recv. Below malloc's mmap
-        # threshold (128 KiB) the buffer comes from the heap: one system call per read. A big
-        # frame takes a few more reads.
+        # asyncio reads with sock.recv(256 KiB), which glibc serves with mmap (every small read cost
+        # mmap + mremap + munmap and a page fault); below 128 KiB it comes from the heap
         try:
             transport.max_size = READ_SIZE  # type: ignore[attr-defined]
         except AttributeError:  # uvloop: its own read buffer (protocol/loop.py keeps the copies in the heap)
@@ -179,8 +177,7 @@ class Connection(asyncio.Protocol):
             except FrameError as e:
                 self._protocol_error(e)
                 return
-            # The clock of a partial frame starts when that frame started: a chunk that completed
-            # frames and began another restarts it, so a steady stream of large frames is fine.
+            # a partial frame's clock starts with that frame (a steady stream of large ones is fine)
             if not self._decoder.pending:
                 self.partial_since = None
             elif frames or served or self.partial_since is None:
@@ -361,7 +358,11 @@ class Connection(asyncio.Protocol):
             return
         if len(cmd.body) >= SCATTER_BODY:
             self._flush()  # what was written before goes first
-            t.writelines(encode_command_parts(cmd))
+            self._writing = True  # (_flush says why)
+            try:
+                t.writelines(encode_command_parts(cmd))
+            finally:
+                self._writing = False
             self.last_activity = self._loop.time()
         else:
             self.write_frame(encode_command(cmd))
@@ -400,9 +401,8 @@ class Connection(asyncio.Protocol):
         self._flush()
 
     def flush_now(self) -> None:
-        """Write what was coalesced so far at once, in the middle of a read: for a fast path
-        whose answers must leave before the work it does next (send_fast.py, whose sends
-        then answer the held pulls they satisfied in the same read)."""
+        """Write what was coalesced so far, in the middle of a read: for a fast path whose answers
+        must leave before its next work (send_fast.py: its sends then answer held pulls)."""
         self._flush()
 
     def _flush(self) -> None:
@@ -415,22 +415,24 @@ class Connection(asyncio.Protocol):
         if t is None or self.closed or t.is_closing():
             out.clear()
             return
-        data = out[0] if len(out) == 1 else b"".join(out)
-        out.clear()
-        t.write(data)
+        # from before _out empties till the transport has it (its send() lets go of the GIL): a
+        # caller thread writes a frame itself only when neither holds anything (lane_direct.c)
+        self._writing = True
+        try:
+            data = out[0] if len(out) == 1 else b"".join(out)
+            out.clear()
+            t.write(data)
+        finally:
+            self._writing = False
 
-    def _new_opaque(self) -> int:
-        # Java numbers requests with an int that wraps; stay positive so every peer is happy.
+    def _new_opaque(self) -> int:  # Java's int that wraps; positive, so every peer is happy
         self._next_opaque = self._next_opaque % 0x7FFFFFFF + 1
         return self._next_opaque
 
     async def send_request(self, cmd: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
-        """Send a request over this connection and wait for its response.
-
-        Sets ``cmd.opaque``. Raises :class:`~shmq.errors.RemotingTimeout` after ``timeout``
-        seconds and :class:`~shmq.errors.RemotingClosed` if the connection goes away first.
-        The response's code is not interpreted; check ``response.code``.
-        """
+        """Send a request over this connection and wait for its response (not interpreted: check
+        ``response.code``). Sets ``cmd.opaque``. Raises :class:`~shmq.errors.RemotingTimeout` after
+        ``timeout`` seconds, :class:`~shmq.errors.RemotingClosed` if the connection goes away first."""
         fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
         opaque = self.start_request(cmd, fut)
         timer = self._loop.call_later(timeout, self._expire, opaque, cmd.code, timeout)
@@ -522,9 +524,7 @@ class Connection(asyncio.Protocol):
     def _expire(self, opaque: int, code: int, timeout: float) -> None:
         fut = self._pending.pop(opaque, None)
         if fut is not None and not fut.done():
-            fut.set_exception(
-                RemotingTimeout(f"no answer from {self.peer} to request code {code} within {timeout:g}s")
-            )
+            fut.set_exception(RemotingTimeout(f"no answer from {self.peer} to request code {code} within {timeout:g}s"))
 
     def send_oneway(self, cmd: RemotingCommand) -> None:
         """Send a request with the oneway bit: the peer answers nothing."""

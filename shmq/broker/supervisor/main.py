@@ -127,6 +127,11 @@ class Supervisor:
         self.replication: Replication | None = None
         self.cq_files: QueueFilePreparer | None = None
         self.workers = [WorkerProc(i + 1) for i in range(cfg.worker_count)]
+        # one eventfd per worker, kept across its restarts and passed to every worker: an append
+        # by one wakes another's held pulls itself (broker/worker/pull_hold.py, layout.h
+        # pull_armed); SHMQ_PULL_PEERS=0: through each worker's pull-wake thread only
+        self.pull_wake_fds = ({w.wid: os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for w in self.workers}
+                              if os.environ.get("SHMQ_PULL_PEERS") != "0" and cfg.worker_count > 1 else {})
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
         self._housekeeping: list[AsyncService] = []
@@ -270,8 +275,11 @@ class Supervisor:
         env = dict(os.environ)
         env["SHMQ_BROKER_CONFIG"] = self.cfg.to_json()
         env["SHMQ_WORKER_ID"] = str(w.wid)
+        fds = self.pull_wake_fds
+        if fds:
+            env["SHMQ_PULL_WAKE_FDS"] = ",".join(f"{wid}:{fd}" for wid, fd in fds.items())
         w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker.main"], env=env,
-                                   stdin=subprocess.DEVNULL, start_new_session=True)
+                                   stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=tuple(fds.values()))
         # Own session: a terminal's Ctrl-C reaches the supervisor only, which then stops
         # the workers in order (and does not mistake their exit for a crash).
         w.started = time.monotonic()

@@ -36,7 +36,7 @@ from shmq.broker.shared.attach import AttachGuard
 from shmq.broker.shared.config import BrokerConfig, server_limits
 from shmq.broker.shared.control_channel import Ctl
 from . import dispatch
-from .pull_hold import PullHolds
+from .pull_hold import PullHolds, peer_fds
 from shmq.broker.shared.topics import TopicTable
 
 log = logging.getLogger("shmq.broker.worker")
@@ -84,7 +84,8 @@ class Worker:
         self.store = MessageStore.attach(self.cfg.store_root)
         self.attach_guard = AttachGuard(self.cfg.store_root)
         self.pipeline = self.cfg.put_pipeline(self.store, self._on_new_topic)
-        self.holds = PullHolds(self.store, loop, own_bit=self.wid)
+        self.holds = PullHolds(self.store, loop, own_bit=self.wid,
+                               peer_fds=peer_fds(os.environ.get("SHMQ_PULL_WAKE_FDS")))
         acl = PlainAcl(self.cfg.aclFile) if self.cfg.aclEnable else None  # the supervisor resolved the path
         if acl is not None:
             self.acl_watch = acl.watcher()

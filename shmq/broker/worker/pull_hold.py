@@ -47,25 +47,37 @@ class _Hold:
 
 
 class PullHolds:
-    def __init__(self, store, loop: asyncio.AbstractEventLoop, own_bit: int | None = None):
+    def __init__(self, store, loop: asyncio.AbstractEventLoop, own_bit: int | None = None,
+                 peer_fds: dict[int, int] | None = None):
         """``own_bit``: this worker's id; its appends then do not wake the bridge (see above).
-        Only for a process whose every append calls :meth:`appended`."""
+        Only for a process whose every append calls :meth:`appended`. ``peer_fds``: every
+        worker's eventfd by id (the supervisor's, :func:`peer_fds`), this one's included: the
+        other workers' appends then write this worker's eventfd themselves, and this worker's
+        theirs, while it holds pulls (no pull-wake thread in between; layout.h ``pull_armed``)."""
         self.store = store
         self.loop = loop
         self._own_bit = own_bit is not None and 0 <= own_bit < 32
+        self._bit = own_bit if self._own_bit else -1
+        self._peers = bool(self._own_bit and peer_fds and own_bit in peer_fds)
         if self._own_bit:
             lib.shmq_set_data_wake_bit(own_bit)
             os.register_at_fork(after_in_child=_child_wakes_everyone)
+        if self._peers:
+            lib.shmq_set_pull_peers(ffi.new("int[32]", [peer_fds.get(b, -1) for b in range(32)]), 32)
+            lib.shmq_pull_armed(store.cb.ctl, own_bit, 0)  # (a restarted worker's bits: cleared)
+            lib.shmq_pull_signal_clear(store.cb.ctl, own_bit)
         self._holds: set[_Hold] = set()
         self._watches: dict[tuple[str, int], object] = {}
         self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
         self._sweep_at = 0.0
         self._check_pending = False
         self._armed = False
-        self._fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        # the supervisor's eventfd (shared with the other workers' appends) or one of its own
+        self._fd = peer_fds[own_bit] if self._peers else os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         self._bridge = lib.shmq_pullwake_start(store.cb.ctl, self._fd)
         if self._bridge == ffi.NULL:
-            os.close(self._fd)
+            if not self._peers:
+                os.close(self._fd)
             raise OSError("cannot start the pull-wake thread")
         loop.add_reader(self._fd, self._woken)
 
@@ -95,6 +107,8 @@ class PullHolds:
         if not self._armed:  # the position before the look below: nothing after it is missed
             self._armed = True
             lib.shmq_pullwake_arm(self._bridge, store.commit_pos, 1)
+            if self._peers:  # and the other workers' appends write our eventfd from now on
+                lib.shmq_pull_armed(store.cb.ctl, self._bit, 1)
         watch = self._watch(topic, qid)
         if (_load(watch) if watch is not None else store.max_offset(topic, qid)) > offset:
             ready(True)  # the check right after registering
@@ -138,18 +152,25 @@ class PullHolds:
         return True
 
     def _woken(self) -> None:
-        """The bridge saw someone else's append (on the loop)."""
+        """The bridge or another worker saw someone else's append (on the loop)."""
         try:
             os.eventfd_read(self._fd)
         except BlockingIOError:
             pass
+        if self._peers:  # after the read (a write before it is consumed) and before the look below:
+            lib.shmq_pull_signal_clear(self.store.cb.ctl, self._bit)  # an append after this writes again
         if not self._holds:
             # disarmed while nothing is held (re-armed by the next hold); a hold between now
             # and then is looked at when it is registered
-            self._armed = False
-            lib.shmq_pullwake_arm(self._bridge, 0, 0)
+            self._disarm()
             return
         self.check()
+
+    def _disarm(self) -> None:
+        self._armed = False
+        lib.shmq_pullwake_arm(self._bridge, 0, 0)
+        if self._peers:
+            lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 0)
 
     def check(self) -> None:
         """On the loop: call back every hold whose queue grew (and drop closed ones)."""
@@ -204,14 +225,20 @@ class PullHolds:
             self._sweep.cancel()
             self._sweep = None
         if self._armed:
-            self._armed = False
-            lib.shmq_pullwake_arm(self._bridge, 0, 0)
+            self._disarm()
         try:
             self.loop.remove_reader(self._fd)
         except (RuntimeError, ValueError):  # the loop is closed already
             pass
         if self._own_bit:
             lib.shmq_set_data_wake_bit(-1)
+
+
+def peer_fds(env: str | None) -> dict[int, int] | None:
+    """The supervisor's ``SHMQ_PULL_WAKE_FDS`` (``id:fd,...``): every worker's eventfd by id."""
+    if not env:
+        return None
+    return {int(w): int(fd) for w, fd in (pair.split(":") for pair in env.split(","))}
 
 
 def _child_wakes_everyone() -> None:
