@@ -64,7 +64,10 @@ static void ext_dealloc(PyObject *self) {
     }
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, ext_dealloc)
-    for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(*(PyObject **)((char *)self + ext.off[k]));
+    /* the X_NSLOTS slots fill the object after the base (ext_take_dealloc checked the size of a
+     * class given this dealloc; a subclass's own part is subtype_dealloc's, cleared before) */
+    PyObject **slot = (PyObject **)((char *)self + sizeof(shmq_ext_base));
+    for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(slot[k]);
     if (t == ext.cls && n_ext_free < EXT_FREE_MAX) ext_free[n_ext_free++] = self;
     else t->tp_free(self);
     Py_DECREF(t);
