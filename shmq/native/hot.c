@@ -397,15 +397,15 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
-    shmq_ctl *ctl = (shmq_ctl *)PyLong_AsVoidPtr(args[0]);
-    int64_t *const *next = (int64_t *const *)PyLong_AsVoidPtr(args[1]);
-    const int64_t *offs = (const int64_t *)PyLong_AsVoidPtr(args[2]);
-    long n = PyLong_AsLong(args[3]), start = PyLong_AsLong(args[4]), hold = PyLong_AsLong(args[6]);
-    int64_t *seen = (int64_t *)PyLong_AsVoidPtr(args[5]);
-    const int32_t *poke = (const int32_t *)PyLong_AsVoidPtr(args[7]);
-    long poked = PyLong_AsLong(args[8]);
-    long long spin = PyLong_AsLongLong(args[9]), timeout = PyLong_AsLongLong(args[10]);
-    Py_ssize_t max_count = PyLong_AsSsize_t(args[12]);
+    shmq_ctl *ctl = (shmq_ctl *)hot_ptr(args[0]);
+    int64_t *const *next = (int64_t *const *)hot_ptr(args[1]);
+    const int64_t *offs = (const int64_t *)hot_ptr(args[2]);
+    long long n = hot_ll(args[3]), start = hot_ll(args[4]), hold = hot_ll(args[6]);
+    int64_t *seen = (int64_t *)hot_ptr(args[5]);
+    const int32_t *poke = (const int32_t *)hot_ptr(args[7]);
+    long long poked = hot_ll(args[8]);
+    long long spin = hot_ll(args[9]), timeout = hot_ll(args[10]);
+    long long max_count = hot_ll(args[12]);
     int keep_gil = PyObject_IsTrue(args[13]);
     PyObject *states = args[11];
     if (keep_gil < 0 || PyErr_Occurred()) return NULL;
