@@ -35,12 +35,34 @@ static PyObject *ext_lazy;
 /* Freed MessageExt objects of the exact bound class, kept for the next decode (as hot_message.c
  * keeps Messages): a consumer makes and frees one per message, and the allocator's malloc and
  * free and subtype_dealloc's walk over the slot descriptors cost more than filling it. Kept
- * cleared (every slot NULL), untracked by the GC and without their reference to the class;
- * only ever touched with the GIL held. */
+ * cleared, untracked by the GC and without their reference to the class; only ever touched with
+ * the GIL held. Every slot is NULL but the body and the properties, which may still hold the
+ * bytes object they held when that message died if nothing else referenced it (its reference
+ * count was 1: no other object can ever see it again). The next decode writes its own bytes into
+ * such an object of the same length (reuse_bytes) instead of freeing one and allocating another:
+ * a body and a properties text per message, two allocations and two frees. */
 #define EXT_FREE_MAX 64
 static PyObject *ext_free[EXT_FREE_MAX];
 static int n_ext_free;
 static destructor ext_subtype_dealloc; /* CPython's subtype_dealloc, the class's own before bind */
+
+#define EXT_SLOT(o, k) (*(PyObject **)((char *)(o) + ext.off[k]))
+
+/* v (a slot's value) can be kept for reuse: an exact bytes object only the dying message held */
+static inline int reusable(PyObject *v) { return v && PyBytes_CheckExact(v) && Py_REFCNT(v) == 1; }
+
+/* n bytes from src as a bytes object: *kept (a bytes object no one else references, or NULL) with
+ * them written in when it has that length (its cached hash reset), else a new one; *kept is
+ * taken over either way */
+static inline PyObject *reuse_bytes(PyObject *kept, const uint8_t *src, Py_ssize_t n) {
+    if (kept && Py_SIZE(kept) == n) {
+        memcpy(PyBytes_AS_STRING(kept), src, (size_t)n);
+        ((PyBytesObject *)kept)->ob_shash = -1;
+        return kept;
+    }
+    Py_XDECREF(kept);
+    return PyBytes_FromStringAndSize((const char *)src, n);
+}
 
 static PyObject *ext_new(void) {
     if (!n_ext_free) return ext.cls->tp_alloc(ext.cls, 0);
@@ -64,12 +86,26 @@ static void ext_dealloc(PyObject *self) {
     }
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, ext_dealloc)
+    /* the body and properties bytes kept for the next decode (see ext_free), when this one goes
+     * to the free list */
+    PyObject *kb = NULL, *kp = NULL;
+    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) {
+        if (reusable(EXT_SLOT(self, X_BODY))) kb = EXT_SLOT(self, X_BODY), EXT_SLOT(self, X_BODY) = NULL;
+        if (reusable(EXT_SLOT(self, X_PROPS))) kp = EXT_SLOT(self, X_PROPS), EXT_SLOT(self, X_PROPS) = NULL;
+    }
     /* the X_NSLOTS slots fill the object after the base (ext_take_dealloc checked the size of a
      * class given this dealloc; a subclass's own part is subtype_dealloc's, cleared before) */
     PyObject **slot = (PyObject **)((char *)self + sizeof(shmq_ext_base));
     for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(slot[k]);
-    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) ext_free[n_ext_free++] = self;
-    else t->tp_free(self);
+    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) {  /* again: a clear above may have run code */
+        EXT_SLOT(self, X_BODY) = kb;
+        EXT_SLOT(self, X_PROPS) = kp;
+        ext_free[n_ext_free++] = self;
+    } else {
+        Py_XDECREF(kb);
+        Py_XDECREF(kp);
+        t->tp_free(self);
+    }
     Py_DECREF(t);
     Py_TRASHCAN_END
 }
@@ -90,7 +126,12 @@ static void ext_take_dealloc(void) {
 static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
     PyObject *lazy;
     /* a class bound before goes back to CPython's dealloc (its slots are not the new class's) */
-    while (n_ext_free) PyObject_GC_Del(ext_free[--n_ext_free]);
+    while (n_ext_free) {
+        PyObject *o = ext_free[--n_ext_free];
+        Py_CLEAR(EXT_SLOT(o, X_BODY));   /* the kept bytes (ext.off: still the old class's) */
+        Py_CLEAR(EXT_SLOT(o, X_PROPS));
+        PyObject_GC_Del(o);
+    }
     if (ext.cls && ext.cls->tp_dealloc == ext_dealloc) ext.cls->tp_dealloc = ext_subtype_dealloc;
     if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
     Py_XSETREF(ext_lazy, lazy);
@@ -134,12 +175,16 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
     PyObject *o = ext_new();
     if (!o) return NULL;
+    PyObject *kb = EXT_SLOT(o, X_BODY), *kp = EXT_SLOT(o, X_PROPS);  /* a reused object's kept bytes */
+    EXT_SLOT(o, X_BODY) = EXT_SLOT(o, X_PROPS) = NULL;
     if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
     else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
-    SET(ext, o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
+    SET(ext, o, X_BODY, reuse_bytes(kb, r + SHMQ_R_BODYLEN + 4, blen));
+    kb = NULL;
     SET(ext, o, X_TAGS, REF(ext_lazy));
     SET(ext, o, X_KEYS, REF(ext_lazy));
-    SET(ext, o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
+    SET(ext, o, X_PROPS, reuse_bytes(kp, pp + 2, plen));
+    kp = NULL;
     SET(ext, o, X_MSGID, REF(ext_lazy));
     SET(ext, o, X_OFFID, REF(Py_None));
     shmq_ext_base *x = (shmq_ext_base *)o;   /* the numeric fields: C values, an int made when read */
@@ -157,6 +202,8 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     SET(ext, o, X_RAW, REF(Py_None));
     return o;
 fail:
+    Py_XDECREF(kb);   /* not handed to a slot yet */
+    Py_XDECREF(kp);
     Py_DECREF(o);
     return NULL;
 }
