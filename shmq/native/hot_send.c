@@ -306,7 +306,11 @@ typedef struct {
 /* What one send takes from the calling thread's _LocalTopic: the entry (borrowed from topics,
  * held), its next writer w (borrowed from it), that writer's index k (as next, made before the
  * append so nothing can fail after it) and route r. */
-typedef struct { PyObject *topics, *t, *w, *next; const shmq_route *r; } ls_pick;
+typedef struct {
+    PyObject *topics, *t, *w, *next;
+    const shmq_route *r;
+    PyObject *old;  /* a writer tuple the route cache let go, released last (its dealloc runs no code here) */
+} ls_pick;
 
 /* topics[topic] when it is a _LocalTopic whose route is current (its publish dict still holds
  * the TopicPublishInfo it was built from), borrowed; NULL (an exception set, or none: LocalSender
@@ -371,8 +375,8 @@ static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
         if (!(p->r = (const shmq_route *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(w, W_ADDR))))
             return PyErr_Occurred() ? -1 : 0;
         if (c) {
-            Py_INCREF(w);
-            Py_XSETREF(c->w, w);
+            p->old = c->w;   /* the entry's t and writers are borrowed until the send is done */
+            c->w = Py_NewRef(w);
             c->r = p->r;
         }
     }
@@ -384,6 +388,7 @@ static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
 
 /* 1 with *p filled (release it with ls_release), 0 when LocalSender must decide, -1 on error */
 static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
+    p->old = NULL;
     if (ls->topics && PyThread_get_thread_ident() == ls->owner) p->topics = Py_NewRef(ls->topics);
     else if (!(p->topics = PyObject_GetAttr(ls->tls, str_topics))) {  /* another thread's; unset before its first send */
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
@@ -391,13 +396,14 @@ static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
         return 0;
     }
     int ok = ls_writer(ls, topic, p);
-    if (ok <= 0) Py_CLEAR(p->topics);
+    if (ok <= 0) { Py_CLEAR(p->topics); Py_CLEAR(p->old); }
     return ok;
 }
 
 static PyObject *ls_release(ls_pick *p, PyObject *out) {
     Py_XDECREF(p->next);
     Py_DECREF(p->topics);
+    Py_XDECREF(p->old);
     return out;
 }
 
