@@ -64,6 +64,16 @@ static inline PyObject *reuse_bytes(PyObject *kept, const uint8_t *src, Py_ssize
     return PyBytes_FromStringAndSize((const char *)src, n);
 }
 
+/* slot k := v (a new reference), unless it holds v already (kept by ext_dealloc); the value it
+ * replaces is a kept one (a str, None, the marker), whose release runs no code */
+static inline void keep_set(PyObject *o, int k, PyObject *v) {
+    PyObject *old = EXT_SLOT(o, k);
+    if (old != v) {
+        EXT_SLOT(o, k) = Py_NewRef(v);
+        Py_XDECREF(old);
+    }
+}
+
 static PyObject *ext_new(void) {
     if (!n_ext_free) return ext.cls->tp_alloc(ext.cls, 0);
     PyObject *o = ext_free[--n_ext_free];
@@ -77,6 +87,28 @@ static PyObject *ext_new(void) {
  * the class. subtype_dealloc also calls it as the base dealloc of a subclass's instance (after
  * clearing the subclass's own part; it then leaves the class's reference to this base, a heap
  * type's). Given a __del__ later, the class goes back to subtype_dealloc. */
+/* What a free-listed object keeps in slot k for the next decode, which writes the same value
+ * there, so neither side touches a reference count: the lazy marker (tags, keys, msg_id), None
+ * (offset msg id, raw), a str (topic, broker: decode compares it with the queue's), and the body
+ * and properties bytes nothing else referenced (reuse_bytes). Releasing any of them later runs
+ * no code. */
+static inline int keepable(int k, PyObject *v) {
+    switch (k) {
+    case X_TAGS: case X_KEYS: case X_MSGID: return v == ext_lazy;
+    case X_OFFID: case X_RAW: return v == Py_None;
+    case X_TOPIC: case X_BROKER: return PyUnicode_CheckExact(v);
+    case X_BODY: case X_PROPS: return reusable(v);
+    default: return 0;
+    }
+}
+
+/* slot k of a dying message cleared, unless keep and its value is one to keep (k a constant:
+ * the switch above is resolved where this is inlined) */
+static inline void drop_slot(PyObject *self, int k, int keep) {
+    PyObject **s = &EXT_SLOT(self, k);
+    if (*s && !(keep && keepable(k, *s))) Py_CLEAR(*s);
+}
+
 static void ext_dealloc(PyObject *self) {
     PyTypeObject *t = Py_TYPE(self);
     if (t == ext.cls && (t->tp_finalize || t->tp_del)) {
@@ -86,24 +118,17 @@ static void ext_dealloc(PyObject *self) {
     }
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, ext_dealloc)
-    /* the body and properties bytes kept for the next decode (see ext_free), when this one goes
-     * to the free list */
-    PyObject *kb = NULL, *kp = NULL;
-    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) {
-        if (reusable(EXT_SLOT(self, X_BODY))) kb = EXT_SLOT(self, X_BODY), EXT_SLOT(self, X_BODY) = NULL;
-        if (reusable(EXT_SLOT(self, X_PROPS))) kp = EXT_SLOT(self, X_PROPS), EXT_SLOT(self, X_PROPS) = NULL;
-    }
-    /* the X_NSLOTS slots fill the object after the base (ext_take_dealloc checked the size of a
-     * class given this dealloc; a subclass's own part is subtype_dealloc's, cleared before) */
-    PyObject **slot = (PyObject **)((char *)self + sizeof(shmq_ext_base));
-    for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(slot[k]);
+    /* ext.off: the class's slots (a subclass's instance has them at the same offsets; its own
+     * part is subtype_dealloc's, cleared before) */
+    int keep = t == ext.cls && n_ext_free < EXT_FREE_MAX;
+    drop_slot(self, X_TOPIC, keep); drop_slot(self, X_BODY, keep); drop_slot(self, X_TAGS, keep);
+    drop_slot(self, X_KEYS, keep); drop_slot(self, X_PROPS, keep); drop_slot(self, X_MSGID, keep);
+    drop_slot(self, X_OFFID, keep); drop_slot(self, X_BROKER, keep); drop_slot(self, X_BORN, keep);
+    drop_slot(self, X_STORE, keep); drop_slot(self, X_RAW, keep);
     if (t == ext.cls && n_ext_free < EXT_FREE_MAX) {  /* again: a clear above may have run code */
-        EXT_SLOT(self, X_BODY) = kb;
-        EXT_SLOT(self, X_PROPS) = kp;
         ext_free[n_ext_free++] = self;
     } else {
-        Py_XDECREF(kb);
-        Py_XDECREF(kp);
+        for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(EXT_SLOT(self, k));   /* what was kept: no code runs */
         t->tp_free(self);
     }
     Py_DECREF(t);
@@ -128,8 +153,7 @@ static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
     /* a class bound before goes back to CPython's dealloc (its slots are not the new class's) */
     while (n_ext_free) {
         PyObject *o = ext_free[--n_ext_free];
-        Py_CLEAR(EXT_SLOT(o, X_BODY));   /* the kept bytes (ext.off: still the old class's) */
-        Py_CLEAR(EXT_SLOT(o, X_PROPS));
+        for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(EXT_SLOT(o, k));   /* what it kept (ext.off: the old class's) */
         PyObject_GC_Del(o);
     }
     if (ext.cls && ext.cls->tp_dealloc == ext_dealloc) ext.cls->tp_dealloc = ext_subtype_dealloc;
@@ -175,18 +199,24 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
     PyObject *o = ext_new();
     if (!o) return NULL;
-    PyObject *kb = EXT_SLOT(o, X_BODY), *kp = EXT_SLOT(o, X_PROPS);  /* a reused object's kept bytes */
+    /* a reused object's kept values (keepable): the bytes are taken here, the rest written over */
+    PyObject *kb = EXT_SLOT(o, X_BODY), *kp = EXT_SLOT(o, X_PROPS);
     EXT_SLOT(o, X_BODY) = EXT_SLOT(o, X_PROPS) = NULL;
-    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
-    else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
+    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) {
+        keep_set(o, X_TOPIC, topic);
+    } else {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace");
+        if (!u) goto fail;
+        Py_XSETREF(EXT_SLOT(o, X_TOPIC), u);
+    }
     SET(ext, o, X_BODY, reuse_bytes(kb, r + SHMQ_R_BODYLEN + 4, blen));
     kb = NULL;
-    SET(ext, o, X_TAGS, REF(ext_lazy));
-    SET(ext, o, X_KEYS, REF(ext_lazy));
+    keep_set(o, X_TAGS, ext_lazy);
+    keep_set(o, X_KEYS, ext_lazy);
     SET(ext, o, X_PROPS, reuse_bytes(kp, pp + 2, plen));
     kp = NULL;
-    SET(ext, o, X_MSGID, REF(ext_lazy));
-    SET(ext, o, X_OFFID, REF(Py_None));
+    keep_set(o, X_MSGID, ext_lazy);
+    keep_set(o, X_OFFID, Py_None);
     shmq_ext_base *x = (shmq_ext_base *)o;   /* the numeric fields: C values, an int made when read */
     x->queue_id = (int32_t)rd32(r + SHMQ_R_QUEUEID);
     x->queue_offset = (int64_t)rd64(r + SHMQ_R_QUEUEOFFSET);
@@ -196,10 +226,10 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     x->commit_log_offset = (int64_t)rd64(r + SHMQ_R_PHYSOFFSET);
     x->sysflag = (int32_t)rd32(r + SHMQ_R_SYSFLAG);
     x->flag = (int32_t)rd32(r + SHMQ_R_FLAG);
-    SET(ext, o, X_BROKER, REF(broker));
+    keep_set(o, X_BROKER, broker);
     SET(ext, o, X_BORN, host_bytes(&last_born, r + SHMQ_R_BORNHOST));
     SET(ext, o, X_STORE, host_bytes(&last_store, r + SHMQ_R_STOREHOST));
-    SET(ext, o, X_RAW, REF(Py_None));
+    keep_set(o, X_RAW, Py_None);
     return o;
 fail:
     Py_XDECREF(kb);   /* not handed to a slot yet */

@@ -99,5 +99,15 @@ def test_a_dead_messages_bytes_are_reused_only_when_nothing_else_holds_them(stor
             del got   # their dead messages' bytes are kept for the next decode where unreferenced
         assert kept == [b for b, _ in want] and all(keys[b] == i for i, (b, _) in enumerate(want))
         assert [bytes(v) for v in views] == [b for b, _ in want[:5]]
+        # the values a freed message keeps for the next decode (topic, broker, the lazy fields)
+        # are written over by what the next record and call say
+        for k in range(3):
+            store.put("S", 0, b"s-%d" % k, properties=b"KEYS\x01k%d\x02" % k)
+        sbody = b"".join(bytes(v) for v in store.get_messages("S", 0, 0, 64, max_bytes=1 << 30).messages)
+        for topic, data, broker in (("R", body, "b2"), ("S", sbody, "b3"), ("R", body, "b1")):
+            got = hot_records(data, topic, broker)
+            assert got == _python(data, broker) and _fields(got) == _fields(_python(data, broker))
+            assert {(m.topic, m.broker_name) for m in got} == {(topic, broker)}
+            del got
     finally:
         store.close()
