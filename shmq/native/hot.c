@@ -35,12 +35,44 @@ static PyObject *ext_lazy;
 /* Freed MessageExt objects of the exact bound class, kept for the next decode (as hot_message.c
  * keeps Messages): a consumer makes and frees one per message, and the allocator's malloc and
  * free and subtype_dealloc's walk over the slot descriptors cost more than filling it. Kept
- * cleared (every slot NULL), untracked by the GC and without their reference to the class;
- * only ever touched with the GIL held. */
+ * cleared, untracked by the GC and without their reference to the class; only ever touched with
+ * the GIL held. Every slot is NULL but the body and the properties, which may still hold the
+ * bytes object they held when that message died if nothing else referenced it (its reference
+ * count was 1: no other object can ever see it again). The next decode writes its own bytes into
+ * such an object of the same length (reuse_bytes) instead of freeing one and allocating another:
+ * a body and a properties text per message, two allocations and two frees. */
 #define EXT_FREE_MAX 64
 static PyObject *ext_free[EXT_FREE_MAX];
 static int n_ext_free;
 static destructor ext_subtype_dealloc; /* CPython's subtype_dealloc, the class's own before bind */
+
+#define EXT_SLOT(o, k) (*(PyObject **)((char *)(o) + ext.off[k]))
+
+/* v (a slot's value) can be kept for reuse: an exact bytes object only the dying message held */
+static inline int reusable(PyObject *v) { return v && PyBytes_CheckExact(v) && Py_REFCNT(v) == 1; }
+
+/* n bytes from src as a bytes object: *kept (a bytes object no one else references, or NULL) with
+ * them written in when it has that length (its cached hash reset), else a new one; *kept is
+ * taken over either way */
+static inline PyObject *reuse_bytes(PyObject *kept, const uint8_t *src, Py_ssize_t n) {
+    if (kept && Py_SIZE(kept) == n) {
+        memcpy(PyBytes_AS_STRING(kept), src, (size_t)n);
+        ((PyBytesObject *)kept)->ob_shash = -1;
+        return kept;
+    }
+    Py_XDECREF(kept);
+    return PyBytes_FromStringAndSize((const char *)src, n);
+}
+
+/* slot k := v (a new reference), unless it holds v already (kept by ext_dealloc); the value it
+ * replaces is a kept one (a str, None, the marker), whose release runs no code */
+static inline void keep_set(PyObject *o, int k, PyObject *v) {
+    PyObject *old = EXT_SLOT(o, k);
+    if (old != v) {
+        EXT_SLOT(o, k) = Py_NewRef(v);
+        Py_XDECREF(old);
+    }
+}
 
 static PyObject *ext_new(void) {
     if (!n_ext_free) return ext.cls->tp_alloc(ext.cls, 0);
@@ -55,6 +87,28 @@ static PyObject *ext_new(void) {
  * the class. subtype_dealloc also calls it as the base dealloc of a subclass's instance (after
  * clearing the subclass's own part; it then leaves the class's reference to this base, a heap
  * type's). Given a __del__ later, the class goes back to subtype_dealloc. */
+/* What a free-listed object keeps in slot k for the next decode, which writes the same value
+ * there, so neither side touches a reference count: the lazy marker (tags, keys, msg_id), None
+ * (offset msg id, raw), a str (topic, broker: decode compares it with the queue's), and the body
+ * and properties bytes nothing else referenced (reuse_bytes). Releasing any of them later runs
+ * no code. */
+static inline int keepable(int k, PyObject *v) {
+    switch (k) {
+    case X_TAGS: case X_KEYS: case X_MSGID: return v == ext_lazy;
+    case X_OFFID: case X_RAW: return v == Py_None;
+    case X_TOPIC: case X_BROKER: return PyUnicode_CheckExact(v);
+    case X_BODY: case X_PROPS: return reusable(v);
+    default: return 0;
+    }
+}
+
+/* slot k of a dying message cleared, unless keep and its value is one to keep (k a constant:
+ * the switch above is resolved where this is inlined) */
+static inline void drop_slot(PyObject *self, int k, int keep) {
+    PyObject **s = &EXT_SLOT(self, k);
+    if (*s && !(keep && keepable(k, *s))) Py_CLEAR(*s);
+}
+
 static void ext_dealloc(PyObject *self) {
     PyTypeObject *t = Py_TYPE(self);
     if (t == ext.cls && (t->tp_finalize || t->tp_del)) {
@@ -64,9 +118,19 @@ static void ext_dealloc(PyObject *self) {
     }
     PyObject_GC_UnTrack(self);
     Py_TRASHCAN_BEGIN(self, ext_dealloc)
-    for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(*(PyObject **)((char *)self + ext.off[k]));
-    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) ext_free[n_ext_free++] = self;
-    else t->tp_free(self);
+    /* ext.off: the class's slots (a subclass's instance has them at the same offsets; its own
+     * part is subtype_dealloc's, cleared before) */
+    int keep = t == ext.cls && n_ext_free < EXT_FREE_MAX;
+    drop_slot(self, X_TOPIC, keep); drop_slot(self, X_BODY, keep); drop_slot(self, X_TAGS, keep);
+    drop_slot(self, X_KEYS, keep); drop_slot(self, X_PROPS, keep); drop_slot(self, X_MSGID, keep);
+    drop_slot(self, X_OFFID, keep); drop_slot(self, X_BROKER, keep); drop_slot(self, X_BORN, keep);
+    drop_slot(self, X_STORE, keep); drop_slot(self, X_RAW, keep);
+    if (t == ext.cls && n_ext_free < EXT_FREE_MAX) {  /* again: a clear above may have run code */
+        ext_free[n_ext_free++] = self;
+    } else {
+        for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(EXT_SLOT(self, k));   /* what was kept: no code runs */
+        t->tp_free(self);
+    }
     Py_DECREF(t);
     Py_TRASHCAN_END
 }
@@ -87,7 +151,11 @@ static void ext_take_dealloc(void) {
 static PyObject *hot_bind_ext(PyObject *self, PyObject *args) {
     PyObject *lazy;
     /* a class bound before goes back to CPython's dealloc (its slots are not the new class's) */
-    while (n_ext_free) PyObject_GC_Del(ext_free[--n_ext_free]);
+    while (n_ext_free) {
+        PyObject *o = ext_free[--n_ext_free];
+        for (int k = 0; k < X_NSLOTS; k++) Py_CLEAR(EXT_SLOT(o, k));   /* what it kept (ext.off: the old class's) */
+        PyObject_GC_Del(o);
+    }
     if (ext.cls && ext.cls->tp_dealloc == ext_dealloc) ext.cls->tp_dealloc = ext_subtype_dealloc;
     if (bind_slots(&ext, args, X_NSLOTS, &lazy)) return NULL;
     Py_XSETREF(ext_lazy, lazy);
@@ -131,14 +199,24 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     uint32_t plen = ((uint32_t)pp[0] << 8) | pp[1];
     PyObject *o = ext_new();
     if (!o) return NULL;
-    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) SET(ext, o, X_TOPIC, REF(topic));
-    else SET(ext, o, X_TOPIC, PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace"));
-    SET(ext, o, X_BODY, PyBytes_FromStringAndSize((const char *)r + SHMQ_R_BODYLEN + 4, blen));
-    SET(ext, o, X_TAGS, REF(ext_lazy));
-    SET(ext, o, X_KEYS, REF(ext_lazy));
-    SET(ext, o, X_PROPS, PyBytes_FromStringAndSize((const char *)pp + 2, plen));
-    SET(ext, o, X_MSGID, REF(ext_lazy));
-    SET(ext, o, X_OFFID, REF(Py_None));
+    /* a reused object's kept values (keepable): the bytes are taken here, the rest written over */
+    PyObject *kb = EXT_SLOT(o, X_BODY), *kp = EXT_SLOT(o, X_PROPS);
+    EXT_SLOT(o, X_BODY) = EXT_SLOT(o, X_PROPS) = NULL;
+    if ((Py_ssize_t)rtl == tlen && memcmp(t + 1, tu, rtl) == 0) {
+        keep_set(o, X_TOPIC, topic);
+    } else {
+        PyObject *u = PyUnicode_DecodeUTF8((const char *)t + 1, rtl, "replace");
+        if (!u) goto fail;
+        Py_XSETREF(EXT_SLOT(o, X_TOPIC), u);
+    }
+    SET(ext, o, X_BODY, reuse_bytes(kb, r + SHMQ_R_BODYLEN + 4, blen));
+    kb = NULL;
+    keep_set(o, X_TAGS, ext_lazy);
+    keep_set(o, X_KEYS, ext_lazy);
+    SET(ext, o, X_PROPS, reuse_bytes(kp, pp + 2, plen));
+    kp = NULL;
+    keep_set(o, X_MSGID, ext_lazy);
+    keep_set(o, X_OFFID, Py_None);
     shmq_ext_base *x = (shmq_ext_base *)o;   /* the numeric fields: C values, an int made when read */
     x->queue_id = (int32_t)rd32(r + SHMQ_R_QUEUEID);
     x->queue_offset = (int64_t)rd64(r + SHMQ_R_QUEUEOFFSET);
@@ -148,12 +226,14 @@ static PyObject *decode(const uint8_t *r, uint32_t total, PyObject *topic, const
     x->commit_log_offset = (int64_t)rd64(r + SHMQ_R_PHYSOFFSET);
     x->sysflag = (int32_t)rd32(r + SHMQ_R_SYSFLAG);
     x->flag = (int32_t)rd32(r + SHMQ_R_FLAG);
-    SET(ext, o, X_BROKER, REF(broker));
+    keep_set(o, X_BROKER, broker);
     SET(ext, o, X_BORN, host_bytes(&last_born, r + SHMQ_R_BORNHOST));
     SET(ext, o, X_STORE, host_bytes(&last_store, r + SHMQ_R_STOREHOST));
-    SET(ext, o, X_RAW, REF(Py_None));
+    keep_set(o, X_RAW, Py_None);
     return o;
 fail:
+    Py_XDECREF(kb);   /* not handed to a slot yet */
+    Py_XDECREF(kp);
     Py_DECREF(o);
     return NULL;
 }
@@ -394,15 +474,15 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
         return NULL;
     }
     if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
-    shmq_ctl *ctl = (shmq_ctl *)PyLong_AsVoidPtr(args[0]);
-    int64_t *const *next = (int64_t *const *)PyLong_AsVoidPtr(args[1]);
-    const int64_t *offs = (const int64_t *)PyLong_AsVoidPtr(args[2]);
-    long n = PyLong_AsLong(args[3]), start = PyLong_AsLong(args[4]), hold = PyLong_AsLong(args[6]);
-    int64_t *seen = (int64_t *)PyLong_AsVoidPtr(args[5]);
-    const int32_t *poke = (const int32_t *)PyLong_AsVoidPtr(args[7]);
-    long poked = PyLong_AsLong(args[8]);
-    long long spin = PyLong_AsLongLong(args[9]), timeout = PyLong_AsLongLong(args[10]);
-    Py_ssize_t max_count = PyLong_AsSsize_t(args[12]);
+    shmq_ctl *ctl = (shmq_ctl *)hot_ptr(args[0]);
+    int64_t *const *next = (int64_t *const *)hot_ptr(args[1]);
+    const int64_t *offs = (const int64_t *)hot_ptr(args[2]);
+    long long n = hot_ll(args[3]), start = hot_ll(args[4]), hold = hot_ll(args[6]);
+    int64_t *seen = (int64_t *)hot_ptr(args[5]);
+    const int32_t *poke = (const int32_t *)hot_ptr(args[7]);
+    long long poked = hot_ll(args[8]);
+    long long spin = hot_ll(args[9]), timeout = hot_ll(args[10]);
+    long long max_count = hot_ll(args[12]);
     int keep_gil = PyObject_IsTrue(args[13]);
     PyObject *states = args[11];
     if (keep_gil < 0 || PyErr_Occurred()) return NULL;

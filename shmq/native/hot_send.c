@@ -279,6 +279,16 @@ typedef struct {
     uint64_t topics_ver, publish_ver;
 } ls_cache;
 
+/* A writer tuple (local_send._Route) as C values, per queue index k: the tuple (held, so its
+ * address is never another's while kept) and its route address. A tuple is immutable, so while
+ * the entry's writers[k] is this very object, r is its W_ADDR and it is not SYNC_FLUSH (both
+ * checked when kept): a send finds its route by one identity check instead of the tuple's
+ * checks and an int conversion. A miss (another topic, a rebuilt entry) keeps the new tuple in
+ * the slot. Queue indexes from LS_WMAX on are not kept (the uncached path). */
+#define LS_WMAX 64
+typedef struct { PyObject *w; const shmq_route *r; } ls_wslot;
+static PyObject *small_ints[LS_WMAX];  /* 0 .. LS_WMAX-1: the round robin's values, made once */
+
 typedef struct {
     PyObject_HEAD
     vectorcallfunc call;
@@ -286,6 +296,7 @@ typedef struct {
     unsigned long owner;
     Py_ssize_t limit;
     ls_cache cache;
+    ls_wslot wc[LS_WMAX];
 } local_send;
 
 #if PY_VERSION_HEX < 0x030C0000
@@ -295,7 +306,11 @@ typedef struct {
 /* What one send takes from the calling thread's _LocalTopic: the entry (borrowed from topics,
  * held), its next writer w (borrowed from it), that writer's index k (as next, made before the
  * append so nothing can fail after it) and route r. */
-typedef struct { PyObject *topics, *t, *w, *next; const shmq_route *r; } ls_pick;
+typedef struct {
+    PyObject *topics, *t, *w, *next;
+    const shmq_route *r;
+    PyObject *old;  /* a writer tuple the route cache let go, released last (its dealloc runs no code here) */
+} ls_pick;
 
 /* topics[topic] when it is a _LocalTopic whose route is current (its publish dict still holds
  * the TopicPublishInfo it was built from), borrowed; NULL (an exception set, or none: LocalSender
@@ -326,6 +341,19 @@ static PyObject *ls_entry(ls_cache *c, PyObject *topics, PyObject *topic) {
     return t;
 }
 
+/* the round robin's int (the slot's value: Python's t.i or this path's small_ints) as a C value,
+ * without a call for the common compact non-negative one; -1 for anything else */
+static inline Py_ssize_t rr_index(PyObject *i) {
+#if PY_VERSION_HEX < 0x030C0000
+    Py_ssize_t size = Py_SIZE(i);
+    if (size == 0) return 0;
+    if (size == 1) return (Py_ssize_t)((PyLongObject *)i)->ob_digit[0];
+#endif
+    Py_ssize_t k = PyLong_AsSsize_t(i);
+    if (k < 0) PyErr_Clear();
+    return k < 0 ? -1 : k;
+}
+
 static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
     PyObject *t = ls_entry(&ls->cache, p->topics, topic);
     if (!t) return PyErr_Occurred() ? -1 : 0;
@@ -334,15 +362,25 @@ static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
     if (!link || !writers || !i || !host || link == Py_None || !PyList_CheckExact(writers) || !PyLong_CheckExact(i) ||
         PyList_GET_SIZE(writers) == 0)
         return 0;
-    Py_ssize_t k = PyLong_AsSsize_t(i);
-    if (k < 0) { PyErr_Clear(); return 0; }
-    k = (k + 1) % PyList_GET_SIZE(writers);
+    Py_ssize_t n = PyList_GET_SIZE(writers), k = rr_index(i);
+    if (k < 0) return 0;
+    k = k + 1 < n ? k + 1 : (k + 1) % n;
     PyObject *w = PyList_GET_ITEM(writers, k);
-    if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) < W_NFIELDS || PyTuple_GET_ITEM(w, W_SYNC) != Py_False)
-        return 0;   /* SYNC_FLUSH: LocalSender waits for the flush */
-    if (!(p->r = (const shmq_route *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(w, W_ADDR))))
-        return PyErr_Occurred() ? -1 : 0;
-    if (!(p->next = PyLong_FromSsize_t(k))) return -1;
+    ls_wslot *c = k < LS_WMAX ? &ls->wc[k] : NULL;
+    if (c && c->w == w) {
+        p->r = c->r;
+    } else {
+        if (!PyTuple_Check(w) || PyTuple_GET_SIZE(w) < W_NFIELDS || PyTuple_GET_ITEM(w, W_SYNC) != Py_False)
+            return 0;   /* SYNC_FLUSH: LocalSender waits for the flush */
+        if (!(p->r = (const shmq_route *)PyLong_AsVoidPtr(PyTuple_GET_ITEM(w, W_ADDR))))
+            return PyErr_Occurred() ? -1 : 0;
+        if (c) {
+            p->old = c->w;   /* the entry's t and writers are borrowed until the send is done */
+            c->w = Py_NewRef(w);
+            c->r = p->r;
+        }
+    }
+    if (!(p->next = k < LS_WMAX ? Py_NewRef(small_ints[k]) : PyLong_FromSsize_t(k))) return -1;
     p->t = t;
     p->w = w;
     return 1;
@@ -350,6 +388,7 @@ static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {
 
 /* 1 with *p filled (release it with ls_release), 0 when LocalSender must decide, -1 on error */
 static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
+    p->old = NULL;
     if (ls->topics && PyThread_get_thread_ident() == ls->owner) p->topics = Py_NewRef(ls->topics);
     else if (!(p->topics = PyObject_GetAttr(ls->tls, str_topics))) {  /* another thread's; unset before its first send */
         if (!PyErr_ExceptionMatches(PyExc_AttributeError)) return -1;
@@ -357,13 +396,14 @@ static int ls_route(local_send *ls, PyObject *topic, ls_pick *p) {
         return 0;
     }
     int ok = ls_writer(ls, topic, p);
-    if (ok <= 0) Py_CLEAR(p->topics);
+    if (ok <= 0) { Py_CLEAR(p->topics); Py_CLEAR(p->old); }
     return ok;
 }
 
 static PyObject *ls_release(ls_pick *p, PyObject *out) {
     Py_XDECREF(p->next);
     Py_DECREF(p->topics);
+    Py_XDECREF(p->old);
     return out;
 }
 
@@ -379,7 +419,13 @@ static PyObject *ls_done(ls_pick *p, const char *ids, Py_ssize_t n) {
     return ls_release(p, out);
 }
 
-static int ls_bound(void) { return topic_slots.cls && f_send && f_send_batch && shmq_result_bound() && msg_tags_key; }
+/* every binding this path uses is set at import and only ever replaced, never unset: once all
+ * are there, the answer is kept */
+static int ls_all_bound;
+static inline int ls_bound(void) {
+    return ls_all_bound ||
+           (ls_all_bound = topic_slots.cls && f_send && f_send_batch && shmq_result_bound() && msg_tags_key);
+}
 
 static PyObject *ls_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     if (PyVectorcall_NARGS(nargsf) != 1 || (kwnames && PyTuple_GET_SIZE(kwnames))) {
@@ -447,6 +493,7 @@ static int ls_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(((local_send *)self)->tls);
     Py_VISIT(((local_send *)self)->topics);
     Py_VISIT(((local_send *)self)->cache.topic);
+    for (int k = 0; k < LS_WMAX; k++) Py_VISIT(((local_send *)self)->wc[k].w);
     return 0;
 }
 
@@ -454,6 +501,7 @@ static int ls_clear(PyObject *self) {
     Py_CLEAR(((local_send *)self)->tls);
     Py_CLEAR(((local_send *)self)->topics);
     Py_CLEAR(((local_send *)self)->cache.topic);
+    for (int k = 0; k < LS_WMAX; k++) Py_CLEAR(((local_send *)self)->wc[k].w);
     return 0;
 }
 
@@ -527,6 +575,8 @@ static PyMethodDef shmq_send_methods[] = {
 };
 
 int shmq_send_add(PyObject *m) {
+    for (int k = 0; k < LS_WMAX; k++)
+        if (!small_ints[k] && !(small_ints[k] = PyLong_FromLong(k))) return -1;
     if (PyType_Ready(&shmq_local_send_type) || (!zero && !(zero = PyLong_FromLong(0))) || shmq_result_add(m) ||
         shmq_producer_add(m))
         return -1;

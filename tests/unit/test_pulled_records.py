@@ -73,3 +73,41 @@ def test_bodies_the_c_decode_hands_back_to_python(store_root):
             hot_records(tbody, b"T", "b1")
     finally:
         store.close()
+
+
+def test_a_dead_messages_bytes_are_reused_only_when_nothing_else_holds_them(store_root):
+    """The decode writes a new message's body and properties into the bytes objects a freed
+    message held when nothing else referenced them (hot.c, reuse_bytes): a body or properties
+    text still held anywhere (a list, a dict key with its cached hash, a memoryview) keeps its
+    bytes, and every message decoded later has its own right bytes and hash."""
+    store = MessageStore.open(small_config(store_root))
+    try:
+        for k in range(40):
+            store.put("R", 0, b"body-%04d" % k, properties=b"TAGS\x01t%04d\x02" % k)
+        body = b"".join(bytes(v) for v in store.get_messages("R", 0, 0, 64, max_bytes=1 << 30).messages)
+        want = [(m.body, m.properties) for m in _python(body, "b1")]
+        kept, keys, views = [], {}, []
+        for rnd in range(6):
+            got = hot_records(body, "R", "b1")
+            assert [(m.body, m.properties) for m in got] == want
+            assert [hash(m.body) for m in got] == [hash(b) for b, _ in want]
+            if rnd == 1:
+                kept = [m.body for m in got]
+                keys = {m.body: i for i, m in enumerate(got)}
+            if rnd == 2:
+                views = [memoryview(m.body) for m in got[:5]]
+            del got   # their dead messages' bytes are kept for the next decode where unreferenced
+        assert kept == [b for b, _ in want] and all(keys[b] == i for i, (b, _) in enumerate(want))
+        assert [bytes(v) for v in views] == [b for b, _ in want[:5]]
+        # the values a freed message keeps for the next decode (topic, broker, the lazy fields)
+        # are written over by what the next record and call say
+        for k in range(3):
+            store.put("S", 0, b"s-%d" % k, properties=b"KEYS\x01k%d\x02" % k)
+        sbody = b"".join(bytes(v) for v in store.get_messages("S", 0, 0, 64, max_bytes=1 << 30).messages)
+        for topic, data, broker in (("R", body, "b2"), ("S", sbody, "b3"), ("R", body, "b1")):
+            got = hot_records(data, topic, broker)
+            assert got == _python(data, broker) and _fields(got) == _fields(_python(data, broker))
+            assert {(m.topic, m.broker_name) for m in got} == {(topic, broker)}
+            del got
+    finally:
+        store.close()

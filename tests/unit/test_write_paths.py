@@ -320,6 +320,52 @@ def test_local_send_object_is_the_python_send_for_the_common_message(roads):
     assert _last_record(roads)[-1] == {"TAGS": "B", "UNIQ_KEY": got.msg_id.split(",")[-1], "CLUSTER": "TestCluster"}
 
 
+def test_local_send_follows_writers_and_round_robin_changed_in_python(roads):
+    """LocalSend keeps each queue index's writer tuple and route as C values (hot_send.c, ls_wslot)
+    and reads the round robin's int without a conversion: a writer tuple replaced in the list (the
+    same index, another queue's route), a t.i set by the Python path, a writers list of another
+    length (a rebuilt entry) and a second topic's entry sharing the indexes are each followed, so
+    every record goes to the queue its writer's route names."""
+    import threading
+
+    from shmq.client.local_send import _LocalTopic, _Route
+    from shmq.client.message import Message
+    from shmq.client.uniq_id import generator
+    from shmq.native import LocalSend
+    uniq = generator()
+
+    def writer(topic, q):
+        fw = roads.fast_writer(topic, q, BORN)
+        r = fw.route(uniq)
+        fw.put_sent(b"warm", b"", 0, 0, 1000, *BORN_INT, 0)
+        return _Route(f"{topic}{q}", fw, r.addr, False, r)
+    info, publish = object(), {}
+    publish["T"] = publish["U"] = info
+    t = _LocalTopic(info, publish, "a link", [writer("T", 0), writer("T", 1)], b"8 bytes!")
+    u = _LocalTopic(info, publish, "a link", [writer("U", 0), writer("U", 1), writer("U", 2)], b"8 bytes!")
+    hot = LocalSend(threading.local(), 4096)
+    hot.own(threading.get_ident(), {"T": t, "U": u})
+
+    def sent(topic):
+        res = hot(Message(topic, b"x"))
+        rec = _last_record(roads)
+        assert res.queue == f"{rec[0]}{rec[1]}"   # the answer names the queue the record went to
+        return res.queue
+    assert [sent("T") for _ in range(3)] == ["T1", "T0", "T1"]
+    assert [sent("U"), sent("T"), sent("U")] == ["U1", "T0", "U2"]   # two topics, the same indexes
+    t.writers[1] = writer("T", 5)                                     # replaced in place
+    assert [sent("T"), sent("T")] == ["T5", "T0"]
+    t.i = 0                                                           # the Python path moved it
+    assert sent("T") == "T5"
+    t.i = 1
+    assert sent("T") == "T0"
+    t.writers = [writer("T", 7)]                                      # another list, one queue
+    t.n = 1
+    assert [sent("T"), sent("T")] == ["T7", "T7"] and t.i == 0
+    big = t.i = 10 ** 20                                              # no small int: refused, kept
+    assert hot(Message("T", b"x")) is None and t.i == big
+
+
 def test_local_uniform_batches_across_consume_queue_files(roads):
     """Direct batches of 64 (their records after the first copied from it, core_append.c copy_direct)
     across 100-entry ConsumeQueue files and 64 KiB CommitLog files: every record decodes with its
