@@ -342,16 +342,11 @@ static PyObject *ls_entry(ls_cache *c, PyObject *topics, PyObject *topic) {
 }
 
 /* the round robin's int (the slot's value: Python's t.i or this path's small_ints) as a C value,
- * without a call for the common compact non-negative one; -1 for anything else */
+ * read inline by hot.h's hot_ll for the common compact one; -1 for a negative or unreadable one */
 static inline Py_ssize_t rr_index(PyObject *i) {
-#if PY_VERSION_HEX < 0x030C0000
-    Py_ssize_t size = Py_SIZE(i);
-    if (size == 0) return 0;
-    if (size == 1) return (Py_ssize_t)((PyLongObject *)i)->ob_digit[0];
-#endif
-    Py_ssize_t k = PyLong_AsSsize_t(i);
+    long long k = hot_ll(i);
     if (k < 0) PyErr_Clear();
-    return k < 0 ? -1 : k;
+    return k < 0 ? -1 : (Py_ssize_t)k;
 }
 
 static int ls_writer(local_send *ls, PyObject *topic, ls_pick *p) {

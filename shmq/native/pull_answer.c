@@ -31,6 +31,7 @@
 
 #include "pull_answer.h"
 #include "pull_records.h"
+#include "send_frame.h"  /* the frame prefix and decimal writers (sf_prefix, sf_put_int) */
 
 /* TcpPull's slots read here (client/tcp_pull.py): the opaque in flight (0: none), and
  * (topic, broker) of a queue whose answers this path may take, or None */
@@ -143,24 +144,14 @@ PyObject *pull_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pull_frame: order holds 0..3");
             return NULL;
         }
-        /* "%d" of a Python int: the decimal text, a minus sign first */
-        long long x = v[k];
-        unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-        char tmp[24];
-        size_t n = 0, j = 0;
-        do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-        if (x < 0) digits[i][j++] = '-';
-        while (n) digits[i][j++] = tmp[--n];
-        dn[i] = j;
-        hl += (Py_ssize_t)j;
+        dn[i] = sf_put_int(digits[i], v[k]);  /* "%d" of a Python int */
+        hl += (Py_ssize_t)dn[i];
     }
     if (hl > 0xFFFFFF) { PyErr_SetString(PyExc_ValueError, "pull_frame: header too long"); return NULL; }
     PyObject *out = PyBytes_FromStringAndSize(NULL, 8 + hl);
     if (!out) return NULL;
-    uint8_t *p = (uint8_t *)PyBytes_AS_STRING(out);
-    uint32_t total = (uint32_t)(4 + hl), head = (uint32_t)hl;  /* JSON: serialize type 0 in the top byte */
-    p[0] = (uint8_t)(total >> 24); p[1] = (uint8_t)(total >> 16); p[2] = (uint8_t)(total >> 8); p[3] = (uint8_t)total;
-    p[4] = (uint8_t)(head >> 24); p[5] = (uint8_t)(head >> 16); p[6] = (uint8_t)(head >> 8); p[7] = (uint8_t)head;
+    char *p = PyBytes_AS_STRING(out);
+    sf_prefix(p, (size_t)hl, 0);
     p += 8;
     for (int i = 0; i < 5; i++) {
         PyObject *b = PyTuple_GET_ITEM(args[0], i);

@@ -1,7 +1,8 @@
 /*
  * shmq/native/send_frame.h -- the one C writer of a plain send's frame (SEND_MESSAGE_V2 or
  * SEND_BATCH_MESSAGE) from its queue's template, header-only: native/hot_oneway.c (the oneway
- * lane) and native/sync_send.c (a sync send) each compile it in. Include it after Python.h.
+ * lane) and native/sync_send.c (a sync send) each compile it in, and native/pull_answer.c its
+ * frame prefix and decimal writers for a PULL's frame. Include it after Python.h.
  *
  * The template is ``protocol.headers.SendFrame.pieces``: the six literal byte strings of the one
  * JSON encoder's header around the slots sysflag, born ms, flag, properties, opaque, so the
@@ -52,6 +53,14 @@ static inline size_t sf_put_int(char *p, long long v) {
     if (v < 0) p[k++] = '-';
     while (n) p[k++] = tmp[--n];
     return k;
+}
+
+/* a frame's 8 length bytes at f: total (4 + header + body) and the header length, big-endian,
+ * serialize type JSON (0) in the top byte; hl fits 24 bits (the callers check) */
+static inline void sf_prefix(char *f, size_t hl, Py_ssize_t bl) {
+    uint32_t total = (uint32_t)(4 + hl + (size_t)bl), h = (uint32_t)hl;
+    unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
+    memcpy(f, w, 8);
 }
 
 /* the JSON-escaped length of tags as msgspec writes a string (" and \ escaped, UTF-8 kept), or -1
@@ -137,9 +146,7 @@ static inline Py_ssize_t sf_write(char *f, const sf_pieces *pc, long long sysfla
     size_t hl = (size_t)(p - f - 8);
     if (hl > 0xFFFFFF) return -(Py_ssize_t)hl;
     memcpy(p, body, bl), p += bl;
-    uint32_t total = (uint32_t)(4 + hl + bl), h = (uint32_t)hl;  /* serialize type JSON: 0 */
-    unsigned char w[8] = {total >> 24, total >> 16, total >> 8, total, h >> 24, h >> 16, h >> 8, h};
-    memcpy(f, w, 8);
+    sf_prefix(f, hl, bl);
     return p - f;
 }
 
