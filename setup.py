@@ -7,7 +7,7 @@ from setuptools import Extension, setup
 setup(
     cffi_modules=["shmq/native/_build.py:ffibuilder"],
     ext_modules=[Extension("shmq.native._hot",
-                           ["shmq/native/hot.c", "shmq/native/hot_send.c", "shmq/native/hot_result.c",
+                           ["shmq/native/hot.c", "shmq/native/hot_wait.c", "shmq/native/hot_send.c", "shmq/native/hot_result.c",
                             "shmq/native/hot_producer.c", "shmq/native/hot_message.c",
                             "shmq/native/hot_ext.c"],
                            include_dirs=["shmq/native"], depends=["shmq/native/queue_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),

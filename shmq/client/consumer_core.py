@@ -228,7 +228,7 @@ class ConsumerCore:
         # ProcessQueue and deliver them (a push consumer with consume_threads=0 sets its
         # listener's call here, which puts them only when it must: ProcessQueue.consumed)
         self._local_deliver = self._put_deliver
-        # the local pull thread's spin keeps the GIL (native/hot.c wait_read): only when that
+        # the local pull thread's spin keeps the GIL (native/hot_wait.c wait_read): only when that
         # thread runs the listener itself, so no consume thread of ours waits on its spin
         self._spin_keeps_gil = False
         self._gated = False  # whether _may_pull can answer False (an orderly consumer's locks)

@@ -2,7 +2,7 @@
 it) reads every queue the consumer holds on that broker straight from the mapped store
 (``ConsumerCore._pull_local_once``) and, between reads, sleeps in one C call,
 ``shmq_wait_queues`` (native/core_wait.c): it spins ``spin_s`` (the first 200 µs with the GIL when
-this thread runs the listener itself, ``consume_threads=0``: native/hot.c's ``wait_read``), then
+this thread runs the listener itself, ``consume_threads=0``: native/hot_wait.c's ``wait_read``), then
 sleeps on the store's "new data" futex (without it), and returns the index of a queue that has
 something new. Appends to queues this
 consumer does not read are slept through inside that call, and the set of queues is built

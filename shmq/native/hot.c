@@ -2,8 +2,10 @@
  * shmq/native/hot.c -- module shmq.native._hot: the local consumer's record walk (``read``:
  * ConsumeQueue entries -> records -> MessageExt objects, read-only, with the GIL held) and the
  * module's init; the same decode over a TCP pull's body (``records``) and a broker worker's
- * unfiltered pull answer, the records copied from the mapping (``read_raw``). The producer's half (the local send's append, LocalSend, encode_batch, and why
- * they keep the GIL) is hot_send.c; Message's C base is hot_message.c.
+ * unfiltered pull answer, the records copied from the mapping (``read_raw``). The local pull
+ * thread's wake-up that ends in a queue read (``wait_read``) is hot_wait.c; the producer's half
+ * (the local send's append, LocalSend, encode_batch, and why they keep the GIL) is hot_send.c;
+ * Message's C base is hot_message.c.
  */
 #include "hot.h"
 #include "core.h"
@@ -250,18 +252,6 @@ static int record_ok(const uint8_t *r, uint32_t size) {
     return p0 + 2 + (((uint32_t)r[p0] << 8) | r[p0 + 1]) == size;
 }
 
-/* A 2- or 3-tuple of the new references a, b (and c), taken over (NULL: one of them failed,
- * every one given is released); Py_BuildValue's format parse cost more than the read of a short
- * batch. */
-static PyObject *tuple_of(PyObject *a, PyObject *b, PyObject *c, Py_ssize_t n) {
-    PyObject *t = a && b && (n < 3 || c) ? PyTuple_New(n) : NULL;
-    if (!t) { Py_XDECREF(a); Py_XDECREF(b); if (n > 2) Py_XDECREF(c); return NULL; }
-    PyTuple_SET_ITEM(t, 0, a);
-    PyTuple_SET_ITEM(t, 1, b);
-    if (n > 2) PyTuple_SET_ITEM(t, 2, c);
-    return t;
-}
-
 /* The walk itself (see read above): a new list of the decoded messages (NULL with an exception
  * set), *used entries used, *elsewhere as read answers it. The list is made once at the most
  * the walk can take (count, the published next offset, the ConsumeQueue mapping's end) and cut
@@ -331,7 +321,7 @@ static PyObject *hot_read(PyObject *self, PyObject *const *args, Py_ssize_t narg
  * again). elsewhere: -1 the read is complete (caught up, or where get_messages decides); >= 0 the
  * commit-log offset of a record in another CommitLog file; -2 the end of the ConsumeQueue file
  * (both: the reader maps the next file and goes on). */
-static PyObject *read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
+PyObject *shmq_read_queue(PyObject *st, long long offset, Py_ssize_t max_count) {
     qstate q;
     if (queue_state(st, &q)) return NULL;
     if (!ext.cls) { PyErr_SetString(PyExc_RuntimeError, "bind_ext first"); return NULL; }
@@ -360,7 +350,7 @@ static PyObject *hot_read_queue(PyObject *self, PyObject *const *args, Py_ssize_
     long long offset = PyLong_AsLongLong(args[1]);
     Py_ssize_t max_count = PyLong_AsSsize_t(args[2]);
     if (PyErr_Occurred()) return NULL;
-    return read_queue(args[0], offset, max_count);
+    return shmq_read_queue(args[0], offset, max_count);
 }
 
 /* read_raw(st, offset, max_count, max_bytes) -> (body, count, next offset, max offset, min offset)
@@ -381,125 +371,6 @@ static PyObject *hot_read_raw(PyObject *self, PyObject *const *args, Py_ssize_t 
     qr_release(&r);
     if (!body) return NULL;
     return Py_BuildValue("(NnLLL)", body, r.n, r.next, r.mx, r.mn);
-}
-
-/* the type is core.h's own declaration, so the call cannot drift from the definition */
-typedef __typeof__(shmq_wait_queues) wait_fn;
-static wait_fn *f_wait;
-
-/* bind_wait(address of shmq_wait_queues): once, at import of shmq.native */
-static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
-    void *p = PyLong_AsVoidPtr(arg);
-    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
-    f_wait = (wait_fn *)p;
-    Py_RETURN_NONE;
-}
-
-static int64_t mono_ns(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
-/* With keep_gil, the first GIL_HOLD_NS of the spin keep the GIL: taking it back after a spin
- * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a
- * wake-up caught in that part skips (at 10,000 msgs/s the next message comes within it). Then it
- * is dropped for the rest of the spin and the futex sleep, and not taken again until the wait
- * ends: a thread that wants it meanwhile gets it at that drop (or, as behind any running Python
- * thread, by CPython's drop request, honoured once this thread runs Python again). It is never
- * dropped and taken back in a loop: each drop wakes a waiting thread, which restarts its
- * switch-interval wait and, losing the race for the GIL to the spinner, would never ask for it.
- * Only for a pull thread that runs the listener itself (consume_threads=0), never one that hands
- * messages to consume threads. */
-#define GIL_HOLD_NS 200000LL
-
-/* The spin adapts to the gaps between this pull thread's wake-ups (one local pull thread per
- * consumer and store): a wait spins only when the thread's previous wait found news within 1.5x
- * the spin of its start (the extra half: a gap measured through a futex sleep includes the
- * wake-up's own latency); after a timeout, or news later than that, it sleeps at once. At a
- * paced 10,000 msgs/s the gap is ~100 us: the default 50 us spin never caught a message and was
- * ~40 of the consumer's ~65 us of CPU per message, which put the local e2e row's processes
- * above the CPU this VM's host lets it have per 100 ms (both vCPUs then stop for 7-37 ms: the
- * row's p99; RESULTS, "Session 8, tail"). Short gaps (bursts, high rates) spin as before, and
- * a busy-polling consumer (a spin of seconds) always spins. */
-static __thread int64_t last_gap_ns;
-
-static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil);
-
-static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
-    int64_t t0 = mono_ns();
-    if (last_gap_ns > spin + spin / 2) spin = 0;
-    int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil);
-    if (i >= 0) last_gap_ns = mono_ns() - t0;
-    else if (i == -1) last_gap_ns = INT64_MAX;
-    return i;
-}
-
-static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
-    int64_t t0 = mono_ns(), held = 0;
-    if (keep_gil) {
-        held = spin < timeout ? spin : timeout;
-        if (held > GIL_HOLD_NS) held = GIL_HOLD_NS;
-        /* held 0 (no spin, or a zero timeout): one look, which never sleeps, still with the GIL */
-        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held);
-        if (i != -1) return i;
-        if (held <= 0 && timeout <= 0) return i;
-    }
-    int64_t elapsed = keep_gil ? mono_ns() - t0 : 0, left = timeout - elapsed;
-    if (keep_gil && left <= 0) return -1;
-    int i;
-    Py_BEGIN_ALLOW_THREADS
-    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin > elapsed ? spin - elapsed : 0,
-               left > 0 ? left : 0);
-    Py_END_ALLOW_THREADS
-    return i;
-}
-
-/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
- *           keep_gil) -> (i, read)
- * shmq_wait_queues (core_wait.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
- * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
- * them alive), then, when it answers a queue
- * i >= 0 whose states[i] is a QueueReader state, that queue's read_queue(states[i], offs[i],
- * max_count) with the GIL: the local pull thread's wake-up and read in one call.
- * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
- * whether the queue may be delivered to, and may drop what was read. */
-static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 14 || !PyList_CheckExact(args[11])) {
-        PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
-                                         "timeout_ns, states: list, max_count, keep_gil)");
-        return NULL;
-    }
-    if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
-    shmq_ctl *ctl = (shmq_ctl *)hot_ptr(args[0]);
-    int64_t *const *next = (int64_t *const *)hot_ptr(args[1]);
-    const int64_t *offs = (const int64_t *)hot_ptr(args[2]);
-    long long n = hot_ll(args[3]), start = hot_ll(args[4]), hold = hot_ll(args[6]);
-    int64_t *seen = (int64_t *)hot_ptr(args[5]);
-    const int32_t *poke = (const int32_t *)hot_ptr(args[7]);
-    long long poked = hot_ll(args[8]);
-    long long spin = hot_ll(args[9]), timeout = hot_ll(args[10]);
-    long long max_count = hot_ll(args[12]);
-    int keep_gil = PyObject_IsTrue(args[13]);
-    PyObject *states = args[11];
-    if (keep_gil < 0 || PyErr_Occurred()) return NULL;
-    if (!ctl || !next || !offs || !seen || n < 1 || n > PyList_GET_SIZE(states) || n > INT_MAX) {
-        PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
-        return NULL;
-    }
-    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
-                        keep_gil);
-    PyObject *read = NULL;
-    if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
-        read = read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
-        if (!read) return NULL;
-    } else {
-        read = REF(Py_None);
-    }
-    return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
 /* records(body, topic, broker) -> [MessageExt], or None: a pulled body (a run of whole records,
@@ -559,10 +430,6 @@ static PyMethodDef methods[] = {
      "-> (messages, entries used, elsewhere)"},
     {"read_queue", (PyCFunction)(void (*)(void))hot_read_queue, METH_FASTCALL,
      "read_queue(QueueReader state, offset, max_count) -> (messages, next offset, elsewhere) or None"},
-    {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
-    {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
-     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil) "
-     "-> (queue index or a negative answer, read_queue's answer or None)"},
     {NULL, NULL, 0, NULL},
 };
 
@@ -573,7 +440,7 @@ PyMODINIT_FUNC PyInit__hot(void) {
     PyObject *m = PyModule_Create(&module);
     records_fn *fn = records_of;  /* (the capsule's type is pull_records.h's: checked here) */
     PyObject *cap = m ? PyCapsule_New((void *)fn, RECORDS_CAPSULE, NULL) : NULL;
-    if (m && (!cap || shmq_send_add(m) || shmq_ext_add(m) ||
+    if (m && (!cap || shmq_send_add(m) || shmq_ext_add(m) || shmq_wait_add(m) ||
               PyModule_AddObjectRef(m, "MessageBase", (PyObject *)&shmq_message_type) ||
               PyModule_AddObjectRef(m, "records_c", cap)))
         Py_CLEAR(m);

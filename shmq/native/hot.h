@@ -1,8 +1,9 @@
 /*
- * shmq/native/hot.h -- what the two files of shmq.native._hot share: the binding of a Python
+ * shmq/native/hot.h -- what the files of shmq.native._hot share: the binding of a Python
  * __slots__ class whose instances they fill in C (hot.c: MessageExt; hot_send.c: _LocalTopic,
- * which LocalSend reads), MessageExt's C base (hot_ext.c), and the producer side's entry points that hot.c's
- * module init registers.
+ * which LocalSend reads), MessageExt's C base (hot_ext.c), the entry points that hot.c's module
+ * init registers (the producer side's, hot_wait.c's wake-up), and hot.c's queue read, which
+ * hot_wait.c's wake-up ends in.
  */
 #ifndef SHMQ_HOT_H
 #define SHMQ_HOT_H
@@ -78,5 +79,24 @@ int shmq_send_add(PyObject *module);
 
 /* hot_producer.c: adds ProducerBase (Producer's send / send_batch, the C send first) */
 int shmq_producer_add(PyObject *module);
+
+/* hot.c: one queue's read from a QueueReader's state (store/reader.py): (messages, next offset,
+ * elsewhere), None (the reader maps another file), or NULL with an exception set */
+PyObject *shmq_read_queue(PyObject *st, long long offset, Py_ssize_t max_count);
+
+/* hot_wait.c: adds bind_wait and wait_read (the local pull thread's wake-up and read) */
+int shmq_wait_add(PyObject *module);
+
+/* A 2- or 3-tuple of the new references a, b (and c), taken over (NULL: one of them failed,
+ * every one given is released); Py_BuildValue's format parse cost more than the read of a short
+ * batch. */
+static inline PyObject *tuple_of(PyObject *a, PyObject *b, PyObject *c, Py_ssize_t n) {
+    PyObject *t = a && b && (n < 3 || c) ? PyTuple_New(n) : NULL;
+    if (!t) { Py_XDECREF(a); Py_XDECREF(b); if (n > 2) Py_XDECREF(c); return NULL; }
+    PyTuple_SET_ITEM(t, 0, a);
+    PyTuple_SET_ITEM(t, 1, b);
+    if (n > 2) PyTuple_SET_ITEM(t, 2, c);
+    return t;
+}
 
 #endif

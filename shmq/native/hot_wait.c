@@ -1,0 +1,139 @@
+/*
+ * shmq/native/hot_wait.c -- the local pull thread's wake-up of shmq.native._hot (module init in
+ * hot.c): ``wait_read``, shmq_wait_queues (core_wait.c) with its adaptive spin and the GIL
+ * dropped for the sleep, then the answered queue's read (hot.c's shmq_read_queue) in the same
+ * call; ``bind_wait`` gives it the core's function (hot.c keeps the record walk and decode).
+ */
+#include "hot.h"
+#include <limits.h>
+#include <time.h>
+#include "core.h"
+
+/* the type is core.h's own declaration, so the call cannot drift from the definition */
+typedef __typeof__(shmq_wait_queues) wait_fn;
+static wait_fn *f_wait;
+
+/* bind_wait(address of shmq_wait_queues): once, at import of shmq.native */
+static PyObject *hot_bind_wait(PyObject *self, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (!p) return PyErr_Occurred() ? NULL : (PyErr_SetString(PyExc_ValueError, "null function"), NULL);
+    f_wait = (wait_fn *)p;
+    Py_RETURN_NONE;
+}
+
+static int64_t mono_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* With keep_gil, the first GIL_HOLD_NS of the spin keep the GIL: taking it back after a spin
+ * that found news cost the e2e consumer ~0.5 us per message (its lines are cold by then), which a
+ * wake-up caught in that part skips (at 10,000 msgs/s the next message comes within it). Then it
+ * is dropped for the rest of the spin and the futex sleep, and not taken again until the wait
+ * ends: a thread that wants it meanwhile gets it at that drop (or, as behind any running Python
+ * thread, by CPython's drop request, honoured once this thread runs Python again). It is never
+ * dropped and taken back in a loop: each drop wakes a waiting thread, which restarts its
+ * switch-interval wait and, losing the race for the GIL to the spinner, would never ask for it.
+ * Only for a pull thread that runs the listener itself (consume_threads=0), never one that hands
+ * messages to consume threads. */
+#define GIL_HOLD_NS 200000LL
+
+/* The spin adapts to the gaps between this pull thread's wake-ups (one local pull thread per
+ * consumer and store): a wait spins only when the thread's previous wait found news within 1.5x
+ * the spin of its start (the extra half: a gap measured through a futex sleep includes the
+ * wake-up's own latency); after a timeout, or news later than that, it sleeps at once. At a
+ * paced 10,000 msgs/s the gap is ~100 us: the default 50 us spin never caught a message and was
+ * ~40 of the consumer's ~65 us of CPU per message, which put the local e2e row's processes
+ * above the CPU this VM's host lets it have per 100 ms (both vCPUs then stop for 7-37 ms: the
+ * row's p99; RESULTS, "Session 8, tail"). Short gaps (bursts, high rates) spin as before, and
+ * a busy-polling consumer (a spin of seconds) always spins. */
+static __thread int64_t last_gap_ns;
+
+static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil);
+
+static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
+    int64_t t0 = mono_ns();
+    if (last_gap_ns > spin + spin / 2) spin = 0;
+    int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil);
+    if (i >= 0) last_gap_ns = mono_ns() - t0;
+    else if (i == -1) last_gap_ns = INT64_MAX;
+    return i;
+}
+
+static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
+                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
+    int64_t t0 = mono_ns(), held = 0;
+    if (keep_gil) {
+        held = spin < timeout ? spin : timeout;
+        if (held > GIL_HOLD_NS) held = GIL_HOLD_NS;
+        /* held 0 (no spin, or a zero timeout): one look, which never sleeps, still with the GIL */
+        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held);
+        if (i != -1) return i;
+        if (held <= 0 && timeout <= 0) return i;
+    }
+    int64_t elapsed = keep_gil ? mono_ns() - t0 : 0, left = timeout - elapsed;
+    if (keep_gil && left <= 0) return -1;
+    int i;
+    Py_BEGIN_ALLOW_THREADS
+    i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin > elapsed ? spin - elapsed : 0,
+               left > 0 ? left : 0);
+    Py_END_ALLOW_THREADS
+    return i;
+}
+
+/* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
+ *           keep_gil) -> (i, read)
+ * shmq_wait_queues (core_wait.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
+ * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
+ * them alive), then, when it answers a queue
+ * i >= 0 whose states[i] is a QueueReader state, that queue's shmq_read_queue(states[i], offs[i],
+ * max_count) with the GIL: the local pull thread's wake-up and read in one call.
+ * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
+ * whether the queue may be delivered to, and may drop what was read. */
+static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 14 || !PyList_CheckExact(args[11])) {
+        PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
+                                         "timeout_ns, states: list, max_count, keep_gil)");
+        return NULL;
+    }
+    if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
+    shmq_ctl *ctl = (shmq_ctl *)hot_ptr(args[0]);
+    int64_t *const *next = (int64_t *const *)hot_ptr(args[1]);
+    const int64_t *offs = (const int64_t *)hot_ptr(args[2]);
+    long long n = hot_ll(args[3]), start = hot_ll(args[4]), hold = hot_ll(args[6]);
+    int64_t *seen = (int64_t *)hot_ptr(args[5]);
+    const int32_t *poke = (const int32_t *)hot_ptr(args[7]);
+    long long poked = hot_ll(args[8]);
+    long long spin = hot_ll(args[9]), timeout = hot_ll(args[10]);
+    long long max_count = hot_ll(args[12]);
+    int keep_gil = PyObject_IsTrue(args[13]);
+    PyObject *states = args[11];
+    if (keep_gil < 0 || PyErr_Occurred()) return NULL;
+    if (!ctl || !next || !offs || !seen || n < 1 || n > PyList_GET_SIZE(states) || n > INT_MAX) {
+        PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
+        return NULL;
+    }
+    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
+                        keep_gil);
+    PyObject *read = NULL;
+    if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
+        read = shmq_read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
+        if (!read) return NULL;
+    } else {
+        read = REF(Py_None);
+    }
+    return tuple_of(PyLong_FromLong(i), read, NULL, 2);
+}
+
+static PyMethodDef wait_methods[] = {
+    {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
+    {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
+     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil) "
+     "-> (queue index or a negative answer, read_queue's answer or None)"},
+    {NULL, NULL, 0, NULL},
+};
+
+int shmq_wait_add(PyObject *m) { return PyModule_AddFunctions(m, wait_methods); }
