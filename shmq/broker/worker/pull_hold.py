@@ -38,12 +38,26 @@ _load = lib.shmq_load_i64
 
 
 class _Hold:
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch")
+    """One held pull. ``ready(hold, grew)`` answers it: a :meth:`PullHolds.hold` callback through
+    ``_call_back``, the C path's holds (:meth:`PullHolds.hold_fast`) straight through their
+    answerer, one Python call per answer. ``owner``: the connection (``_NOBODY`` when none)."""
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "nums", "opaque", "info")
 
-    def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner, watch):
+    def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, deadline: float):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
-        self.deadline = 0.0  # the loop's clock
         self.watch = watch  # the queue's published max offset (a pointer), or None: unknown queue
+        self.deadline = deadline  # the loop's clock
+
+
+class _Nobody:
+    closed = False
+
+
+_NOBODY = _Nobody()
+
+
+def _call_back(h: _Hold, grew: bool) -> None:
+    h.cb(grew)
 
 
 class PullHolds:
@@ -103,30 +117,56 @@ class PullHolds:
         """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
         ``offset``, or ``ready(False)`` after ``timeout_s`` (or at shutdown). A hold whose
         ``owner`` (the connection) is closed is dropped at the next check, not called."""
-        store = self.store
         if not self._armed:  # the position before the look below: nothing after it is missed
-            self._armed = True
-            lib.shmq_pullwake_arm(self._bridge, store.commit_pos, 1)
-            if self._peers:  # and the other workers' appends write our eventfd from now on
-                lib.shmq_pull_armed(store.cb.ctl, self._bit, 1)
+            self._arm()
         watch = self._watch(topic, qid)
-        if (_load(watch) if watch is not None else store.max_offset(topic, qid)) > offset:
+        if (_load(watch) if watch is not None else self.store.max_offset(topic, qid)) > offset:
             ready(True)  # the check right after registering
             return
-        h = _Hold(topic, qid, offset, ready, owner, watch)
-        h.deadline = self.loop.time() + timeout_s
+        h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch,
+                  self.loop.time() + timeout_s)
+        h.cb = ready
         self._holds.add(h)
         if self._sweep is None or h.deadline < self._sweep_at:
             self._sweep_after(h.deadline)
+
+    def hold_fast(self, conn, held: list, most_ms: int, answer) -> None:
+        """:meth:`hold` for the pulls the worker's C path held in one read of ``conn``
+        (pull_fast.py): each record is (the learnt (topic, queue id, reader state), offset,
+        suspendTimeoutMillis, maxMsgNums, opaque), the timeout cut at ``most_ms``. Once, as for
+        :meth:`hold`, ``answer(hold, grew)`` answers each: the hold carries ``owner`` (conn),
+        ``offset``, ``nums``, ``opaque`` and ``info`` (the record's first item). The same
+        guarantees (the look right after registering, the sweep, a closed owner dropped)."""
+        if not self._armed:
+            self._arm()
+        now = self.loop.time()
+        holds = self._holds
+        for info, offset, timeout, nums, opaque in held:
+            watch = self._watch(info[0], info[1])
+            h = _Hold(info[0], info[1], offset, answer, conn, watch,
+                      now + (timeout if timeout < most_ms else most_ms) / 1000.0)
+            h.nums, h.opaque, h.info = nums, opaque, info
+            if (_load(watch) if watch is not None else self.store.max_offset(info[0], info[1])) > offset:
+                answer(h, True)  # the check right after registering
+                continue
+            holds.add(h)
+            if self._sweep is None or h.deadline < self._sweep_at:
+                self._sweep_after(h.deadline)
+
+    def _arm(self) -> None:
+        self._armed = True
+        lib.shmq_pullwake_arm(self._bridge, self.store.commit_pos, 1)
+        if self._peers:  # and the other workers' appends write our eventfd from now on
+            lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 1)
 
     def _release(self, h: _Hold, grew: bool) -> None:
         if h not in self._holds:
             return
         self._holds.discard(h)
-        if getattr(h.owner, "closed", False):
+        if h.owner.closed:
             return
         try:
-            h.ready(grew)
+            h.ready(h, grew)
         except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
             log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
 
@@ -173,22 +213,33 @@ class PullHolds:
             lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 0)
 
     def check(self) -> None:
-        """On the loop: call back every hold whose queue grew (and drop closed ones)."""
+        """On the loop: call back every hold whose queue grew (and drop closed ones). The answers
+        of one connection leave in one write (``defer_flush``) after every hold was looked at."""
         self._check_pending = False
-        max_offset = self.store.max_offset
+        holds = self._holds
         answered = None  # connections whose answers are written at the end, one write each
-        for h in list(self._holds):
+        for h in list(holds):
             w = h.watch
-            if (_load(w) if w is not None else max_offset(h.topic, h.qid)) > h.offset \
-                    or getattr(h.owner, "closed", False):
-                conn = h.owner
-                if hasattr(conn, "defer_flush") and (answered is None or conn not in answered):
-                    answered = answered or {}
-                    answered[conn] = conn.defer_flush()  # False: in its own read, which flushes
-                self._release(h, True)
+            if (_load(w) if w is not None else self.store.max_offset(h.topic, h.qid)) <= h.offset \
+                    and not h.owner.closed:
+                continue
+            if h not in holds:  # (answered by an earlier callback of this loop)
+                continue
+            holds.discard(h)
+            conn = h.owner
+            if conn.closed:
+                continue
+            if answered is None:
+                answered = {}
+            if conn not in answered:
+                answered[conn] = conn.defer_flush() if hasattr(conn, "defer_flush") else False
+            try:
+                h.ready(h, True)
+            except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
+                log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
         if answered:
             for conn, deferred in answered.items():
-                if deferred:
+                if deferred:  # False: in its own read, which flushes
                     conn.flush()
 
     def _sweep_after(self, at: float) -> None:
