@@ -129,6 +129,21 @@ static int request_unfiltered(const header *h) {
     return !t->set || t->n == 0 || (t->n == 1 && t->p[0] == '*');
 }
 
+/* (info, the four numbers): a held pull's record, built without Py_BuildValue's format parsing
+ * (~1,000 instructions a record) */
+static PyObject *record5(PyObject *info, long long a, long long b, long long c, long long d) {
+    PyObject *t = PyTuple_New(5);
+    if (!t) return NULL;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(info));
+    long long x[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) {
+        PyObject *n = PyLong_FromLongLong(x[i]);
+        if (!n) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i + 1, n);
+    }
+    return t;
+}
+
 static double monotonic_s(void) {  /* time.monotonic()'s clock */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -167,8 +182,7 @@ int rp_frame(Sends *s, const header *h) {
         /* caught up: held (pull.py _pull_filtered parks it without a read) */
         if (s->room == 0) return 0;  /* the connection's direct holds are at max_inflight: Python's */
         if (s->held == NULL && !(s->held = PyList_New(0))) return -1;
-        PyObject *rec = Py_BuildValue("(OLLLL)", e->info, qoff, (long long)v[P_SUSPEND], (long long)v[P_MAXN],
-                                      (long long)opaque);
+        PyObject *rec = record5(e->info, qoff, (long long)v[P_SUSPEND], (long long)v[P_MAXN], (long long)opaque);
         if (!rec || PyList_Append(s->held, rec)) { Py_XDECREF(rec); return -1; }
         Py_DECREF(rec);
         s->room--;
@@ -301,7 +315,11 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     if (frame) found_frame(p, &r, opaque, (uint8_t *)PyBytes_AS_STRING(frame));
     qr_release(&r);
     if (!frame) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    return Py_BuildValue("(Nn)", frame, r.n);
+    PyObject *n = PyLong_FromSsize_t(r.n), *t = n ? PyTuple_New(2) : NULL;
+    if (!t) { Py_XDECREF(n); Py_DECREF(frame); return NULL; }
+    PyTuple_SET_ITEM(t, 0, frame);
+    PyTuple_SET_ITEM(t, 1, n);
+    return t;
 }
 
 PyObject *rp_clear_method(Sends *s, PyObject *unused) {

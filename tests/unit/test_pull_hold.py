@@ -189,3 +189,22 @@ def test_closing_the_store_ends_the_c_helper_threads_before_the_unmap(store_root
     _, status = os.waitpid(pid, 0)
     owner.close()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status:#x}"
+
+
+def test_a_hold_of_a_queue_made_after_it_is_answered_when_the_queue_grows(store_root):
+    """A consumer holds a pull of its %RETRY% queue before the queue exists: each check looks
+    the queue up (no watch yet) until it is made, then follows it like any other."""
+    async def body(loop, store, holds):
+        calls = []
+        holds.hold("%RETRY%G", 0, 0, 5.0, lambda grew: calls.append(("retry", grew)), Conn())
+        holds.hold("%RETRY%G", 1, 1, 5.0, lambda grew: calls.append(("later", grew)), Conn())
+        holds.check()
+        assert calls == [] and len(holds) == 2
+        store.put("%RETRY%G", 0, b"x")
+        store.put("%RETRY%G", 1, b"x")  # made, but its hold waits for offset 1
+        holds.check()
+        assert calls == [("retry", True)] and len(holds) == 1
+        store.put("%RETRY%G", 1, b"y")
+        holds.check()
+        assert calls == [("retry", True), ("later", True)] and len(holds) == 0
+    run(store_root, body)

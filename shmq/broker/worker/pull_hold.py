@@ -35,13 +35,15 @@ from shmq.native import ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
 _load = lib.shmq_load_i64
+_find = lib.shmq_queue_find
 
 
 class _Hold:
     """One held pull. ``ready(hold, grew)`` answers it: a :meth:`PullHolds.hold` callback through
     ``_call_back``, the C path's holds (:meth:`PullHolds.hold_fast`) straight through their
     answerer, one Python call per answer. ``owner``: the connection (``_NOBODY`` when none)."""
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "nums", "opaque", "info")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "nums", "opaque", "info",
+                 "tb")
 
     def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, deadline: float):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
@@ -126,6 +128,8 @@ class PullHolds:
         h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch,
                   self.loop.time() + timeout_s)
         h.cb = ready
+        if watch is None:
+            h.tb = topic.encode()
         self._holds.add(h)
         if self._sweep is None or h.deadline < self._sweep_at:
             self._sweep_after(h.deadline)
@@ -146,6 +150,8 @@ class PullHolds:
             h = _Hold(info[0], info[1], offset, answer, conn, watch,
                       now + (timeout if timeout < most_ms else most_ms) / 1000.0)
             h.nums, h.opaque, h.info = nums, opaque, info
+            if watch is None:  # (a learnt queue exists: not seen)
+                h.tb = info[0].encode()
             if (_load(watch) if watch is not None else self.store.max_offset(info[0], info[1])) > offset:
                 answer(h, True)  # the check right after registering
                 continue
@@ -217,30 +223,41 @@ class PullHolds:
         of one connection leave in one write (``defer_flush``) after every hold was looked at."""
         self._check_pending = False
         holds = self._holds
-        answered = None  # connections whose answers are written at the end, one write each
-        for h in list(holds):
+        due = None
+        for h in holds:  # (looked at first, called after: a callback may change the set)
             w = h.watch
-            if (_load(w) if w is not None else self.store.max_offset(h.topic, h.qid)) <= h.offset \
-                    and not h.owner.closed:
-                continue
+            if (_load(w) if w is not None else self._unknown(h)) > h.offset or h.owner.closed:
+                if due is None:
+                    due = [h]
+                else:
+                    due.append(h)
+        if due is None:
+            return
+        answered = {}  # connections whose answers are written at the end, one write each
+        for h in due:
             if h not in holds:  # (answered by an earlier callback of this loop)
                 continue
             holds.discard(h)
             conn = h.owner
             if conn.closed:
                 continue
-            if answered is None:
-                answered = {}
             if conn not in answered:
                 answered[conn] = conn.defer_flush() if hasattr(conn, "defer_flush") else False
             try:
                 h.ready(h, True)
             except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
                 log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
-        if answered:
-            for conn, deferred in answered.items():
-                if deferred:  # False: in its own read, which flushes
-                    conn.flush()
+        for conn, deferred in answered.items():
+            if deferred:  # False: in its own read, which flushes
+                conn.flush()
+
+    def _unknown(self, h: _Hold) -> int:
+        """The max offset of a hold's queue that did not exist when it was held (a consumer's
+        %RETRY% queue, mostly): 0 until the queue is made; then its watch is kept on the hold."""
+        if _find(self.store.cb.ctl, h.tb, len(h.tb), h.qid) < 0:  # (tb: its name as UTF-8, set when held)
+            return 0
+        w = h.watch = self._watch(h.topic, h.qid)
+        return 0 if w is None else _load(w)
 
     def _sweep_after(self, at: float) -> None:
         if self._sweep is not None:
