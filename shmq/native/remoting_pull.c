@@ -315,10 +315,10 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     if (frame) found_frame(p, &r, opaque, (uint8_t *)PyBytes_AS_STRING(frame));
     qr_release(&r);
     if (!frame) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    PyObject *n = PyLong_FromSsize_t(r.n), *t = n ? PyTuple_New(2) : NULL;
-    if (!t) { Py_XDECREF(n); Py_DECREF(frame); return NULL; }
+    PyObject *count = PyLong_FromSsize_t(r.n), *t = count ? PyTuple_New(2) : NULL;
+    if (!t) { Py_XDECREF(count); Py_DECREF(frame); return NULL; }
     PyTuple_SET_ITEM(t, 0, frame);
-    PyTuple_SET_ITEM(t, 1, n);
+    PyTuple_SET_ITEM(t, 1, count);
     return t;
 }
 
