@@ -297,15 +297,22 @@ PyObject *rp_learn(Sends *s, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-/* answer(state, offset, maxMsgNums, opaque) -> (frame, count) or None: a held pull's FOUND answer
- * in one call (None: qr_raw found nothing this way; the Python path answers) */
+/* answer(record) -> (frame, count) or None: the FOUND answer of a pull held by rp_frame, whose
+ * record it is ((topic, queue id, reader state), offset, suspendTimeoutMillis, maxMsgNums,
+ * opaque), in one call (None: qr_raw found nothing this way; the Python path answers) */
 PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     rp_state *p = s->pl;
-    if (!p || nargs != 4) { PyErr_SetString(PyExc_TypeError, "answer(state, offset, max_count, opaque) after pulls"); return NULL; }
-    long long offset = PyLong_AsLongLong(args[1]), n = PyLong_AsLongLong(args[2]), opaque = PyLong_AsLongLong(args[3]), why;
+    PyObject *rec = nargs == 1 ? args[0] : NULL, *info = NULL;
+    if (rec && PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) == 5) info = PyTuple_GET_ITEM(rec, 0);
+    if (!p || !info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3) {
+        PyErr_SetString(PyExc_TypeError, "answer(a held pull's record) after pulls");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 1)), n = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 3)),
+              opaque = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 4)), why;
     if (PyErr_Occurred()) return NULL;
     qr_read r;
-    int rc = qr_raw(args[0], offset, (Py_ssize_t)count_of(p, n), p->max_bytes, &r, &why);
+    int rc = qr_raw(PyTuple_GET_ITEM(info, 2), offset, (Py_ssize_t)count_of(p, n), p->max_bytes, &r, &why);
     if (rc <= 0) {
         PyErr_Clear();  /* a mapping closed under the read: the Python path's read says so */
         Py_RETURN_NONE;

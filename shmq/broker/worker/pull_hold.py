@@ -42,8 +42,7 @@ class _Hold:
     """One held pull. ``ready(hold, grew)`` answers it: a :meth:`PullHolds.hold` callback through
     ``_call_back``, the C path's holds (:meth:`PullHolds.hold_fast`) straight through their
     answerer, one Python call per answer. ``owner``: the connection (``_NOBODY`` when none)."""
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "nums", "opaque", "info",
-                 "tb")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "info", "tb")
 
     def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, deadline: float):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
@@ -139,20 +138,21 @@ class PullHolds:
         (pull_fast.py): each record is (the learnt (topic, queue id, reader state), offset,
         suspendTimeoutMillis, maxMsgNums, opaque), the timeout cut at ``most_ms``. Once, as for
         :meth:`hold`, ``answer(hold, grew)`` answers each: the hold carries ``owner`` (conn),
-        ``offset``, ``nums``, ``opaque`` and ``info`` (the record's first item). The same
-        guarantees (the look right after registering, the sweep, a closed owner dropped)."""
+        ``topic``, ``qid``, ``offset`` and ``info`` (the record). The same guarantees (the look
+        right after registering, the sweep, a closed owner dropped)."""
         if not self._armed:
             self._arm()
         now = self.loop.time()
-        holds = self._holds
-        for info, offset, timeout, nums, opaque in held:
-            watch = self._watch(info[0], info[1])
-            h = _Hold(info[0], info[1], offset, answer, conn, watch,
+        holds, watches = self._holds, self._watches
+        for rec in held:
+            (topic, qid, _), offset, timeout = rec[0], rec[1], rec[2]
+            watch = watches.get((topic, qid)) or self._watch(topic, qid)
+            h = _Hold(topic, qid, offset, answer, conn, watch,
                       now + (timeout if timeout < most_ms else most_ms) / 1000.0)
-            h.nums, h.opaque, h.info = nums, opaque, info
+            h.info = rec
             if watch is None:  # (a learnt queue exists: not seen)
-                h.tb = info[0].encode()
-            if (_load(watch) if watch is not None else self.store.max_offset(info[0], info[1])) > offset:
+                h.tb = topic.encode()
+            elif _load(watch) > offset:
                 answer(h, True)  # the check right after registering
                 continue
             holds.add(h)

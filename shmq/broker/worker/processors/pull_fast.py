@@ -96,14 +96,15 @@ class FastPulls:
         self.w.holds.hold_fast(conn, held, self.cfg.longPollingMaxMillis, self._answer)
 
     def _answer(self, h, _grew: bool) -> None:
-        """A held pull's answer (once, on the loop): one C call, the read and the frame; what
-        that read does not find, pull.py's ``answer_held`` answers."""
+        """A held pull's answer (once, on the loop): one C call over its record (``h.info``), the
+        read and the frame; what that read does not find, pull.py's ``answer_held`` answers."""
         conn = h.owner
         conn.context[_HELD] -= 1
         if not conn.closed:
-            r = self.c.answer(h.info[2], h.offset, h.nums, h.opaque)
+            r = self.c.answer(h.info)
             if r is None:  # not found by the C read: pull.py reads and answers
-                self.proc.answer_held(conn, h.topic, h.qid, h.offset, h.nums, h.opaque)
+                rec = h.info
+                self.proc.answer_held(conn, h.topic, h.qid, h.offset, rec[3], rec[4])
                 return
             self.w.stats["get"] += r[1]
             conn.write_frame(r[0])
