@@ -329,6 +329,53 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     return t;
 }
 
+/* due(holds) -> the list of those to look at, or None: pull_hold.py's check, its scan in C (a
+ * Python loop over the holds cost ~1,600 instructions a hold, one C load through cffi among
+ * them). Each hold has ``addr`` (the address of its queue's published max offset as an int,
+ * store.max_offset_watch's; 0: the queue did not exist when it was held), ``offset`` and
+ * ``owner`` (with ``closed``). Due: the queue's max offset passed the offset (the acquire load
+ * pull_hold.py's _load makes), the owner is closed, or the queue was unknown (Python looks it up
+ * by name). The addresses are only ever the store's, which stays mapped while holds are checked. */
+PyObject *rp_due(PyObject *unused, PyObject *holds) {
+    (void)unused;
+    static PyObject *n_addr, *n_offset, *n_owner, *n_closed;
+    if (!n_closed && (!(n_addr = PyUnicode_InternFromString("addr")) ||
+                      !(n_offset = PyUnicode_InternFromString("offset")) ||
+                      !(n_owner = PyUnicode_InternFromString("owner")) ||
+                      !(n_closed = PyUnicode_InternFromString("closed"))))
+        return NULL;
+    PyObject *it = PyObject_GetIter(holds), *out = NULL, *h;
+    if (!it) return NULL;
+    while ((h = PyIter_Next(it))) {
+        int due = -1;
+        PyObject *a = PyObject_GetAttr(h, n_addr);
+        void *addr = a ? PyLong_AsVoidPtr(a) : NULL;
+        Py_XDECREF(a);
+        if (!PyErr_Occurred()) {
+            if (addr == NULL) {
+                due = 1;
+            } else {
+                PyObject *o = PyObject_GetAttr(h, n_offset);
+                long long off = o ? PyLong_AsLongLong(o) : -1;
+                Py_XDECREF(o);
+                if (!PyErr_Occurred()) due = __atomic_load_n((const int64_t *)addr, __ATOMIC_ACQUIRE) > off;
+            }
+        }
+        if (due == 0) {
+            PyObject *w = PyObject_GetAttr(h, n_owner), *c = w ? PyObject_GetAttr(w, n_closed) : NULL;
+            due = c ? PyObject_IsTrue(c) : -1;
+            Py_XDECREF(c);
+            Py_XDECREF(w);
+        }
+        if (due > 0 && ((!out && !(out = PyList_New(0))) || PyList_Append(out, h))) due = -1;
+        Py_DECREF(h);
+        if (due < 0) break;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) { Py_XDECREF(out); return NULL; }
+    return out ? out : Py_NewRef(Py_None);
+}
+
 PyObject *rp_clear_method(Sends *s, PyObject *unused) {
     (void)unused;
     if (s->pl) ptab_clear(s->pl);

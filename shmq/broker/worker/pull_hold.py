@@ -31,22 +31,24 @@ import logging
 import os
 from typing import Callable
 
-from shmq.native import ffi, lib
+from shmq.native import RemotingSends, ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
 _load = lib.shmq_load_i64
 _find = lib.shmq_queue_find
+_due = RemotingSends.due  # the check's scan (native/remoting_pull.c)
 
 
 class _Hold:
     """One held pull. ``ready(hold, grew)`` answers it: a :meth:`PullHolds.hold` callback through
     ``_call_back``, the C path's holds (:meth:`PullHolds.hold_fast`) straight through their
     answerer, one Python call per answer. ``owner``: the connection (``_NOBODY`` when none)."""
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "cb", "info", "tb")
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "addr", "cb", "info", "tb")
 
-    def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, deadline: float):
+    def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, addr: int, deadline: float):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
         self.watch = watch  # the queue's published max offset (a pointer), or None: unknown queue
+        self.addr = addr  # the same as an int (0: unknown), for the C scan
         self.deadline = deadline  # the loop's clock
 
 
@@ -83,6 +85,7 @@ class PullHolds:
             lib.shmq_pull_signal_clear(store.cb.ctl, own_bit)
         self._holds: set[_Hold] = set()
         self._watches: dict[tuple[str, int], object] = {}
+        self._addrs: dict[tuple[str, int], int] = {}  # the same pointers as ints: the C scan's (_due)
         self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
         self._sweep_at = 0.0
         self._check_pending = False
@@ -105,6 +108,7 @@ class PullHolds:
             w = self.store.max_offset_watch(topic, qid)
             if w is not None:  # a queue's slot never moves while the store is attached
                 self._watches[(topic, qid)] = w
+                self._addrs[(topic, qid)] = int(ffi.cast("uintptr_t", w))
         return w
 
     def max_offset(self, topic: str, qid: int) -> int:
@@ -125,7 +129,7 @@ class PullHolds:
             ready(True)  # the check right after registering
             return
         h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch,
-                  self.loop.time() + timeout_s)
+                  self._addrs.get((topic, qid), 0), self.loop.time() + timeout_s)
         h.cb = ready
         if watch is None:
             h.tb = topic.encode()
@@ -146,8 +150,9 @@ class PullHolds:
         holds, watches = self._holds, self._watches
         for rec in held:
             (topic, qid, _), offset, timeout = rec[0], rec[1], rec[2]
-            watch = watches.get((topic, qid)) or self._watch(topic, qid)
-            h = _Hold(topic, qid, offset, answer, conn, watch,
+            key = (topic, qid)
+            watch = watches.get(key) or self._watch(topic, qid)
+            h = _Hold(topic, qid, offset, answer, conn, watch, self._addrs.get(key, 0),
                       now + (timeout if timeout < most_ms else most_ms) / 1000.0)
             h.info = rec
             if watch is None:  # (a learnt queue exists: not seen)
@@ -220,25 +225,22 @@ class PullHolds:
 
     def check(self) -> None:
         """On the loop: call back every hold whose queue grew (and drop closed ones). The answers
-        of one connection leave in one write (``defer_flush``) after every hold was looked at."""
+        of one connection leave in one write (``defer_flush``) after every hold was looked at.
+        The holds are scanned in C (``_due``: the queue grew, the owner closed, or the queue was
+        unknown), then looked at and called here."""
         self._check_pending = False
         holds = self._holds
-        due = None
-        for h in holds:  # (looked at first, called after: a callback may change the set)
-            w = h.watch
-            if (_load(w) if w is not None else self._unknown(h)) > h.offset or h.owner.closed:
-                if due is None:
-                    due = [h]
-                else:
-                    due.append(h)
+        due = _due(holds) if holds else None
         if due is None:
             return
         answered = {}  # connections whose answers are written at the end, one write each
         for h in due:
             if h not in holds:  # (answered by an earlier callback of this loop)
                 continue
-            holds.discard(h)
             conn = h.owner
+            if h.watch is None and self._unknown(h) <= h.offset and not conn.closed:
+                continue  # (its queue is still not there, or has not grown)
+            holds.discard(h)
             if conn.closed:
                 continue
             if conn not in answered:
@@ -256,8 +258,11 @@ class PullHolds:
         %RETRY% queue, mostly): 0 until the queue is made; then its watch is kept on the hold."""
         if _find(self.store.cb.ctl, h.tb, len(h.tb), h.qid) < 0:  # (tb: its name as UTF-8, set when held)
             return 0
-        w = h.watch = self._watch(h.topic, h.qid)
-        return 0 if w is None else _load(w)
+        w = self._watch(h.topic, h.qid)
+        if w is None:
+            return 0
+        h.watch, h.addr = w, self._addrs[(h.topic, h.qid)]
+        return _load(w)
 
     def _sweep_after(self, at: float) -> None:
         if self._sweep is not None:
