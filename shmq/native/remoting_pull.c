@@ -32,6 +32,7 @@
 #include <time.h>
 #include "remoting_send.h"
 #include "queue_read.h"
+#include <structmember.h>  /* T_OBJECT_EX: a hold's slots (rp_due) */
 
 typedef struct {
     PyObject *topic;          /* the str the worker's topic table is keyed by (NULL: a free entry) */
@@ -330,42 +331,67 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
 }
 
 /* due(holds) -> the list of those to look at, or None: pull_hold.py's check, its scan in C (a
- * Python loop over the holds cost ~1,600 instructions a hold, one C load through cffi among
- * them). Each hold has ``addr`` (the address of its queue's published max offset as an int,
- * store.max_offset_watch's; 0: the queue did not exist when it was held), ``offset`` and
- * ``owner`` (with ``closed``). Due: the queue's max offset passed the offset (the acquire load
- * pull_hold.py's _load makes), the owner is closed, or the queue was unknown (Python looks it up
- * by name). The addresses are only ever the store's, which stays mapped while holds are checked. */
+ * Python loop over the holds cost ~1,300 instructions a hold, one C load through cffi among
+ * them). Each hold is a pull_hold._Hold: ``addr`` (the address of its queue's published max
+ * offset as an int, store.max_offset_watch's; 0: the queue did not exist when it was held),
+ * ``offset`` and ``owner`` (with ``closed``), read from their slots (a getattr each cost ~170).
+ * Due: the queue's max offset passed the offset (the acquire load pull_hold.py's _load makes),
+ * the owner is closed, or the queue was unknown (Python looks it up by name). The addresses are
+ * only ever the store's, which stays mapped while holds are checked. */
+typedef struct { PyTypeObject *type; Py_ssize_t addr, offset, owner; } hold_slots;
+
+static int slot_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
+    if (!d) return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok) *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) PyErr_Format(PyExc_TypeError, "due: %s is not a slot of a hold", name);
+    return ok ? 0 : -1;
+}
+
+static PyObject *slot_get(PyObject *h, Py_ssize_t off, const char *name) {
+    PyObject *v = *(PyObject **)((char *)h + off);
+    if (!v) PyErr_Format(PyExc_AttributeError, "due: a hold without %s", name);
+    return v;  /* borrowed */
+}
+
 PyObject *rp_due(PyObject *unused, PyObject *holds) {
     (void)unused;
-    static PyObject *n_addr, *n_offset, *n_owner, *n_closed;
-    if (!n_closed && (!(n_addr = PyUnicode_InternFromString("addr")) ||
-                      !(n_offset = PyUnicode_InternFromString("offset")) ||
-                      !(n_owner = PyUnicode_InternFromString("owner")) ||
-                      !(n_closed = PyUnicode_InternFromString("closed"))))
-        return NULL;
+    static hold_slots hs;
+    static PyObject *n_closed;
+    if (!n_closed && !(n_closed = PyUnicode_InternFromString("closed"))) return NULL;
     PyObject *it = PyObject_GetIter(holds), *out = NULL, *h;
     if (!it) return NULL;
     while ((h = PyIter_Next(it))) {
         int due = -1;
-        PyObject *a = PyObject_GetAttr(h, n_addr);
+        PyTypeObject *t = Py_TYPE(h);
+        if (t != hs.type) {  /* one type in practice: its slots' offsets looked up once */
+            hold_slots n = {t, 0, 0, 0};
+            if (slot_of(t, "addr", &n.addr) || slot_of(t, "offset", &n.offset) || slot_of(t, "owner", &n.owner)) {
+                Py_DECREF(h);
+                break;
+            }
+            Py_INCREF(t);  /* (kept: the offsets belong to it) */
+            Py_XDECREF(hs.type);
+            hs = n;
+        }
+        PyObject *a = slot_get(h, hs.addr, "addr"), *o, *w;
         void *addr = a ? PyLong_AsVoidPtr(a) : NULL;
-        Py_XDECREF(a);
         if (!PyErr_Occurred()) {
             if (addr == NULL) {
                 due = 1;
-            } else {
-                PyObject *o = PyObject_GetAttr(h, n_offset);
-                long long off = o ? PyLong_AsLongLong(o) : -1;
-                Py_XDECREF(o);
+            } else if ((o = slot_get(h, hs.offset, "offset"))) {
+                long long off = PyLong_AsLongLong(o);
                 if (!PyErr_Occurred()) due = __atomic_load_n((const int64_t *)addr, __ATOMIC_ACQUIRE) > off;
             }
         }
-        if (due == 0) {
-            PyObject *w = PyObject_GetAttr(h, n_owner), *c = w ? PyObject_GetAttr(w, n_closed) : NULL;
+        if (due == 0 && (w = slot_get(h, hs.owner, "owner"))) {
+            PyObject *c = PyObject_GetAttr(w, n_closed);
             due = c ? PyObject_IsTrue(c) : -1;
             Py_XDECREF(c);
-            Py_XDECREF(w);
+        } else if (due == 0) {
+            due = -1;
         }
         if (due > 0 && ((!out && !(out = PyList_New(0))) || PyList_Append(out, h))) due = -1;
         Py_DECREF(h);
