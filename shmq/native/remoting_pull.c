@@ -330,15 +330,18 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     return t;
 }
 
-/* due(holds) -> the list of those to look at, or None: pull_hold.py's check, its scan in C (a
- * Python loop over the holds cost ~1,300 instructions a hold, one C load through cffi among
- * them). Each hold is a pull_hold._Hold: ``addr`` (the address of its queue's published max
- * offset as an int, store.max_offset_watch's; 0: the queue did not exist when it was held),
+/* due(holds, find, ctl) -> the list of those to look at, or None: pull_hold.py's check, its scan
+ * in C (a Python loop over the holds cost ~1,300 instructions a hold, one C load through cffi
+ * among them). Each hold is a pull_hold._Hold: ``addr`` (the address of its queue's published
+ * max offset as an int, store.max_offset_watch's; 0: the queue did not exist when it was held),
  * ``offset`` and ``owner`` (with ``closed``), read from their slots (a getattr each cost ~170).
  * Due: the queue's max offset passed the offset (the acquire load pull_hold.py's _load makes),
- * the owner is closed, or the queue was unknown (Python looks it up by name). The addresses are
- * only ever the store's, which stays mapped while holds are checked. */
-typedef struct { PyTypeObject *type; Py_ssize_t addr, offset, owner; } hold_slots;
+ * the owner is closed, or the queue was unknown and is there now (``find``, shmq_queue_find's
+ * address, over the control block at ``ctl``, by the hold's ``tb``, its topic as UTF-8, and
+ * ``qid``; Python then takes its watch). The addresses are only ever the store's (cffi's), which
+ * stays mapped while holds are checked (PullHolds.close releases them before the store closes). */
+typedef int64_t (*find_fn)(shmq_ctl *, const uint8_t *, size_t, int32_t);
+typedef struct { PyTypeObject *type; Py_ssize_t addr, offset, owner, tb, qid; } hold_slots;
 
 static int slot_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
     PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
@@ -356,9 +359,25 @@ static PyObject *slot_get(PyObject *h, Py_ssize_t off, const char *name) {
     return v;  /* borrowed */
 }
 
-PyObject *rp_due(PyObject *unused, PyObject *holds) {
+/* an unknown queue's hold: its queue is there now (1), still not (0), or -1 (an exception set) */
+static int made_now(PyObject *h, const hold_slots *hs, find_fn find, shmq_ctl *ctl) {
+    PyObject *tb = slot_get(h, hs->tb, "tb"), *q = tb ? slot_get(h, hs->qid, "qid") : NULL;
+    if (!q) return -1;
+    if (!PyBytes_Check(tb)) { PyErr_SetString(PyExc_TypeError, "due: a hold's tb is bytes"); return -1; }
+    long qid = PyLong_AsLong(q);
+    if (qid == -1 && PyErr_Occurred()) return -1;
+    return find(ctl, (const uint8_t *)PyBytes_AS_STRING(tb), (size_t)PyBytes_GET_SIZE(tb), (int32_t)qid) >= 0;
+}
+
+PyObject *rp_due(PyObject *unused, PyObject *const *args, Py_ssize_t nargs) {
     (void)unused;
     static hold_slots hs;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "due(holds, find address, control block address)"); return NULL; }
+    PyObject *holds = args[0];
+    find_fn find = (find_fn)PyLong_AsVoidPtr(args[1]);
+    shmq_ctl *ctl = PyLong_AsVoidPtr(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (!find || !ctl) { PyErr_SetString(PyExc_ValueError, "due: no find or control block"); return NULL; }
     static PyObject *n_closed;
     if (!n_closed && !(n_closed = PyUnicode_InternFromString("closed"))) return NULL;
     PyObject *it = PyObject_GetIter(holds), *out = NULL, *h;
@@ -367,8 +386,9 @@ PyObject *rp_due(PyObject *unused, PyObject *holds) {
         int due = -1;
         PyTypeObject *t = Py_TYPE(h);
         if (t != hs.type) {  /* one type in practice: its slots' offsets looked up once */
-            hold_slots n = {t, 0, 0, 0};
-            if (slot_of(t, "addr", &n.addr) || slot_of(t, "offset", &n.offset) || slot_of(t, "owner", &n.owner)) {
+            hold_slots n = {t, 0, 0, 0, 0, 0};
+            if (slot_of(t, "addr", &n.addr) || slot_of(t, "offset", &n.offset) || slot_of(t, "owner", &n.owner) ||
+                slot_of(t, "tb", &n.tb) || slot_of(t, "qid", &n.qid)) {
                 Py_DECREF(h);
                 break;
             }
@@ -380,7 +400,7 @@ PyObject *rp_due(PyObject *unused, PyObject *holds) {
         void *addr = a ? PyLong_AsVoidPtr(a) : NULL;
         if (!PyErr_Occurred()) {
             if (addr == NULL) {
-                due = 1;
+                due = made_now(h, &hs, find, ctl);
             } else if ((o = slot_get(h, hs.offset, "offset"))) {
                 long long off = PyLong_AsLongLong(o);
                 if (!PyErr_Occurred()) due = __atomic_load_n((const int64_t *)addr, __ATOMIC_ACQUIRE) > off;

@@ -468,7 +468,8 @@ static PyMethodDef sends_methods[] = {
     {"answer", (PyCFunction)(void (*)(void))rp_answer, METH_FASTCALL,
      "answer(held record) -> (frame, count) or None: a held pull's FOUND answer"},
     {"clear_pulls", (PyCFunction)rp_clear_method, METH_NOARGS, "forget every learnt pull"},
-    {"due", (PyCFunction)rp_due, METH_O | METH_STATIC, "due(holds) -> the held pulls to look at, or None"},
+    {"due", (PyCFunction)(void (*)(void))rp_due, METH_FASTCALL | METH_STATIC,
+     "due(holds, find, ctl) -> the held pulls to look at, or None"},
     {NULL, NULL, 0, NULL},
 };
 

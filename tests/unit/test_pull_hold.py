@@ -212,25 +212,29 @@ def test_a_hold_of_a_queue_made_after_it_is_answered_when_the_queue_grows(store_
 
 def test_the_c_scan_says_which_holds_are_due_and_refuses_what_is_not_a_hold(store_root):
     """PullHolds.check's scan (``RemotingSends.due``, remoting_pull.c): a hold is due when its
-    queue's max offset passed its offset, its owner closed, or its queue was unknown; anything
-    else raises, nothing is read through an address it was not given."""
+    queue's max offset passed its offset, its owner closed, or its queue was unknown and is
+    there now; anything else raises."""
     import pytest
-    from shmq.broker.worker.pull_hold import _due
+    from shmq.broker.worker.pull_hold import _FIND, _due as scan
 
     async def body(loop, store, holds):
+        def _due(hs):
+            return scan(hs, _FIND, holds._ctl)
         store.put("T", 0, b"x")
         quiet, closed = Conn(), Conn()
         closed.closed = True
         holds.hold("T", 0, 1, 5.0, lambda grew: None, quiet)      # waits for offset 1
         holds.hold("T", 1, 0, 5.0, lambda grew: None, closed)     # not grown, owner closed
-        holds.hold("NOPE", 0, 0, 5.0, lambda grew: None, quiet)   # unknown queue
-        got = {(h.topic, h.qid) for h in _due(holds._holds)}
-        assert got == {("T", 1), ("NOPE", 0)}
+        holds.hold("NOPE", 0, 0, 5.0, lambda grew: None, quiet)   # unknown queue: due once it is made
+        assert {(h.topic, h.qid) for h in _due(holds._holds)} == {("T", 1)}
         store.put("T", 0, b"y")
+        store.put("NOPE", 0, b"z")
         assert {(h.topic, h.qid) for h in _due(holds._holds)} == {("T", 0), ("T", 1), ("NOPE", 0)}
         assert _due(set()) is None
         with pytest.raises(AttributeError):
             _due([object()])
         with pytest.raises(TypeError):
             _due(5)
+        with pytest.raises(ValueError):
+            scan(set(), 0, 0)
     run(store_root, body)

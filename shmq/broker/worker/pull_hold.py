@@ -35,8 +35,8 @@ from shmq.native import RemotingSends, ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
 _load = lib.shmq_load_i64
-_find = lib.shmq_queue_find
 _due = RemotingSends.due  # the check's scan (native/remoting_pull.c)
+_FIND = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_queue_find")))  # (its look for an unknown queue)
 
 
 class _Hold:
@@ -86,6 +86,7 @@ class PullHolds:
         self._holds: set[_Hold] = set()
         self._watches: dict[tuple[str, int], object] = {}
         self._addrs: dict[tuple[str, int], int] = {}  # the same pointers as ints: the C scan's (_due)
+        self._ctl = int(ffi.cast("uintptr_t", store.cb.ctl))  # (the scan's, for an unknown queue's look)
         self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
         self._sweep_at = 0.0
         self._check_pending = False
@@ -227,10 +228,10 @@ class PullHolds:
         """On the loop: call back every hold whose queue grew (and drop closed ones). The answers
         of one connection leave in one write (``defer_flush``) after every hold was looked at.
         The holds are scanned in C (``_due``: the queue grew, the owner closed, or the queue was
-        unknown), then looked at and called here."""
+        unknown and is there now), then looked at and called here."""
         self._check_pending = False
         holds = self._holds
-        due = _due(holds) if holds else None
+        due = _due(holds, _FIND, self._ctl) if holds else None
         if due is None:
             return
         answered = {}  # connections whose answers are written at the end, one write each
@@ -255,9 +256,8 @@ class PullHolds:
 
     def _unknown(self, h: _Hold) -> int:
         """The max offset of a hold's queue that did not exist when it was held (a consumer's
-        %RETRY% queue, mostly): 0 until the queue is made; then its watch is kept on the hold."""
-        if _find(self.store.cb.ctl, h.tb, len(h.tb), h.qid) < 0:  # (tb: its name as UTF-8, set when held)
-            return 0
+        %RETRY% queue, mostly; the scan looks it up by ``tb``, its name as UTF-8, set when held):
+        0 until the queue is made; then its watch is kept on the hold."""
         w = self._watch(h.topic, h.qid)
         if w is None:
             return 0
