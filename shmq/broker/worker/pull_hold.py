@@ -57,6 +57,7 @@ class _Nobody:
 
 
 _NOBODY = _Nobody()
+_NO_WATCH = (None, 0)
 
 
 def _call_back(h: _Hold, grew: bool) -> None:
@@ -84,8 +85,8 @@ class PullHolds:
             lib.shmq_pull_armed(store.cb.ctl, own_bit, 0)  # (a restarted worker's bits: cleared)
             lib.shmq_pull_signal_clear(store.cb.ctl, own_bit)
         self._holds: set[_Hold] = set()
-        self._watches: dict[tuple[str, int], object] = {}
-        self._addrs: dict[tuple[str, int], int] = {}  # the same pointers as ints: the C scan's (_due)
+        # per queue: its published max offset (a cffi pointer) and the same as an int (the C scan's)
+        self._watches: dict[tuple[str, int], tuple[object, int]] = {}
         self._ctl = int(ffi.cast("uintptr_t", store.cb.ctl))  # (the scan's, for an unknown queue's look)
         self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
         self._sweep_at = 0.0
@@ -103,14 +104,19 @@ class PullHolds:
     def __len__(self) -> int:
         return len(self._holds)
 
-    def _watch(self, topic: str, qid: int):
-        w = self._watches.get((topic, qid))
-        if w is None:
+    def _pair(self, topic: str, qid: int) -> tuple[object, int]:
+        """(pointer, address) of the queue's published max offset; (None, 0) while it does not exist."""
+        p = self._watches.get((topic, qid))
+        if p is None:
             w = self.store.max_offset_watch(topic, qid)
-            if w is not None:  # a queue's slot never moves while the store is attached
-                self._watches[(topic, qid)] = w
-                self._addrs[(topic, qid)] = int(ffi.cast("uintptr_t", w))
-        return w
+            if w is None:
+                return _NO_WATCH
+            # a queue's slot never moves while the store is attached
+            p = self._watches[(topic, qid)] = (w, int(ffi.cast("uintptr_t", w)))
+        return p
+
+    def _watch(self, topic: str, qid: int):
+        return self._pair(topic, qid)[0]
 
     def max_offset(self, topic: str, qid: int) -> int:
         """The queue's published max offset (``store.max_offset``) in one C load through a
@@ -125,12 +131,12 @@ class PullHolds:
         ``owner`` (the connection) is closed is dropped at the next check, not called."""
         if not self._armed:  # the position before the look below: nothing after it is missed
             self._arm()
-        watch = self._watch(topic, qid)
+        watch, addr = self._pair(topic, qid)
         if (_load(watch) if watch is not None else self.store.max_offset(topic, qid)) > offset:
             ready(True)  # the check right after registering
             return
-        h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch,
-                  self._addrs.get((topic, qid), 0), self.loop.time() + timeout_s)
+        h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch, addr,
+                  self.loop.time() + timeout_s)
         h.cb = ready
         if watch is None:
             h.tb = topic.encode()
@@ -150,10 +156,10 @@ class PullHolds:
         now = self.loop.time()
         holds, watches = self._holds, self._watches
         for rec in held:
-            (topic, qid, _), offset, timeout = rec[0], rec[1], rec[2]
-            key = (topic, qid)
-            watch = watches.get(key) or self._watch(topic, qid)
-            h = _Hold(topic, qid, offset, answer, conn, watch, self._addrs.get(key, 0),
+            info, offset, timeout = rec[0], rec[1], rec[2]
+            topic, qid = info[0], info[1]
+            watch, addr = watches.get((topic, qid)) or self._pair(topic, qid)
+            h = _Hold(topic, qid, offset, answer, conn, watch, addr,
                       now + (timeout if timeout < most_ms else most_ms) / 1000.0)
             h.info = rec
             if watch is None:  # (a learnt queue exists: not seen)
@@ -258,10 +264,10 @@ class PullHolds:
         """The max offset of a hold's queue that did not exist when it was held (a consumer's
         %RETRY% queue, mostly; the scan looks it up by ``tb``, its name as UTF-8, set when held):
         0 until the queue is made; then its watch is kept on the hold."""
-        w = self._watch(h.topic, h.qid)
+        w, addr = self._pair(h.topic, h.qid)
         if w is None:
             return 0
-        h.watch, h.addr = w, self._addrs[(h.topic, h.qid)]
+        h.watch, h.addr = w, addr
         return _load(w)
 
     def _sweep_after(self, at: float) -> None:
