@@ -32,6 +32,7 @@
 #include <time.h>
 #include "remoting_send.h"
 #include "queue_read.h"
+#include <structmember.h>  /* T_OBJECT_EX: a hold's slots (rp_due) */
 
 typedef struct {
     PyObject *topic;          /* the str the worker's topic table is keyed by (NULL: a free entry) */
@@ -129,6 +130,21 @@ static int request_unfiltered(const header *h) {
     return !t->set || t->n == 0 || (t->n == 1 && t->p[0] == '*');
 }
 
+/* (info, the four numbers): a held pull's record, built without Py_BuildValue's format parsing
+ * (~1,000 instructions a record) */
+static PyObject *record5(PyObject *info, long long a, long long b, long long c, long long d) {
+    PyObject *t = PyTuple_New(5);
+    if (!t) return NULL;
+    PyTuple_SET_ITEM(t, 0, Py_NewRef(info));
+    long long x[4] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) {
+        PyObject *n = PyLong_FromLongLong(x[i]);
+        if (!n) { Py_DECREF(t); return NULL; }
+        PyTuple_SET_ITEM(t, i + 1, n);
+    }
+    return t;
+}
+
 static double monotonic_s(void) {  /* time.monotonic()'s clock */
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -167,8 +183,7 @@ int rp_frame(Sends *s, const header *h) {
         /* caught up: held (pull.py _pull_filtered parks it without a read) */
         if (s->room == 0) return 0;  /* the connection's direct holds are at max_inflight: Python's */
         if (s->held == NULL && !(s->held = PyList_New(0))) return -1;
-        PyObject *rec = Py_BuildValue("(OLLLL)", e->info, qoff, (long long)v[P_SUSPEND], (long long)v[P_MAXN],
-                                      (long long)opaque);
+        PyObject *rec = record5(e->info, qoff, (long long)v[P_SUSPEND], (long long)v[P_MAXN], (long long)opaque);
         if (!rec || PyList_Append(s->held, rec)) { Py_XDECREF(rec); return -1; }
         Py_DECREF(rec);
         s->room--;
@@ -283,15 +298,22 @@ PyObject *rp_learn(Sends *s, PyObject *args) {
     Py_RETURN_TRUE;
 }
 
-/* answer(state, offset, maxMsgNums, opaque) -> (frame, count) or None: a held pull's FOUND answer
- * in one call (None: qr_raw found nothing this way; the Python path answers) */
+/* answer(record) -> (frame, count) or None: the FOUND answer of a pull held by rp_frame, whose
+ * record it is ((topic, queue id, reader state), offset, suspendTimeoutMillis, maxMsgNums,
+ * opaque), in one call (None: qr_raw found nothing this way; the Python path answers) */
 PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     rp_state *p = s->pl;
-    if (!p || nargs != 4) { PyErr_SetString(PyExc_TypeError, "answer(state, offset, max_count, opaque) after pulls"); return NULL; }
-    long long offset = PyLong_AsLongLong(args[1]), n = PyLong_AsLongLong(args[2]), opaque = PyLong_AsLongLong(args[3]), why;
+    PyObject *rec = nargs == 1 ? args[0] : NULL, *info = NULL;
+    if (rec && PyTuple_Check(rec) && PyTuple_GET_SIZE(rec) == 5) info = PyTuple_GET_ITEM(rec, 0);
+    if (!p || !info || !PyTuple_Check(info) || PyTuple_GET_SIZE(info) != 3) {
+        PyErr_SetString(PyExc_TypeError, "answer(a held pull's record) after pulls");
+        return NULL;
+    }
+    long long offset = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 1)), n = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 3)),
+              opaque = PyLong_AsLongLong(PyTuple_GET_ITEM(rec, 4)), why;
     if (PyErr_Occurred()) return NULL;
     qr_read r;
-    int rc = qr_raw(args[0], offset, (Py_ssize_t)count_of(p, n), p->max_bytes, &r, &why);
+    int rc = qr_raw(PyTuple_GET_ITEM(info, 2), offset, (Py_ssize_t)count_of(p, n), p->max_bytes, &r, &why);
     if (rc <= 0) {
         PyErr_Clear();  /* a mapping closed under the read: the Python path's read says so */
         Py_RETURN_NONE;
@@ -301,7 +323,103 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs) {
     if (frame) found_frame(p, &r, opaque, (uint8_t *)PyBytes_AS_STRING(frame));
     qr_release(&r);
     if (!frame) return PyErr_Occurred() ? NULL : PyErr_NoMemory();
-    return Py_BuildValue("(Nn)", frame, r.n);
+    PyObject *count = PyLong_FromSsize_t(r.n), *t = count ? PyTuple_New(2) : NULL;
+    if (!t) { Py_XDECREF(count); Py_DECREF(frame); return NULL; }
+    PyTuple_SET_ITEM(t, 0, frame);
+    PyTuple_SET_ITEM(t, 1, count);
+    return t;
+}
+
+/* due(holds, find, ctl) -> the list of those to look at, or None: pull_hold.py's check, its scan
+ * in C (a Python loop over the holds cost ~1,300 instructions a hold, one C load through cffi
+ * among them). Each hold is a pull_hold._Hold: ``addr`` (the address of its queue's published
+ * max offset as an int, store.max_offset_watch's; 0: the queue did not exist when it was held),
+ * ``offset`` and ``owner`` (with ``closed``), read from their slots (a getattr each cost ~170).
+ * Due: the queue's max offset passed the offset (the acquire load pull_hold.py's _load makes),
+ * the owner is closed, or the queue was unknown and is there now (``find``, shmq_queue_find's
+ * address, over the control block at ``ctl``, by the hold's ``tb``, its topic as UTF-8, and
+ * ``qid``; Python then takes its watch). The addresses are only ever the store's (cffi's), which
+ * stays mapped while holds are checked (PullHolds.close releases them before the store closes). */
+typedef int64_t (*find_fn)(shmq_ctl *, const uint8_t *, size_t, int32_t);
+typedef struct { PyTypeObject *type; Py_ssize_t addr, offset, owner, tb, qid; } hold_slots;
+
+static int slot_of(PyTypeObject *t, const char *name, Py_ssize_t *off) {
+    PyObject *d = PyObject_GetAttrString((PyObject *)t, name);
+    if (!d) return -1;
+    int ok = Py_IS_TYPE(d, &PyMemberDescr_Type) && ((PyMemberDescrObject *)d)->d_member->type == T_OBJECT_EX;
+    if (ok) *off = ((PyMemberDescrObject *)d)->d_member->offset;
+    Py_DECREF(d);
+    if (!ok) PyErr_Format(PyExc_TypeError, "due: %s is not a slot of a hold", name);
+    return ok ? 0 : -1;
+}
+
+static PyObject *slot_get(PyObject *h, Py_ssize_t off, const char *name) {
+    PyObject *v = *(PyObject **)((char *)h + off);
+    if (!v) PyErr_Format(PyExc_AttributeError, "due: a hold without %s", name);
+    return v;  /* borrowed */
+}
+
+/* an unknown queue's hold: its queue is there now (1), still not (0), or -1 (an exception set) */
+static int made_now(PyObject *h, const hold_slots *hs, find_fn find, shmq_ctl *ctl) {
+    PyObject *tb = slot_get(h, hs->tb, "tb"), *q = tb ? slot_get(h, hs->qid, "qid") : NULL;
+    if (!q) return -1;
+    if (!PyBytes_Check(tb)) { PyErr_SetString(PyExc_TypeError, "due: a hold's tb is bytes"); return -1; }
+    long qid = PyLong_AsLong(q);
+    if (qid == -1 && PyErr_Occurred()) return -1;
+    return find(ctl, (const uint8_t *)PyBytes_AS_STRING(tb), (size_t)PyBytes_GET_SIZE(tb), (int32_t)qid) >= 0;
+}
+
+PyObject *rp_due(PyObject *unused, PyObject *const *args, Py_ssize_t nargs) {
+    (void)unused;
+    static hold_slots hs;
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "due(holds, find address, control block address)"); return NULL; }
+    PyObject *holds = args[0];
+    find_fn find = (find_fn)PyLong_AsVoidPtr(args[1]);
+    shmq_ctl *ctl = PyLong_AsVoidPtr(args[2]);
+    if (PyErr_Occurred()) return NULL;
+    if (!find || !ctl) { PyErr_SetString(PyExc_ValueError, "due: no find or control block"); return NULL; }
+    static PyObject *n_closed;
+    if (!n_closed && !(n_closed = PyUnicode_InternFromString("closed"))) return NULL;
+    PyObject *it = PyObject_GetIter(holds), *out = NULL, *h;
+    if (!it) return NULL;
+    while ((h = PyIter_Next(it))) {
+        int due = -1;
+        PyTypeObject *t = Py_TYPE(h);
+        if (t != hs.type) {  /* one type in practice: its slots' offsets looked up once */
+            hold_slots n = {t, 0, 0, 0, 0, 0};
+            if (slot_of(t, "addr", &n.addr) || slot_of(t, "offset", &n.offset) || slot_of(t, "owner", &n.owner) ||
+                slot_of(t, "tb", &n.tb) || slot_of(t, "qid", &n.qid)) {
+                Py_DECREF(h);
+                break;
+            }
+            Py_INCREF(t);  /* (kept: the offsets belong to it) */
+            Py_XDECREF(hs.type);
+            hs = n;
+        }
+        PyObject *a = slot_get(h, hs.addr, "addr"), *o, *w;
+        void *addr = a ? PyLong_AsVoidPtr(a) : NULL;
+        if (!PyErr_Occurred()) {
+            if (addr == NULL) {
+                due = made_now(h, &hs, find, ctl);
+            } else if ((o = slot_get(h, hs.offset, "offset"))) {
+                long long off = PyLong_AsLongLong(o);
+                if (!PyErr_Occurred()) due = __atomic_load_n((const int64_t *)addr, __ATOMIC_ACQUIRE) > off;
+            }
+        }
+        if (due == 0 && (w = slot_get(h, hs.owner, "owner"))) {
+            PyObject *c = PyObject_GetAttr(w, n_closed);
+            due = c ? PyObject_IsTrue(c) : -1;
+            Py_XDECREF(c);
+        } else if (due == 0) {
+            due = -1;
+        }
+        if (due > 0 && ((!out && !(out = PyList_New(0))) || PyList_Append(out, h))) due = -1;
+        Py_DECREF(h);
+        if (due < 0) break;
+    }
+    Py_DECREF(it);
+    if (PyErr_Occurred()) { Py_XDECREF(out); return NULL; }
+    return out ? out : Py_NewRef(Py_None);
 }
 
 PyObject *rp_clear_method(Sends *s, PyObject *unused) {

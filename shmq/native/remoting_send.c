@@ -466,8 +466,10 @@ static PyMethodDef sends_methods[] = {
     {"learn_pull", (PyCFunction)rp_learn, METH_VARARGS,
      "learn_pull(group, topic, qid, tc, (topic, qid, state), commit address, (version, epoch, until) or None) -> bool"},
     {"answer", (PyCFunction)(void (*)(void))rp_answer, METH_FASTCALL,
-     "answer(state, offset, max_count, opaque) -> (frame, count) or None: a held pull's FOUND answer"},
+     "answer(held record) -> (frame, count) or None: a held pull's FOUND answer"},
     {"clear_pulls", (PyCFunction)rp_clear_method, METH_NOARGS, "forget every learnt pull"},
+    {"due", (PyCFunction)(void (*)(void))rp_due, METH_FASTCALL | METH_STATIC,
+     "due(holds, find, ctl) -> the held pulls to look at, or None"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -133,6 +133,7 @@ PyObject *rp_enable(Sends *s, PyObject *args);
 PyObject *rp_learn(Sends *s, PyObject *args);
 PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *rp_clear_method(Sends *s, PyObject *unused);
+PyObject *rp_due(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);  /* Sends.due (static): pull_hold's scan */
 void rp_free(Sends *s);
 
 /* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length. One writer

@@ -189,3 +189,52 @@ def test_closing_the_store_ends_the_c_helper_threads_before_the_unmap(store_root
     _, status = os.waitpid(pid, 0)
     owner.close()
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child ended with status {status:#x}"
+
+
+def test_a_hold_of_a_queue_made_after_it_is_answered_when_the_queue_grows(store_root):
+    """A consumer holds a pull of its %RETRY% queue before the queue exists: each check looks
+    the queue up (no watch yet) until it is made, then follows it like any other."""
+    async def body(loop, store, holds):
+        calls = []
+        holds.hold("%RETRY%G", 0, 0, 5.0, lambda grew: calls.append(("retry", grew)), Conn())
+        holds.hold("%RETRY%G", 1, 1, 5.0, lambda grew: calls.append(("later", grew)), Conn())
+        holds.check()
+        assert calls == [] and len(holds) == 2
+        store.put("%RETRY%G", 0, b"x")
+        store.put("%RETRY%G", 1, b"x")  # made, but its hold waits for offset 1
+        holds.check()
+        assert calls == [("retry", True)] and len(holds) == 1
+        store.put("%RETRY%G", 1, b"y")
+        holds.check()
+        assert calls == [("retry", True), ("later", True)] and len(holds) == 0
+    run(store_root, body)
+
+
+def test_the_c_scan_says_which_holds_are_due_and_refuses_what_is_not_a_hold(store_root):
+    """PullHolds.check's scan (``RemotingSends.due``, remoting_pull.c): a hold is due when its
+    queue's max offset passed its offset, its owner closed, or its queue was unknown and is
+    there now; anything else raises."""
+    import pytest
+    from shmq.broker.worker.pull_hold import _FIND, _due as scan
+
+    async def body(loop, store, holds):
+        def _due(hs):
+            return scan(hs, _FIND, holds._ctl)
+        store.put("T", 0, b"x")
+        quiet, closed = Conn(), Conn()
+        closed.closed = True
+        holds.hold("T", 0, 1, 5.0, lambda grew: None, quiet)      # waits for offset 1
+        holds.hold("T", 1, 0, 5.0, lambda grew: None, closed)     # not grown, owner closed
+        holds.hold("NOPE", 0, 0, 5.0, lambda grew: None, quiet)   # unknown queue: due once it is made
+        assert {(h.topic, h.qid) for h in _due(holds._holds)} == {("T", 1)}
+        store.put("T", 0, b"y")
+        store.put("NOPE", 0, b"z")
+        assert {(h.topic, h.qid) for h in _due(holds._holds)} == {("T", 0), ("T", 1), ("NOPE", 0)}
+        assert _due(set()) is None
+        with pytest.raises(AttributeError):
+            _due([object()])
+        with pytest.raises(TypeError):
+            _due(5)
+        with pytest.raises(ValueError):
+            scan(set(), 0, 0)
+    run(store_root, body)

@@ -31,19 +31,37 @@ import logging
 import os
 from typing import Callable
 
-from shmq.native import ffi, lib
+from shmq.native import RemotingSends, ffi, lib
 
 log = logging.getLogger("shmq.broker.pull")
 _load = lib.shmq_load_i64
+_due = RemotingSends.due  # the check's scan (native/remoting_pull.c)
+_FIND = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_queue_find")))  # (its look for an unknown queue)
 
 
 class _Hold:
-    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch")
+    """One held pull. ``ready(hold, grew)`` answers it: a :meth:`PullHolds.hold` callback through
+    ``_call_back``, the C path's holds (:meth:`PullHolds.hold_fast`) straight through their
+    answerer, one Python call per answer. ``owner``: the connection (``_NOBODY`` when none)."""
+    __slots__ = ("topic", "qid", "offset", "ready", "owner", "deadline", "watch", "addr", "cb", "info", "tb")
 
-    def __init__(self, topic: str, qid: int, offset: int, ready: Callable[[bool], None], owner, watch):
+    def __init__(self, topic: str, qid: int, offset: int, ready, owner, watch, addr: int, deadline: float):
         self.topic, self.qid, self.offset, self.ready, self.owner = topic, qid, offset, ready, owner
-        self.deadline = 0.0  # the loop's clock
         self.watch = watch  # the queue's published max offset (a pointer), or None: unknown queue
+        self.addr = addr  # the same as an int (0: unknown), for the C scan
+        self.deadline = deadline  # the loop's clock
+
+
+class _Nobody:
+    closed = False
+
+
+_NOBODY = _Nobody()
+_NO_WATCH = (None, 0)
+
+
+def _call_back(h: _Hold, grew: bool) -> None:
+    h.cb(grew)
 
 
 class PullHolds:
@@ -67,7 +85,9 @@ class PullHolds:
             lib.shmq_pull_armed(store.cb.ctl, own_bit, 0)  # (a restarted worker's bits: cleared)
             lib.shmq_pull_signal_clear(store.cb.ctl, own_bit)
         self._holds: set[_Hold] = set()
-        self._watches: dict[tuple[str, int], object] = {}
+        # per queue: its published max offset (a cffi pointer) and the same as an int (the C scan's)
+        self._watches: dict[tuple[str, int], tuple[object, int]] = {}
+        self._ctl = int(ffi.cast("uintptr_t", store.cb.ctl))  # (the scan's, for an unknown queue's look)
         self._sweep: asyncio.TimerHandle | None = None  # the expiry sweep, at _sweep_at
         self._sweep_at = 0.0
         self._check_pending = False
@@ -84,13 +104,19 @@ class PullHolds:
     def __len__(self) -> int:
         return len(self._holds)
 
-    def _watch(self, topic: str, qid: int):
-        w = self._watches.get((topic, qid))
-        if w is None:
+    def _pair(self, topic: str, qid: int) -> tuple[object, int]:
+        """(pointer, address) of the queue's published max offset; (None, 0) while it does not exist."""
+        p = self._watches.get((topic, qid))
+        if p is None:
             w = self.store.max_offset_watch(topic, qid)
-            if w is not None:  # a queue's slot never moves while the store is attached
-                self._watches[(topic, qid)] = w
-        return w
+            if w is None:
+                return _NO_WATCH
+            # a queue's slot never moves while the store is attached
+            p = self._watches[(topic, qid)] = (w, int(ffi.cast("uintptr_t", w)))
+        return p
+
+    def _watch(self, topic: str, qid: int):
+        return self._pair(topic, qid)[0]
 
     def max_offset(self, topic: str, qid: int) -> int:
         """The queue's published max offset (``store.max_offset``) in one C load through a
@@ -103,30 +129,62 @@ class PullHolds:
         """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
         ``offset``, or ``ready(False)`` after ``timeout_s`` (or at shutdown). A hold whose
         ``owner`` (the connection) is closed is dropped at the next check, not called."""
-        store = self.store
         if not self._armed:  # the position before the look below: nothing after it is missed
-            self._armed = True
-            lib.shmq_pullwake_arm(self._bridge, store.commit_pos, 1)
-            if self._peers:  # and the other workers' appends write our eventfd from now on
-                lib.shmq_pull_armed(store.cb.ctl, self._bit, 1)
-        watch = self._watch(topic, qid)
-        if (_load(watch) if watch is not None else store.max_offset(topic, qid)) > offset:
+            self._arm()
+        watch, addr = self._pair(topic, qid)
+        if (_load(watch) if watch is not None else self.store.max_offset(topic, qid)) > offset:
             ready(True)  # the check right after registering
             return
-        h = _Hold(topic, qid, offset, ready, owner, watch)
-        h.deadline = self.loop.time() + timeout_s
+        h = _Hold(topic, qid, offset, _call_back, _NOBODY if owner is None else owner, watch, addr,
+                  self.loop.time() + timeout_s)
+        h.cb = ready
+        if watch is None:
+            h.tb = topic.encode()
         self._holds.add(h)
         if self._sweep is None or h.deadline < self._sweep_at:
             self._sweep_after(h.deadline)
+
+    def hold_fast(self, conn, held: list, most_ms: int, answer) -> None:
+        """:meth:`hold` for the pulls the worker's C path held in one read of ``conn``
+        (pull_fast.py): each record is (the learnt (topic, queue id, reader state), offset,
+        suspendTimeoutMillis, maxMsgNums, opaque), the timeout cut at ``most_ms``. Once, as for
+        :meth:`hold`, ``answer(hold, grew)`` answers each: the hold carries ``owner`` (conn),
+        ``topic``, ``qid``, ``offset`` and ``info`` (the record). The same guarantees (the look
+        right after registering, the sweep, a closed owner dropped)."""
+        if not self._armed:
+            self._arm()
+        now = self.loop.time()
+        holds, watches = self._holds, self._watches
+        for rec in held:
+            info, offset, timeout = rec[0], rec[1], rec[2]
+            topic, qid = info[0], info[1]
+            watch, addr = watches.get((topic, qid)) or self._pair(topic, qid)
+            h = _Hold(topic, qid, offset, answer, conn, watch, addr,
+                      now + (timeout if timeout < most_ms else most_ms) / 1000.0)
+            h.info = rec
+            if watch is None:  # (a learnt queue exists: not seen)
+                h.tb = topic.encode()
+            elif _load(watch) > offset:
+                answer(h, True)  # the check right after registering
+                continue
+            holds.add(h)
+            if self._sweep is None or h.deadline < self._sweep_at:
+                self._sweep_after(h.deadline)
+
+    def _arm(self) -> None:
+        self._armed = True
+        lib.shmq_pullwake_arm(self._bridge, self.store.commit_pos, 1)
+        if self._peers:  # and the other workers' appends write our eventfd from now on
+            lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 1)
 
     def _release(self, h: _Hold, grew: bool) -> None:
         if h not in self._holds:
             return
         self._holds.discard(h)
-        if getattr(h.owner, "closed", False):
+        if h.owner.closed:
             return
         try:
-            h.ready(grew)
+            h.ready(h, grew)
         except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
             log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
 
@@ -173,23 +231,44 @@ class PullHolds:
             lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 0)
 
     def check(self) -> None:
-        """On the loop: call back every hold whose queue grew (and drop closed ones)."""
+        """On the loop: call back every hold whose queue grew (and drop closed ones). The answers
+        of one connection leave in one write (``defer_flush``) after every hold was looked at.
+        The holds are scanned in C (``_due``: the queue grew, the owner closed, or the queue was
+        unknown and is there now), then looked at and called here."""
         self._check_pending = False
-        max_offset = self.store.max_offset
-        answered = None  # connections whose answers are written at the end, one write each
-        for h in list(self._holds):
-            w = h.watch
-            if (_load(w) if w is not None else max_offset(h.topic, h.qid)) > h.offset \
-                    or getattr(h.owner, "closed", False):
-                conn = h.owner
-                if hasattr(conn, "defer_flush") and (answered is None or conn not in answered):
-                    answered = answered or {}
-                    answered[conn] = conn.defer_flush()  # False: in its own read, which flushes
-                self._release(h, True)
-        if answered:
-            for conn, deferred in answered.items():
-                if deferred:
-                    conn.flush()
+        holds = self._holds
+        due = _due(holds, _FIND, self._ctl) if holds else None
+        if due is None:
+            return
+        answered = {}  # connections whose answers are written at the end, one write each
+        for h in due:
+            if h not in holds:  # (answered by an earlier callback of this loop)
+                continue
+            conn = h.owner
+            if h.watch is None and self._unknown(h) <= h.offset and not conn.closed:
+                continue  # (its queue is still not there, or has not grown)
+            holds.discard(h)
+            if conn.closed:
+                continue
+            if conn not in answered:
+                answered[conn] = conn.defer_flush() if hasattr(conn, "defer_flush") else False
+            try:
+                h.ready(h, True)
+            except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
+                log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
+        for conn, deferred in answered.items():
+            if deferred:  # False: in its own read, which flushes
+                conn.flush()
+
+    def _unknown(self, h: _Hold) -> int:
+        """The max offset of a hold's queue that did not exist when it was held (a consumer's
+        %RETRY% queue, mostly; the scan looks it up by ``tb``, its name as UTF-8, set when held):
+        0 until the queue is made; then its watch is kept on the hold."""
+        w, addr = self._pair(h.topic, h.qid)
+        if w is None:
+            return 0
+        h.watch, h.addr = w, addr
+        return _load(w)
 
     def _sweep_after(self, at: float) -> None:
         if self._sweep is not None:

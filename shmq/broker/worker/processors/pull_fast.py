@@ -90,22 +90,21 @@ class FastPulls:
     def hold(self, conn, held: list) -> None:
         """Park the pulls the C call held (pull.py ``_held``'s direct case): each record is
         (the learnt (topic, queue id, reader state), offset, suspendTimeoutMillis, maxMsgNums,
-        opaque)."""
+        opaque); pull_hold.py's ``hold_fast`` makes the holds, ``_answer`` answers each."""
         ctx = conn.context
         ctx[_HELD] = ctx.get(_HELD, 0) + len(held)
-        holds, most = self.w.holds, self.cfg.longPollingMaxMillis
-        for info, offset, timeout, nums, opaque in held:
-            holds.hold(info[0], info[1], offset, (timeout if timeout < most else most) / 1000.0,
-                       self._answerer(conn, ctx, info, offset, nums, opaque), conn)
+        self.w.holds.hold_fast(conn, held, self.cfg.longPollingMaxMillis, self._answer)
 
-    def _answerer(self, conn, ctx, info, offset: int, nums: int, opaque: int):
-        def answer(_grew: bool) -> None:
-            ctx[_HELD] -= 1
-            if not conn.closed:
-                r = self.c.answer(info[2], offset, nums, opaque)
-                if r is None:  # not found by the C read: pull.py reads and answers
-                    self.proc.answer_held(conn, info[0], info[1], offset, nums, opaque)
-                    return
-                self.w.stats["get"] += r[1]
-                conn.write_frame(r[0])
-        return answer
+    def _answer(self, h, _grew: bool) -> None:
+        """A held pull's answer (once, on the loop): one C call over its record (``h.info``), the
+        read and the frame; what that read does not find, pull.py's ``answer_held`` answers."""
+        conn = h.owner
+        conn.context[_HELD] -= 1
+        if not conn.closed:
+            r = self.c.answer(h.info)
+            if r is None:  # not found by the C read: pull.py reads and answers
+                rec = h.info
+                self.proc.answer_held(conn, h.topic, h.qid, h.offset, rec[3], rec[4])
+                return
+            self.w.stats["get"] += r[1]
+            conn.write_frame(r[0])
