@@ -10,8 +10,9 @@ the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by 
 GIL released), so the woken thread finds the GIL free: one switch per hand-over.
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
-takes the C path only in a turn that owes wake-ups; ``ClientLoop`` is the loop over it, every
-ClientInstance's); ``ConsumePool`` is the threads. A task
+takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
+ClientInstance's, whose own turn calls that C wait every time (no ``select`` call, no list of
+events made); ``ConsumePool`` is the threads. A task
 submitted from any other thread (a consume thread's retry, the local pull thread) is posted
 at once.
 """
@@ -19,14 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-from asyncio import base_events
-from heapq import heappop
-from time import monotonic as _monotonic
 import errno
 import logging
 import os
 import selectors
 import threading
+from asyncio import base_events
+from heapq import heappop
+from time import monotonic as _monotonic
 
 from shmq.native import ffi, lib
 
