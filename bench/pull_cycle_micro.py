@@ -17,6 +17,14 @@ removal, the offset). Under callgrind with ``--toggle-collect`` on ``answers()``
 consume task; the same on every run (no fixed costs in the window). ``--tree`` measures another
 checkout (e.g. a scratch worktree of an older commit, its C core built in place) with this script.
 Every file goes to a temp dir that is removed.
+
+``--loop`` counts the same cycle with the loop's turn and the system calls' wrappers in: the
+client's real loop (``client/handoff.py``'s ClientLoop, its selector paying the consume thread's
+wake-up), a real socket whose peer (another process, uncounted) answers each PULL with the next
+prepared answer, the consume task on a real consume thread. Counted with ``--separate-threads``
+over the whole run, twice (``--n`` and a quarter of it): the difference per cycle, for the loop
+thread and the consume thread. What ``pull_cycle_callgrind.py --process consumer`` counts in the
+live process, without its periodic jobs and heartbeats.
 """
 import argparse
 import asyncio
@@ -126,16 +134,124 @@ async def cycles(answers_: list[bytes]) -> None:
     lib.shmq_handoff_post(pool._h, 1)
 
 
+PEER = """import os, socket, sys, pickle
+answers = pickle.loads(open(sys.argv[2], "rb").read())[:int(sys.argv[3])]
+s = socket.socket(fileno=int(sys.argv[1]))
+def frame():
+    b = b""
+    while len(b) < 4:
+        b += s.recv(4 - len(b))
+    n = int.from_bytes(b, "big")
+    while len(b) < 4 + n:
+        b += s.recv(4 + n - len(b))
+for a in answers:
+    frame()
+    s.sendall(a)
+frame()
+s.close()
+"""
+
+
+def loop_cycles(answers_: list[bytes]) -> None:
+    """The counted child of ``--loop``: the cycles on a ClientLoop over a socket to PEER."""
+    import socket
+    from shmq import ConsumeResult, PushConsumer
+    from shmq.client import tcp_pull
+    from shmq.client.consumer_core import ProcessQueue
+    from shmq.client.handoff import ClientLoop, ConsumePool
+    from shmq.client.instance import ClientInstance
+    from shmq.client.message import MessageQueue
+    from shmq.client.offset_store import RemoteOffsetStore
+    from shmq.client.remote_send import answers
+    from shmq.protocol.transport import Connection, Limits
+    n = len(answers_)
+    mine, theirs = socket.socketpair()
+    tmp = Path(tempfile.mkdtemp(prefix="pcl-"))
+    (tmp / "a").write_bytes(pickle.dumps(answers_))
+    peer = subprocess.Popen([sys.executable, "-c", PEER, str(theirs.fileno()), str(tmp / "a"), str(n)],
+                            pass_fds=[theirs.fileno()])
+    theirs.close()
+    loop = ClientLoop()
+    asyncio.set_event_loop(loop)
+    done = loop.create_future()
+    seen = [0]
+
+    def listener(msgs):
+        seen[0] += len(msgs)
+        if seen[0] == n:
+            loop.call_soon_threadsafe(done.set_result, None)
+        return ConsumeResult.SUCCESS
+
+    async def run() -> None:
+        _, conn = await loop.create_connection(lambda: Connection({}, Limits()), sock=mine)
+        conn.fast = answers
+        c = PushConsumer("G", namesrv="127.0.0.1:1", consume_batch_size=32)
+        c.subscribe("T", "*")
+        c.on_message(listener)
+        client = SimpleNamespace(rpc_hook=None)
+
+        async def connect(addr):
+            return client, conn
+        inst = SimpleNamespace(broker_addrs={"b": {0: "127.0.0.1:1"}}, _unreachable={}, connect=connect)
+        inst.read_addr = ClientInstance.read_addr.__get__(inst)
+        c.instance, c._running, c._inline, c._gated = inst, True, False, False
+        c.offsets = RemoteOffsetStore(inst, "G")
+        c._pool = pool = ConsumePool(1, "micro", loop.handoff, threading.current_thread())
+        pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+        c.pqs[pq.mq] = pq
+        task = asyncio.ensure_future(tcp_pull.TcpPull(c, pq).run())
+        await done
+        c._running, pq.dropped = False, True
+        task.cancel()
+        pool.shutdown()
+        conn.close()
+    try:
+        loop.run_until_complete(run())
+    finally:
+        loop.close()
+        peer.wait(30)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def count_loop(a) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="pcm-"))
+    try:
+        (tmp / "frames").write_bytes(pickle.dumps(frames(a.n, tmp / "store")))
+        per = {}
+        for n in (a.n // 4, a.n):
+            out = tmp / f"cg{n}"
+            subprocess.run(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}", "--dump-instr=no",
+                            "--separate-threads=yes", sys.executable, __file__, "--tree", a.tree, "--loop",
+                            "--n", str(n), "--run", str(tmp / "frames")], check=True, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)
+            per[n] = []
+            for f in sorted(tmp.glob(f"cg{n}-*")):  # -01 the loop (main) thread, then the others
+                per[n].append(int(re.search(r"^(?:summary|totals): (\d+)", f.read_text(), re.M).group(1)))
+        n1, n2 = a.n // 4, a.n
+        loop_t = (per[n2][0] - per[n1][0]) / (n2 - n1)
+        rest = (sum(per[n2][1:]) - sum(per[n1][1:])) / (n2 - n1)
+        print(f"{a.tree}: {loop_t + rest:,.0f} instructions per one-message pull cycle with the loop's turn "
+              f"(the loop thread {loop_t:,.0f}; the other threads, the consume task {rest:,.0f})")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=3000)
     ap.add_argument("--tree", default=os.getcwd())
     ap.add_argument("--run", default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--loop", action="store_true", help="with the loop's turn and a real socket (see above)")
     a = ap.parse_args()
     sys.path.insert(0, os.path.abspath(a.tree))
     if a.run is not None:  # the counted child
-        asyncio.run(cycles(pickle.loads(Path(a.run).read_bytes())))
+        frames_ = pickle.loads(Path(a.run).read_bytes())
+        if a.loop:
+            return loop_cycles(frames_[:a.n])
+        asyncio.run(cycles(frames_))
         return
+    if a.loop:
+        return count_loop(a)
     tmp = Path(tempfile.mkdtemp(prefix="pcm-"))
     try:
         (tmp / "frames").write_bytes(pickle.dumps(frames(a.n, tmp / "store")))

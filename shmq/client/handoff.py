@@ -10,8 +10,9 @@ the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by 
 GIL released), so the woken thread finds the GIL free: one switch per hand-over.
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
-takes the C path only in a turn that owes wake-ups; ``ClientLoop`` is the loop over it, every
-ClientInstance's); ``ConsumePool`` is the threads. A task
+takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
+ClientInstance's, whose own turn calls that C wait every time (no ``select`` call, no list of
+events made); ``ConsumePool`` is the threads. A task
 submitted from any other thread (a consume thread's retry, the local pull thread) is posted
 at once.
 """
@@ -24,6 +25,9 @@ import logging
 import os
 import selectors
 import threading
+from asyncio import base_events
+from heapq import heappop
+from time import monotonic as _monotonic
 
 from shmq.native import ffi, lib
 
@@ -108,11 +112,94 @@ _W, _R = selectors.EVENT_WRITE, selectors.EVENT_READ
 
 
 class ClientLoop(asyncio.SelectorEventLoop):
-    """A ClientInstance's loop: the standard selector loop over a HandoffSelector (``handoff``)."""
+    """A ClientInstance's loop: the standard selector loop over a HandoffSelector (``handoff``),
+    with a leaner turn (``_run_once``)."""
 
     def __init__(self):
         self.handoff = HandoffSelector()
         super().__init__(self.handoff)
+
+    def _run_once(self):
+        """asyncio's turn (``BaseEventLoop._run_once``: the same steps in the same order, on its
+        own fields), without what it pays per turn and a caught-up TCP consumer pays per message:
+        ``min(max(...))`` for the timeout (a builtin's argument parsing is ~800 instructions
+        each), ``time()`` as a Python method, ``_process_events`` and ``_add_callback`` as calls,
+        ``range`` over the ready handles (bench/RESULTS.md, "Session 10, tcpread"). The rare
+        cases (debug mode; many cancelled timers to drop) run asyncio's own turn instead."""
+        scheduled = self._scheduled
+        n = len(scheduled)
+        if self._debug or (n > _MIN_SCHEDULED and self._timer_cancelled_count / n > _MIN_CANCELLED_FRACTION):
+            return super()._run_once()
+        while scheduled and scheduled[0]._cancelled:  # cancelled timers off the head of the heap
+            self._timer_cancelled_count -= 1
+            heappop(scheduled)._scheduled = False
+        ready = self._ready
+        if ready or self._stopping:
+            timeout = 0
+        elif scheduled:
+            timeout = scheduled[0]._when - _monotonic()  # BaseEventLoop.time()
+            if timeout < 0:
+                timeout = 0
+            elif timeout > _MAX_SELECT_S:
+                timeout = _MAX_SELECT_S
+        else:
+            timeout = None
+        # the selector's C wait (HandoffSelector.select's, owed wake-ups or not), then
+        # _process_events inline over what it returned
+        sel = self.handoff
+        sel.owed = False
+        if timeout is None:
+            ms = -1
+        elif timeout <= 0:
+            ms = 0
+        else:  # (HandoffSelector.select's rounding)
+            ms = int(timeout * 1e3)
+            if ms < timeout * 1e3:
+                ms += 1
+        keys = sel._fd_to_key
+        fds, evs = sel._fds, sel._evs
+        n = sel._wait(sel._epfd, sel._slots, len(sel._keep), ms, fds, evs, len(keys))
+        if n < 0:
+            if n != -errno.EINTR:
+                raise OSError(-n, os.strerror(-n))
+            n = 0
+        for i in range(n) if n != 1 else _ONE:
+            key = keys.get(fds[i])
+            if not key:
+                continue
+            event = evs[i]
+            reader, writer = key.data
+            if event & ~_EPOLLOUT and key.events & _R and reader is not None:
+                if reader._cancelled:
+                    self._remove_reader(key.fileobj)
+                else:
+                    ready.append(reader)
+            if event & ~_EPOLLIN and key.events & _W and writer is not None:
+                if writer._cancelled:
+                    self._remove_writer(key.fileobj)
+                else:
+                    ready.append(writer)
+        if scheduled:  # the timers that are due
+            end = _monotonic() + self._clock_resolution
+            while scheduled and scheduled[0]._when < end:
+                handle = heappop(scheduled)
+                handle._scheduled = False
+                ready.append(handle)
+        # the handles ready now, not those they add (asyncio's rule: those run after the next poll)
+        ntodo = len(ready)
+        while ntodo:
+            ntodo -= 1
+            handle = ready.popleft()
+            if not handle._cancelled:
+                handle._run()
+        handle = None  # (asyncio's: no cycle through a raised exception's frame)
+
+
+_ONE = (0,)
+# BaseEventLoop._run_once's constants (asyncio.base_events)
+_MIN_SCHEDULED = getattr(base_events, "_MIN_SCHEDULED_TIMER_HANDLES", 100)
+_MIN_CANCELLED_FRACTION = getattr(base_events, "_MIN_CANCELLED_TIMER_HANDLES_FRACTION", 0.5)
+_MAX_SELECT_S = getattr(base_events, "MAXIMUM_SELECT_TIMEOUT", 24 * 3600)
 
 
 class ConsumePool:

@@ -9,8 +9,12 @@ Which process runs which loop, and why (instruction counts, bench/RESULTS.md "Se
   many requests share one read (the Java benchmark's 64 sender threads, pipelined async
   sends) the turn is shared too and the two loops cost the same.
 * The client (``ClientInstance``): always the standard selector loop, ``client/handoff.py``'s
-  ``ClientLoop``: its selector is what wakes the consume threads after it lets go of the GIL,
-  and uvloop has no selector to put that in.
+  ``ClientLoop`` (with a leaner turn of its own): its selector is what wakes the consume threads
+  after it lets go of the GIL, and uvloop has no selector to put that in; the caller-thread write
+  of a lane frame (native/lane_direct.c) also reads the selector transport's buffer and socket.
+  Measured (bench/RESULTS.md, "Session 10, tcpread"): uvloop, with the consume thread woken at
+  once instead, would count ~17k instructions fewer per one-message pull cycle than ClientLoop's
+  own turn; not taken for those two reasons.
 
 ``SHMQ_UVLOOP=0`` forces the standard loop in the servers, e.g. to compare the two or to debug.
 uvloop is a dependency; a platform without it gets the standard loop.

@@ -33,13 +33,8 @@ Why it is built the way it is:
   on a busy machine preempts this process (22-56 µs per call measured here), so 64 answers
   written one by one cost 64 wake-ups where one does. A lone answer still leaves at the end
   of the read that produced it: no added wait. Order on the wire is the order of ``send``.
-* A server may take the common requests before they are decoded: ``fast(conn, data, pos)``
-  (``RemotingServer(fast=...)``; the broker worker's plain sends and common pulls, in C) serves the complete
-  frames it recognises from ``pos`` and returns ``(pos, answers or None, stop)``. With ``stop``
-  the frame at ``pos`` is complete and is served here, the normal way, before ``fast`` sees the
-  frames after it: frames are served in their order whichever path serves them, and whatever
-  ``fast`` does not take (an incomplete frame, a bad length, any other request) is the normal
-  path's, errors included.
+* A server or client may take the common frames before they are decoded (``fast``):
+  :mod:`shmq.protocol.read_path` says how, and holds the read path.
 """
 from __future__ import annotations
 
@@ -51,14 +46,14 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Union
 
 from shmq.errors import (
-    FrameError,
     RemotingClosed,
     RemotingTimeout,
     ShmqError,
 )
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
-from shmq.protocol.command import RemotingCommand, decode_command, encode_command, encode_command_parts
+from shmq.protocol.command import RemotingCommand, encode_command, encode_command_parts
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
+from shmq.protocol.read_path import ReadPath
 from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.remoting")
@@ -99,7 +94,7 @@ class Limits:
 READ_SIZE = 64 * 1024
 
 
-class Connection(asyncio.Protocol):
+class Connection(ReadPath, asyncio.Protocol):
     """One TCP connection speaking remoting.
 
     Public attributes: ``peer`` and ``local`` (``"ip:port"``), ``context`` (a dict for the
@@ -123,7 +118,10 @@ class Connection(asyncio.Protocol):
         self.name = name
         self._decoder = FrameDecoder(limits.max_frame_size)
         self._transport: asyncio.Transport | None = None
-        self._loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
+        # the loop's clock, as a C call where it is time.monotonic (asyncio's loop.time() is a Python
+        # method around it): read per read and per frame written
+        self._now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._next_opaque = 0
         self._tasks: dict[asyncio.Task[Any], int] = {}
@@ -141,9 +139,8 @@ class Connection(asyncio.Protocol):
         self.peer = "?"
         self.local = "?"
         self.context: dict[str, Any] = {}
-        now = self._loop.time()
-        self.last_activity = now
-        self.partial_since: float | None = None
+        self.last_activity = self._now()
+        self.partial_since: float | None = None  # (read_path.py: None exactly when no bytes are held back)
         self.created = time.time()
 
     def __repr__(self) -> str:
@@ -160,75 +157,6 @@ class Connection(asyncio.Protocol):
             transport.max_size = READ_SIZE  # type: ignore[attr-defined]
         except AttributeError:  # uvloop: its own read buffer (protocol/loop.py keeps the copies in the heap)
             pass
-
-    def data_received(self, data: bytes) -> None:
-        now = self._loop.time()
-        self.last_activity = now
-        self._in_read = True
-        try:
-            served = False
-            if self.fast is not None and self._decoder.error is None:
-                data, served = self._serve_fast(data)
-                if self._stopped() or not data:  # a protocol error: nothing after it is served; or
-                    self.partial_since = None     # every byte taken: nothing for the decoder
-                    return
-            try:
-                frames = self._decoder.feed(data) if data else []
-            except FrameError as e:
-                self._protocol_error(e)
-                return
-            # a partial frame's clock starts with that frame (a steady stream of large ones is fine)
-            if not self._decoder.pending:
-                self.partial_since = None
-            elif frames or served or self.partial_since is None:
-                self.partial_since = now
-            self._serve_frames(frames)
-        finally:
-            self._in_read = False
-            self._flush()
-
-    def _serve_fast(self, data: bytes) -> tuple[bytes, bool]:
-        """The frames of ``data`` (after any incomplete frame held back) through ``fast``, and
-        each frame it does not take through ``_serve_frames``, in order; returns what is left for
-        the frame decoder (an incomplete frame or a bad length word) and whether a frame was
-        served."""
-        if self._decoder.pending:
-            data = self._decoder.take_pending() + data
-        fast, pos, n, t = self.fast, 0, len(data), self._transport
-        while pos < n and not (self.closed or t is None or t.is_closing()):  # (_stopped, inline: per read)
-            pos, answers, stop = fast(self, data, pos)
-            if answers is not None:
-                self._out.append(answers)
-            if not stop:
-                break
-            end = pos + 4 + int.from_bytes(data[pos:pos + 4], "big")
-            self._serve_frames([data[pos + 4:end]])
-            pos = end
-        return (data[pos:] if pos else data), pos > 0
-
-    def _serve_frames(self, frames: list[bytes]) -> None:
-        for frame in frames:
-            if self.closed:
-                return
-            try:
-                cmd = decode_command(frame)
-            except FrameError as e:
-                self._protocol_error(e)
-                return
-            if cmd.flag & FLAG_RESPONSE:
-                fut = self._pending.pop(cmd.opaque, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(cmd)
-                elif log.isEnabledFor(logging.DEBUG):
-                    log.debug("%s: response to unknown opaque %d dropped", self, cmd.opaque)
-            else:
-                self._dispatch(cmd, len(frame))
-        if self._decoder.error is not None and not self.closed:
-            self._protocol_error(self._decoder.error)
-
-    def _stopped(self) -> bool:
-        t = self._transport
-        return self.closed or t is None or t.is_closing()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self.closed:
@@ -363,7 +291,7 @@ class Connection(asyncio.Protocol):
                 t.writelines(encode_command_parts(cmd))
             finally:
                 self._writing = False
-            self.last_activity = self._loop.time()
+            self.last_activity = self._now()
         else:
             self.write_frame(encode_command(cmd))
 
@@ -377,7 +305,7 @@ class Connection(asyncio.Protocol):
             # the rest of this turn of the loop may write more; the flush runs after it
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        self.last_activity = self._loop.time()
+        self.last_activity = self._now()
 
     @property
     def writing_paused(self) -> bool:
@@ -461,9 +389,13 @@ class Connection(asyncio.Protocol):
         the encoded request (a producer's send, client.remote_send). Returns the opaque."""
         if self.closed or self._transport is None:
             raise RemotingClosed(f"connection to {self.peer} is closed")
-        opaque = self._new_opaque()
-        frame, self._pending[opaque] = build(opaque), waiter
-        self.write_frame(frame)
+        self._next_opaque = opaque = self._next_opaque % 0x7FFFFFFF + 1  # _new_opaque's numbering
+        self._out.append(build(opaque))  # write_frame's steps, inline (once per pull of a consumer)
+        self._pending[opaque] = waiter
+        if not self._in_read and not self._flush_scheduled:
+            self._flush_scheduled = True
+            self._loop.call_soon(self._flush)
+        self.last_activity = self._now()
         return opaque
 
     def start_frames(self, jobs) -> list | None:
@@ -486,7 +418,7 @@ class Connection(asyncio.Protocol):
         if not self._in_read and not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        self.last_activity = self._loop.time()
+        self.last_activity = self._now()
         return started
 
     def start_lane(self, data: bytes, waiters: dict) -> bool:
@@ -513,7 +445,7 @@ class Connection(asyncio.Protocol):
         if not self._in_read and not self._flush_scheduled:
             self._flush_scheduled = True
             self._loop.call_soon(self._flush)
-        self.last_activity = self._loop.time()
+        self.last_activity = self._now()
 
     def expire(self, opaques: list[int], code: int, timeout: float) -> None:
         """Fail with RemotingTimeout the requests of ``opaques`` still unanswered (one timer for

@@ -81,3 +81,68 @@ def test_a_task_from_another_thread_runs_without_the_loop():
     assert done.wait(5)
     pool.shutdown()
     _stop(loop, th)
+
+
+def test_the_client_loops_turn_reports_a_failing_callback_and_keeps_serving():
+    """ClientLoop._run_once runs the handles (Handle._run, as asyncio): a callback that raises
+    reaches the loop's exception handler as asyncio reports it, and the loop goes on."""
+    from shmq.client.handoff import ClientLoop
+
+    loop = ClientLoop()
+    seen = []
+    try:
+        loop.set_exception_handler(lambda lp, ctx: seen.append((ctx["message"], type(ctx["exception"]))))
+
+        def boom():
+            raise ValueError("x")
+        loop.call_soon(boom)
+        loop.call_later(0.01, loop.stop)
+        ran = []
+        loop.call_later(0.005, ran.append, 1)
+        loop.run_forever()
+        assert ran == [1] and len(seen) == 1
+        assert seen[0][0].startswith("Exception in callback") and "boom" in seen[0][0] and seen[0][1] is ValueError
+    finally:
+        loop.close()
+
+
+def test_the_client_loops_turn_runs_readers_writers_and_timers_as_asyncio_does():
+    """The same program on ClientLoop and on the stdlib selector loop: the same order of events
+    (call_soon order, due timers by time, a cancelled timer never, a reader and a writer on a
+    socket pair, a callback added during a turn run in the next one)."""
+    from shmq.client.handoff import ClientLoop
+
+    def program(loop):
+        order = []
+        a, b = socket.socketpair()
+        a.setblocking(False)
+        b.setblocking(False)
+
+        def on_read():
+            order.append(("read", a.recv(10)))
+            loop.remove_reader(a)
+            loop.call_soon(order.append, "after read")
+            loop.call_later(0.02, loop.stop)
+
+        def on_write():
+            order.append("writable")
+            loop.remove_writer(b)
+            b.send(b"hi")
+        for i in range(3):
+            loop.call_soon(order.append, i)
+        loop.call_later(0.004, order.append, "t2")
+        loop.call_later(0.002, order.append, "t1")
+        loop.call_later(0.003, order.append, "cancelled").cancel()
+        loop.call_later(0.006, lambda: (loop.add_reader(a, on_read), loop.add_writer(b, on_write)))
+        loop.run_forever()
+        a.close()
+        b.close()
+        return order
+    results = []
+    for make in (ClientLoop, asyncio.SelectorEventLoop):
+        loop = make()
+        try:
+            results.append(program(loop))
+        finally:
+            loop.close()
+    assert results[0] == results[1] == [0, 1, 2, "t1", "t2", "writable", ("read", b"hi"), "after read"]
