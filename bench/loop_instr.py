@@ -179,7 +179,7 @@ def namesrv_window(n: int, tmp: Path, out: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("path", choices=("sync", "async", "oneway", "batch-async", "java", "namesrv"))
+    ap.add_argument("path", choices=("sync", "async", "oneway", "batch", "batch-async", "java", "namesrv"))
     ap.add_argument("--n", type=int, nargs=2, default=None, help="the two windows (default: 200 600 for "
                     "sync, 2000 6000 for namesrv, 6400 19200 for the others)")
     ap.add_argument("--secs", type=int, default=20, help="java: the window in seconds")
