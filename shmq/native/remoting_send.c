@@ -180,7 +180,7 @@ static void put_text(Sends *s, const char *t, size_t n) {
  * own opaque literal between them */
 int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque) {
     char q[24], o[24];
-    int ql = rs_dec(q, qid), ol = rs_dec(o, (long long)qoff);
+    int ql = (int)sf_put_int(q, qid), ol = (int)sf_put_int(o, (long long)qoff);
     size_t fixed = 0;
     for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
     size_t hl = fixed + id_len + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include "core.h"
 #include "remoting_header.h"
+#include "send_frame.h"
 
 /* shmq_put and shmq_put_batch, shmq_batch_phys (core.h), called through the addresses cffi gives */
 typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
@@ -114,14 +115,23 @@ static inline uint32_t rs_fnv(uint32_t h, const uint8_t *p, uint32_t n) {
 }
 
 /* The offset msgId of the record at phys, written at out: the store's prefix (host and port,
- * as msgid.py's offset id begins) then phys as 16 upper-case hex digits; its length. One writer
- * for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
+ * as msgid.py's offset id begins) then phys as 16 upper-case hex digits, two a step from a
+ * table (a digit a step was ~140 instructions an id: 32 of them in a batch's answer); its
+ * length. One writer for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
 static inline size_t rs_offset_id(const Sends *s, char *out, int64_t phys) {
-    static const char hex[] = "0123456789ABCDEF";
+    static const char hex2[] =
+        "000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F"
+        "202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F"
+        "404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F"
+        "606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F"
+        "808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9F"
+        "A0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF"
+        "C0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDF"
+        "E0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF";
     memcpy(out, s->prefix, s->prefix_len);
     char *d = out + s->prefix_len;
     uint64_t x = (uint64_t)phys;
-    for (int i = 15; i >= 0; i--, x >>= 4) d[i] = hex[x & 15];
+    for (int i = 14; i >= 0; i -= 2, x >>= 8) memcpy(d + i, hex2 + 2 * (x & 0xFF), 2);
     return s->prefix_len + 16;
 }
 
@@ -135,18 +145,10 @@ PyObject *rp_answer(Sends *s, PyObject *const *args, Py_ssize_t nargs);
 PyObject *rp_clear_method(Sends *s, PyObject *unused);
 void rp_free(Sends *s);
 
-/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length. One writer
- * of the numbers the C answers carry (snprintf's format parsing cost more than the rest of a
- * pull's answer). */
-static inline int rs_dec(char *out, long long x) {
-    char t[20];
-    int n = 0, k = 0;
-    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-    do { t[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    if (x < 0) out[k++] = '-';
-    while (n) out[k++] = t[--n];
-    return k;
-}
+/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length: the one C
+ * decimal writer, send_frame.h's sf_put_int (snprintf's format parsing cost more than the rest
+ * of a pull's answer), under the name remoting_pull.c calls */
+static inline int rs_dec(char *out, long long x) { return (int)sf_put_int(out, x); }
 
 /* remoting_batch.c */
 /* a checked SEND_BATCH_MESSAGE (plain_send's checks passed, to the learnt queue e; v: its
