@@ -18,6 +18,7 @@ import time
 from shmq.errors import BrokerError, RemotingClosed, RemotingError, RemotingTimeout
 from shmq.message.names import RETRY_PREFIX
 from shmq.native import _sync, ffi, hot_encode_batch, lib
+from shmq.protocol.send_answer import answer_pieces
 
 from .async_lane import _targets
 from .local_send import _tags_head
@@ -30,6 +31,7 @@ _UNIQ = generator()
 _UNIQ_ADDR = int(ffi.cast("uintptr_t", _UNIQ.c))  # the process's shmq_uniq, for hot_encode_batch
 _sync.bind(SendResult, SendStatus.SEND_OK, int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_uniq_ids"))),
            int(ffi.cast("uintptr_t", _UNIQ.c)))
+_sync.bind_template(answer_pieces())  # this broker's SUCCESS answers are matched, not scanned
 EMONTH, UNSUPPORTED = _sync.EMONTH, _sync.UNSUPPORTED
 _NONE: dict = {}
 
