@@ -27,8 +27,8 @@
  * broker's CLUSTER pair appended); PLAIN is classify's quick filter (no transaction type in the
  * sysFlag, no "DELAY\1", "TRAN_MSG\1" or "TIMER_" in the text; the names are layout.h's).
  *
- * The GIL is released around each append only: the append may wait for the store's lock, which
- * another process holds.
+ * The GIL is released only while an append waits for the store's lock, which another process
+ * holds (remoting_send.h's rs_append: the lock is tried with it held first).
  */
 #include <string.h>
 #include "remoting_send.h"
@@ -268,10 +268,7 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     m.reconsume_times = (int32_t)v[K_RECONSUME];
     m.tag_mode = SHMQ_TAG_FROM_PROPS;
     shmq_result r;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = s->put(s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
-    Py_END_ALLOW_THREADS
+    int rc = rs_append(s->put, s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
     if (h.flag & s->f_oneway) return 1;

@@ -13,9 +13,10 @@
 #include "remoting_header.h"
 #include "send_frame.h"
 
-/* shmq_put and shmq_put_batch, shmq_batch_phys (core.h), called through the addresses cffi gives */
+/* shmq_put_try and shmq_put_batch_try, shmq_batch_phys (core.h), called through the addresses
+ * cffi gives */
 typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
-                      uint32_t, shmq_result *);
+                      uint32_t, shmq_result *, int);
 typedef int (*phys_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, int64_t, uint32_t, int64_t *);
 
 /* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
@@ -100,6 +101,23 @@ typedef struct {
     span pf[P_N];
     int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
 } header;
+
+/* One append through put (s->put or s->put_batch): tried first with the GIL held, the store's
+ * lock taken only if it is free (or frees within the core's spin), since it nearly always is and
+ * the GIL's release and retake around a ~1 us append (its mutex, condition variable and thread
+ * state, ~1,500 instructions a request) cost more than the append; a lock another writer holds
+ * (SHMQ_EBUSY: nothing written) is then waited for with the GIL released, as before. With the GIL
+ * held the append does only bounded local work (hot_send.c says which), never a wait. */
+static inline int rs_append(put_fn put, shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b,
+                            uint32_t n, const uint8_t *props, uint32_t plen, shmq_result *r) {
+    int rc = put(w, slot, m, b, n, props, plen, r, 1);
+    if (rc == SHMQ_EBUSY) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = put(w, slot, m, b, n, props, plen, r, 0);
+        Py_END_ALLOW_THREADS
+    }
+    return rc;
+}
 
 /* remoting_send.c: room for ``more`` bytes after s->out_len in s->out; 0 or -1 (out of memory) */
 int rs_out_reserve(Sends *s, size_t more);
