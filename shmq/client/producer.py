@@ -442,11 +442,12 @@ class Producer(ProducerBase):
         try:
             if not msgs:
                 raise InvalidMessage("an empty batch")
-            r = self._hot_batch(msgs)
-            if r is None and self._fast is not None:
-                r = self._fast.send_batch(msgs)
-            if r is not None:
-                return _done(callback, r)
+            if self._fast is not None:  # (a never-local producer's _hot_batch is a sync TCP send)
+                r = self._hot_batch(msgs)
+                if r is None:
+                    r = self._fast.send_batch(msgs)
+                if r is not None:
+                    return _done(callback, r)
             batch, ids = self._batch_body(msgs)
             info = self._publish_info(msgs[0].topic)
             mq = self._select(info, None)
