@@ -91,17 +91,21 @@ class Producer(ProducerBase):
         self._hot_batch = (self._fast.hot.batch if self._fast is not None
                            else types.MethodType(send_batch_plain, self))
         self._frames = Frames(group)
-        self._batch_routes: dict = {}  # topic -> its route and batch templates (sync_send.send_batch_plain)
+        # topic -> its route and batch templates (sync_send.send_batch_plain); made anew, as the
+        # LaneState is, whenever an attribute of the producer is set (__setattr__)
+        self._batch_routes: dict = {}
         self._sendable: set[str] = set()  # topics _prepare checked (_wire)
 
     def __setattr__(self, name: str, value) -> None:
         # every setting a plain send reads is copied into its LaneState (client/oneway.py):
         # whatever is set, it is made again from the producer as it is now
         object.__setattr__(self, name, value)
-        # (and with it the C send_async's plan, ProducerBase._hot_async: oneway.lane_state)
-        if name != "_lane_state" and name != "_hot_async":
+        # (and with it the C send_async's plan, ProducerBase._hot_async: oneway.lane_state; and
+        # the batch templates send_batch_plain caches, made with create_topic_key and the rest)
+        if name != "_lane_state" and name != "_hot_async" and name != "_batch_routes":
             object.__setattr__(self, "_lane_state", None)
             object.__setattr__(self, "_hot_async", None)
+            object.__setattr__(self, "_batch_routes", {})
 
     @property
     def compress_over(self) -> int:

@@ -235,3 +235,13 @@ def test_the_brokers_own_answer_is_read_by_its_template_as_the_scanner_reads_it(
     assert repr(matched[0]) == repr(scanned[0])
     if matched[0].__class__ is SendResult:
         assert repr(matched[0]) == repr(send_result(decode_command(matched[2][4:]), MQ, "U" * 32))
+
+
+def test_a_setting_changed_drops_the_batch_templates_cached():
+    """send_batch_plain's cached batch templates (Producer._batch_routes) are made with the
+    producer's settings (create_topic_key, ...): set any attribute and they are made anew, as
+    the LaneState is."""
+    p = Producer("pg-cache", local="never")
+    p._batch_routes["T"] = ("info", [])
+    p.create_topic_key = "OtherKey"
+    assert p._batch_routes == {} and p._lane_state is None
