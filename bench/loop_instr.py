@@ -6,10 +6,10 @@
 
 PATH, and the process measured:
 
-* ``sync``, ``async``, ``oneway``, ``batch-async``: the one broker worker (``--workers 1``,
+* ``sync``, ``async``, ``oneway``, ``batch``, ``batch-async``: the one broker worker (``--workers 1``,
   ASYNC_FLUSH), a Python ``Producer(local="never")`` in this process sending 100 B: ``send()``
   one at a time, or ``bench/tcp_send_procs.py``'s paths (2,000 async in flight, oneway counted
-  when stored, batches of 32 with 16 in flight). Two windows of N1 and N2 messages after a
+  when stored, ``send_batch`` of 32 one at a time, batches of 32 with 16 in flight). Two windows of N1 and N2 messages after a
   warm-up of 640: (Ir(N2) - Ir(N1)) / (N2 - N1) cancels the fixed costs.
 * ``java``: the one broker worker under the Java benchmark pair of ``bench/vs_rocketmq.py``
   (64 sync sender threads, 128 B, and the push consumer): Ir over ``--secs`` seconds of the
@@ -179,7 +179,7 @@ def namesrv_window(n: int, tmp: Path, out: Path) -> int:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("path", choices=("sync", "async", "oneway", "batch-async", "java", "namesrv"))
+    ap.add_argument("path", choices=("sync", "async", "oneway", "batch", "batch-async", "java", "namesrv"))
     ap.add_argument("--n", type=int, nargs=2, default=None, help="the two windows (default: 200 600 for "
                     "sync, 2000 6000 for namesrv, 6400 19200 for the others)")
     ap.add_argument("--secs", type=int, default=20, help="java: the window in seconds")

@@ -21,7 +21,7 @@ from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageT
 from shmq.message.batch import encode_batch
 from shmq.message.names import RETRY_PREFIX, TAGS, TBW102, TRAN_MSG
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
-from shmq.native import ProducerBase, ffi, hot_encode_batch, lib
+from shmq.native import ProducerBase
 from shmq.protocol import RemotingCommand, RequestCode, SyncRemotingClient, request
 from shmq.protocol.headers import send_v2_ext
 from shmq.protocol.acl_sign import credentials
@@ -38,21 +38,14 @@ from .oneway import send_plain
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture, done_future as _done
-from .sync_send import exchange, plain, send_plain as send_plain_sync
-from .uniq_id import generator, new_uniq_id
+from .sync_send import encode_plain_batch, exchange, plain, send_batch_plain, send_plain as send_plain_sync
+from .uniq_id import new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
 
-_UNIQ = generator()
-_UNIQ_ADDR = int(ffi.cast("uintptr_t", _UNIQ.c))  # the process's shmq_uniq, for hot_encode_batch
 # a plain message's properties text (Producer._wire): [TAGS \x01 tags \x02] UNIQ_KEY \x01 id
 _UNIQ_HEAD = UNIQ_KEY + NAME_VALUE_SEP
 _TAGS_HEAD, _TAGS_END = TAGS + NAME_VALUE_SEP, PROPERTY_SEP + _UNIQ_HEAD
-
-
-def _not_local(msg) -> None:
-    """Producer._hot / _hot_batch of a producer that never sends locally (local="never")."""
-    return None
 
 
 class Producer(ProducerBase):
@@ -95,18 +88,24 @@ class Producer(ProducerBase):
         # the common local send() whole in C (LocalSender.hot: None when it does not take one)
         # (a producer that never sends locally: a plain message's TCP send, client/sync_send.py)
         self._hot = self._fast.hot if self._fast is not None else types.MethodType(send_plain_sync, self)
-        self._hot_batch = self._fast.hot.batch if self._fast is not None else _not_local
+        self._hot_batch = (self._fast.hot.batch if self._fast is not None
+                           else types.MethodType(send_batch_plain, self))
         self._frames = Frames(group)
+        # topic -> its route and batch templates (sync_send.send_batch_plain); made anew, as the
+        # LaneState is, whenever an attribute of the producer is set (__setattr__)
+        self._batch_routes: dict = {}
         self._sendable: set[str] = set()  # topics _prepare checked (_wire)
 
     def __setattr__(self, name: str, value) -> None:
         # every setting a plain send reads is copied into its LaneState (client/oneway.py):
         # whatever is set, it is made again from the producer as it is now
         object.__setattr__(self, name, value)
-        # (and with it the C send_async's plan, ProducerBase._hot_async: oneway.lane_state)
-        if name != "_lane_state" and name != "_hot_async":
+        # (and with it the C send_async's plan, ProducerBase._hot_async: oneway.lane_state; and
+        # the batch templates send_batch_plain caches, made with create_topic_key and the rest)
+        if name != "_lane_state" and name != "_hot_async" and name != "_batch_routes":
             object.__setattr__(self, "_lane_state", None)
             object.__setattr__(self, "_hot_async", None)
+            object.__setattr__(self, "_batch_routes", {})
 
     @property
     def compress_over(self) -> int:
@@ -447,11 +446,12 @@ class Producer(ProducerBase):
         try:
             if not msgs:
                 raise InvalidMessage("an empty batch")
-            r = self._hot_batch(msgs)
-            if r is None and self._fast is not None:
-                r = self._fast.send_batch(msgs)
-            if r is not None:
-                return _done(callback, r)
+            if self._fast is not None:  # (a never-local producer's _hot_batch is a sync TCP send)
+                r = self._hot_batch(msgs)
+                if r is None:
+                    r = self._fast.send_batch(msgs)
+                if r is not None:
+                    return _done(callback, r)
             batch, ids = self._batch_body(msgs)
             info = self._publish_info(msgs[0].topic)
             mq = self._select(info, None)
@@ -507,14 +507,25 @@ class Producer(ProducerBase):
             r = self._fast.send_batch(msgs)
             if r is not None:
                 return r
-        topic = msgs[0].topic
         batch, ids = self._batch_body(msgs)
-        info = self._publish_info(topic)
-        deadline = time.monotonic() + (timeout or self.send_timeout)
+        info = self._publish_info(msgs[0].topic)
+        return self._batch_tries(batch, ids, info, time.monotonic() + (timeout or self.send_timeout))
+
+    def _batch_tries(self, batch: bytes, ids, info: TopicPublishInfo, deadline: float,
+                     mq: MessageQueue | None = None, failed: Exception | None = None) -> SendResult:
+        """``_send_batch``'s tries of the encoded ``batch``, each to the next queue (avoiding the
+        broker that failed last). ``mq``: the first try's queue, already drawn
+        (client/sync_send.send_batch_plain); with ``failed``, that try was made and raised it."""
         last: Exception | None = None
         avoid = None
-        for _ in range(1 + self.retry_times):
-            mq = self._select(info, avoid)
+        first = 0
+        if failed is not None:
+            if isinstance(failed, BrokerError) and failed.code not in RETRY_CODES:
+                raise failed
+            last, avoid, mq, first = failed, mq.broker_name, None, 1
+        for _ in range(first, 1 + self.retry_times):
+            if mq is None:
+                mq = self._select(info, avoid)
             try:
                 link = None if info.via_default else self.links.get(mq.broker_name)
                 if link is not None:
@@ -535,7 +546,7 @@ class Producer(ProducerBase):
             except (RemotingError, BrokerError, StaleSegment) as e:
                 if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
                     raise
-                last, avoid = e, mq.broker_name
+                last, avoid, mq = e, mq.broker_name, None
         raise last
 
     def _batch_body(self, msgs: list[Message]) -> tuple[bytes, bytes | str]:
@@ -550,10 +561,10 @@ class Producer(ProducerBase):
             head = _tags_head(tags) if tags else b""
             r = None
             if head is not None and _sendable(topic):
-                r = hot_encode_batch(_UNIQ_ADDR, msgs, head, self.max_message_size)
-                while r == lib.SHMQ_EMONTH:
-                    _UNIQ.roll()
-                    r = hot_encode_batch(_UNIQ_ADDR, msgs, head, self.max_message_size)
+                if len(self._sendable) >= 4096:  # the topics checked (_wire's): send_batch_plain's too
+                    self._sendable.clear()
+                self._sendable.add(topic)
+                r = encode_plain_batch(msgs, head, self.max_message_size)
             if r is not None and r.__class__ is not int:
                 return r
         entries, ids = [], []

@@ -10,8 +10,9 @@ whose C base is ``MessageBase`` (hot_message.c), and ``ExtBase`` MessageExt's C 
 fields, hot_ext.c); ``SendResult`` is C (hot_result.c), and
 ``bind_result`` gives it SEND_OK and the offset msgId's formatter. ``RemotingSends``
 is the broker worker's C path for plain TCP sends (``shmq.native._rsend``, remoting_send.c),
-made with ``PUT_ADDRESS``, the address of ``shmq_put``; its batches (remoting_batch.c) with
-``PUT_BATCH_ADDRESS`` and ``BATCH_PHYS_ADDRESS`` (``shmq_put_batch``, ``shmq_batch_phys``)."""
+made with ``PUT_ADDRESS``, the address of ``shmq_put_try`` (``shmq_put`` with its try_lock); its
+batches (remoting_batch.c) with ``PUT_BATCH_ADDRESS`` and ``BATCH_PHYS_ADDRESS``
+(``shmq_put_batch_try``, ``shmq_batch_phys``)."""
 from shmq.native import _hot
 from shmq.native._rsend import Sends as RemotingSends
 from shmq.native._core import ffi, lib
@@ -38,8 +39,8 @@ bind_ext = _hot.bind_ext
 bind_result = _hot.bind_result
 SendResult = _hot.SendResult
 ProducerBase = _hot.ProducerBase
-PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put")))
-PUT_BATCH_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_batch")))
+PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_try")))
+PUT_BATCH_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_batch_try")))
 BATCH_PHYS_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_batch_phys")))
 
 __all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "hot_records", "read_queue", "read_raw",

@@ -38,6 +38,12 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
 int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *meta,
                    const uint8_t *batch, uint32_t batch_len,
                    const uint8_t *extra_props, uint32_t extra_len, shmq_result *out);
+/* shmq_put / shmq_put_batch with try_lock (1: SHMQ_EBUSY, nothing written, rather than sleeping
+ * on a held lock): the worker's C send path, which tries them holding the GIL (remoting_send.c) */
+int shmq_put_try(shmq_writer *w, uint32_t slot, const shmq_meta *meta, const uint8_t *body, uint32_t body_len,
+                 const uint8_t *props, uint32_t props_len, shmq_result *out, int try_lock);
+int shmq_put_batch_try(shmq_writer *w, uint32_t slot, const shmq_meta *meta, const uint8_t *batch, uint32_t batch_len,
+                       const uint8_t *extra_props, uint32_t extra_len, shmq_result *out, int try_lock);
 /* the commit-log offsets of the count records an appended batch body made (the first at first) */
 int shmq_batch_phys(const uint8_t *batch, uint32_t batch_len, uint32_t topic_len, uint32_t extra_len,
                     int64_t first, uint32_t count, int64_t *phys);

@@ -152,6 +152,11 @@ int shmq_put(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b
     return put_one(w, slot, m, body, blen, props, plen, out, 0, NULL, 0);
 }
 
+int shmq_put_try(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *body, uint32_t blen,
+                 const uint8_t *props, uint32_t plen, shmq_result *out, int try_lock) {
+    return put_one(w, slot, m, body, blen, props, plen, out, try_lock, NULL, 0);
+}
+
 /* ================================================================= batch append == */
 /* entry k; *at is the MessageBatch cursor (advanced past the entry) */
 static inline void batch_next(const batch_src *s, uint32_t k, uint32_t *at, batch_entry *e) {

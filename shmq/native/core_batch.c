@@ -73,6 +73,11 @@ int shmq_put_batch(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint
     return put_encoded_batch(w, slot, m, b, n, extra, extra_len, out, 0, NULL);
 }
 
+int shmq_put_batch_try(shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b, uint32_t n,
+                       const uint8_t *extra, uint32_t extra_len, shmq_result *out, int try_lock) {
+    return put_encoded_batch(w, slot, m, b, n, extra, extra_len, out, try_lock, NULL);
+}
+
 /* The commit-log offsets of the count records an appended MessageBatch body b made (the body
  * shmq_put_batch took with extra_len bytes of extra, to a queue whose topic is topic_len bytes),
  * the first at first: the records are contiguous (put_batch places the whole batch in one file),

@@ -160,19 +160,23 @@ uint32_t java_hash_cont(uint32_t h, const uint8_t *s, size_t n) {
 int32_t shmq_java_hash(const uint8_t *s, size_t n) { return (int32_t)java_hash_cont(0, s, n); }
 
 /* The ConsumeQueue tag code: hashCode of the TAGS property, 0 when absent or empty.
- * Properties are "name\1value\2name\1value" with an optional trailing \2. */
+ * Properties are "name\1value\2name\1value" with an optional trailing \2; a name that a \2
+ * ends before any \1 is no pair, and is skipped. The separators are found with memchr (glibc's
+ * vector scan): a byte-by-byte walk cost ~6 instructions a byte, ~250 for a message's UNIQ_KEY
+ * pair alone, on every append whose tag comes from its properties (each entry of a TCP batch). */
 int64_t shmq_tag_code_of_props(const uint8_t *p, size_t n) {
-    size_t i = 0;
-    while (i < n) {
-        size_t name = i;
-        while (i < n && p[i] != SHMQ_NAME_VALUE_SEP && p[i] != SHMQ_PROPERTY_SEP) i++;
-        if (i >= n || p[i] == SHMQ_PROPERTY_SEP) { i++; continue; }
-        size_t name_len = i - name;
-        size_t val = ++i;
-        while (i < n && p[i] != SHMQ_PROPERTY_SEP) i++;
-        if (name_len == SHMQ_PROP_LEN(SHMQ_PROP_TAGS) && memcmp(p + name, SHMQ_PROP_TAGS, name_len) == 0)
-            return i > val ? (int64_t)shmq_java_hash(p + val, i - val) : 0;
-        i++;
+    const uint8_t *q = p, *e = p + n, *sep = NULL;
+    int looked = 0;  /* sep: the first \1 at or after q, once looked for (NULL: none is left) */
+    while (q < e) {
+        if (!looked || (sep && sep < q)) sep = memchr(q, SHMQ_NAME_VALUE_SEP, (size_t)(e - q)), looked = 1;
+        const uint8_t *stop = memchr(q, SHMQ_PROPERTY_SEP, (size_t)((sep ? sep : e) - q));
+        if (stop) { q = stop + 1; continue; }  /* no value: not a pair */
+        if (!sep) return 0;
+        const uint8_t *val = sep + 1, *ve = memchr(val, SHMQ_PROPERTY_SEP, (size_t)(e - val));
+        if (!ve) ve = e;
+        if ((size_t)(sep - q) == SHMQ_PROP_LEN(SHMQ_PROP_TAGS) && memcmp(q, SHMQ_PROP_TAGS, (size_t)(sep - q)) == 0)
+            return ve > val ? (int64_t)shmq_java_hash(val, (size_t)(ve - val)) : 0;
+        q = ve + 1;
     }
     return 0;
 }

@@ -147,105 +147,26 @@ out:
 }
 
 /* ---- the broker's own SUCCESS answer, matched against its template ------------------------- */
-/* The pieces (protocol/send_answer.py's answer_pieces: the header this broker writes, cut at its
- * msgId, queueId, queueOffset and opaque) once bound; an answer whose header is exactly
- *
- *   piece0 msgId piece1 queueId piece2 queueOffset piece3 opaque piece4
- *
- * (the three strings of bytes 0x20-0x7F but a quote or a backslash, as the scanner's strings; the opaque
- * an integer as the scanner reads one) says what the scanner would read of it: bind_template
- * scans a sample made from the pieces and binds them only when it reads code 0, the response
- * flag, extFields, each of msgId / queueId / queueOffset once with the sample's values, no key
- * success_fields refuses, and the sample's opaque; so a match is read as the scanner reads it
- * without the scan (most of an answer's cost). Anything else is scanned as before. */
+/* send_answer.h's sa_template (what a match says, and why it is read as the scanner reads it) */
 static PyObject *tpl_obj;
-static span tpl[5];
-static const span tpl_keys[3] = {{(const uint8_t *)"msgId", 5, 1}, {(const uint8_t *)"queueId", 7, 1},
-                                 {(const uint8_t *)"queueOffset", 11, 1}};
-
-/* a string value's bytes up to its closing quote, as rh_str takes them without a scratch */
-static int tpl_string(const uint8_t **p, const uint8_t *e, span *v) {
-    const uint8_t *q = *p;
-    while (q < e && *q != '"') {
-        if (*q < 0x20 || *q > 0x7F || *q == '\\') return -1;
-        q++;
-    }
-    v->p = *p, v->n = (uint32_t)(q - *p), v->set = 1;
-    *p = q;
-    return 0;
-}
-
-static int tpl_lit(const uint8_t **p, const uint8_t *e, int i) {
-    if ((size_t)(e - *p) < tpl[i].n || memcmp(*p, tpl[i].p, tpl[i].n)) return -1;
-    *p += tpl[i].n;
-    return 0;
-}
+static sa_template tpl;
 
 /* the header h of a frame (after its length word; n bytes) when it is the template: 0, or -1 */
 static int tpl_header(const char *f, Py_ssize_t n, header *h) {
-    uint32_t hl;
-    if (!tpl_obj || rh_frame((const uint8_t *)f, (size_t)n, &hl) || (Py_ssize_t)hl != n - 4) return -1;
-    const uint8_t *p = (const uint8_t *)f + 4, *e = p + hl;
-    span v[3];
-    for (int i = 0; i < 3; i++)
-        if (tpl_lit(&p, e, i) || tpl_string(&p, e, &v[i])) return -1;
-    if (tpl_lit(&p, e, 3)) return -1;
-    rh_cur c = {p, e, NULL, 0};
-    if (rh_int(&c, &h->opaque, NULL)) return -1;
-    p = c.p;
-    if (tpl_lit(&p, e, 4) || p != e) return -1;
-    h->code = 0, h->flag = 1, h->has_ext = 1, h->n_ext = 3;
-    for (int i = 0; i < 3; i++) h->key[i] = tpl_keys[i], h->val[i] = v[i];
-    return 0;
+    return tpl_obj ? sa_template_header(&tpl, f, n, h) : -1;
 }
 
 /* bind_template(pieces): the 5 pieces of the broker's SUCCESS answer header (None: none);
- * ValueError (the binding before kept) when the scanner does not read a sample of them as the
- * comment above says */
+ * ValueError (the binding before kept) when the scanner does not read them as an answer */
 static PyObject *a_bind_template(PyObject *self, PyObject *pieces) {
     if (pieces == Py_None) {  /* (the tests: every answer scanned) */
         Py_CLEAR(tpl_obj);
         Py_RETURN_NONE;
     }
-    if (!PyTuple_CheckExact(pieces) || PyTuple_GET_SIZE(pieces) != 5) {
-        PyErr_SetString(PyExc_TypeError, "bind_template(5 bytes)");
-        return NULL;
-    }
-    span t[5];
-    Py_ssize_t total = 0;
-    for (int i = 0; i < 5; i++) {
-        PyObject *b = PyTuple_GET_ITEM(pieces, i);
-        if (!PyBytes_CheckExact(b)) { PyErr_SetString(PyExc_TypeError, "bind_template(5 bytes)"); return NULL; }
-        t[i].p = (const uint8_t *)PyBytes_AS_STRING(b), t[i].n = (uint32_t)PyBytes_GET_SIZE(b), t[i].set = 1;
-        total += PyBytes_GET_SIZE(b);
-    }
-    /* the sample: msgId "AB", queueId "7", queueOffset "9", opaque -5 */
-    static const char *vals[4] = {"AB", "7", "9", "-5"};
-    char *f = PyMem_Malloc((size_t)total + 16);
-    if (!f) return PyErr_NoMemory();
-    Py_ssize_t at = 4;
-    for (int i = 0; i < 5; i++) {
-        memcpy(f + at, t[i].p, t[i].n), at += t[i].n;
-        if (i < 4) memcpy(f + at, vals[i], strlen(vals[i])), at += (Py_ssize_t)strlen(vals[i]);
-    }
-    uint32_t hl = (uint32_t)(at - 4);
-    f[0] = (char)(hl >> 24), f[1] = (char)(hl >> 16), f[2] = (char)(hl >> 8), f[3] = (char)hl;
-    header h;
-    Py_ssize_t body;
-    span mid;
-    int64_t off;
-    int ok = hl < (1u << 24) && !frame_header(f, at, &h, &body, NULL) && !body && h.code == 0 && (h.flag & 1) &&
-             h.has_ext && h.opaque == -5 && !success_fields(&h, 7, &mid, &off) && off == 9 && mid.n == 2 &&
-             !memcmp(mid.p, "AB", 2);
-    for (int k = 0; ok && k < 3; k++) {  /* each once: a literal repeat would win over the slot */
-        int seen = 0;
-        for (int i = 0; i < h.n_ext; i++) seen += h.key[i].n == tpl_keys[k].n && !memcmp(h.key[i].p, tpl_keys[k].p, tpl_keys[k].n);
-        ok = seen == 1;
-    }
-    PyMem_Free(f);
-    if (!ok) return PyErr_Format(PyExc_ValueError, "bind_template: the scanner does not read these pieces as an answer");
+    sa_template t;
+    if (sa_template_of(pieces, &t)) return NULL;
     Py_XSETREF(tpl_obj, Py_NewRef(pieces));
-    memcpy(tpl, t, sizeof t);
+    tpl = t;
     Py_RETURN_NONE;
 }
 

@@ -92,10 +92,7 @@ int rb_frame(Sends *s, const header *h, const int64_t *v, const qentry *e, const
     m.born_port = bport;
     m.tag_mode = SHMQ_TAG_FROM_PROPS;
     shmq_result r;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = s->put_batch(s->w, slot, &m, b, n, xp, xn, &r);
-    Py_END_ALLOW_THREADS
+    int rc = rs_append(s->put_batch, s->w, slot, &m, b, n, xp, xn, &r);
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
     if (oneway) return r.count;

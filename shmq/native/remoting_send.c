@@ -27,8 +27,8 @@
  * broker's CLUSTER pair appended); PLAIN is classify's quick filter (no transaction type in the
  * sysFlag, no "DELAY\1", "TRAN_MSG\1" or "TIMER_" in the text; the names are layout.h's).
  *
- * The GIL is released around each append only: the append may wait for the store's lock, which
- * another process holds.
+ * The GIL is released only while an append waits for the store's lock, which another process
+ * holds (remoting_send.h's rs_append: the lock is tried with it held first).
  */
 #include <string.h>
 #include "remoting_send.h"
@@ -180,7 +180,7 @@ static void put_text(Sends *s, const char *t, size_t n) {
  * own opaque literal between them */
 int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff, const span *opaque) {
     char q[24], o[24];
-    int ql = rs_dec(q, qid), ol = rs_dec(o, (long long)qoff);
+    int ql = (int)sf_put_int(q, qid), ol = (int)sf_put_int(o, (long long)qoff);
     size_t fixed = 0;
     for (int i = 0; i <= A_N; i++) fixed += (size_t)PyBytes_GET_SIZE(PyTuple_GET_ITEM(s->tpl, i));
     size_t hl = fixed + id_len + (size_t)ql + (size_t)ol + (opaque->set ? opaque->n : 1);
@@ -268,10 +268,7 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     m.reconsume_times = (int32_t)v[K_RECONSUME];
     m.tag_mode = SHMQ_TAG_FROM_PROPS;
     shmq_result r;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = s->put(s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
-    Py_END_ALLOW_THREADS
+    int rc = rs_append(s->put, s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
     if (h.flag & s->f_oneway) return 1;

@@ -11,10 +11,12 @@
 #include <Python.h>
 #include "core.h"
 #include "remoting_header.h"
+#include "send_frame.h"
 
-/* shmq_put and shmq_put_batch, shmq_batch_phys (core.h), called through the addresses cffi gives */
+/* shmq_put_try and shmq_put_batch_try, shmq_batch_phys (core.h), called through the addresses
+ * cffi gives */
 typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
-                      uint32_t, shmq_result *);
+                      uint32_t, shmq_result *, int);
 typedef int (*phys_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, int64_t, uint32_t, int64_t *);
 
 /* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
@@ -100,6 +102,23 @@ typedef struct {
     int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
 } header;
 
+/* One append through put (s->put or s->put_batch): tried first with the GIL held, the store's
+ * lock taken only if it is free (or frees within the core's spin), since it nearly always is and
+ * the GIL's release and retake around a ~1 us append (its mutex, condition variable and thread
+ * state, ~1,500 instructions a request) cost more than the append; a lock another writer holds
+ * (SHMQ_EBUSY: nothing written) is then waited for with the GIL released, as before. With the GIL
+ * held the append does only bounded local work (hot_send.c says which), never a wait. */
+static inline int rs_append(put_fn put, shmq_writer *w, uint32_t slot, const shmq_meta *m, const uint8_t *b,
+                            uint32_t n, const uint8_t *props, uint32_t plen, shmq_result *r) {
+    int rc = put(w, slot, m, b, n, props, plen, r, 1);
+    if (rc == SHMQ_EBUSY) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = put(w, slot, m, b, n, props, plen, r, 0);
+        Py_END_ALLOW_THREADS
+    }
+    return rc;
+}
+
 /* remoting_send.c: room for ``more`` bytes after s->out_len in s->out; 0 or -1 (out of memory) */
 int rs_out_reserve(Sends *s, size_t more);
 /* remoting_send.c: one SUCCESS answer into s->out (msgId text, queue id, queue offset, the
@@ -114,14 +133,23 @@ static inline uint32_t rs_fnv(uint32_t h, const uint8_t *p, uint32_t n) {
 }
 
 /* The offset msgId of the record at phys, written at out: the store's prefix (host and port,
- * as msgid.py's offset id begins) then phys as 16 upper-case hex digits; its length. One writer
- * for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
+ * as msgid.py's offset id begins) then phys as 16 upper-case hex digits, two a step from a
+ * table (a digit a step was ~140 instructions an id: 32 of them in a batch's answer); its
+ * length. One writer for a send's answer (remoting_send.c) and a batch's ids (remoting_batch.c). */
 static inline size_t rs_offset_id(const Sends *s, char *out, int64_t phys) {
-    static const char hex[] = "0123456789ABCDEF";
+    static const char hex2[] =
+        "000102030405060708090A0B0C0D0E0F101112131415161718191A1B1C1D1E1F"
+        "202122232425262728292A2B2C2D2E2F303132333435363738393A3B3C3D3E3F"
+        "404142434445464748494A4B4C4D4E4F505152535455565758595A5B5C5D5E5F"
+        "606162636465666768696A6B6C6D6E6F707172737475767778797A7B7C7D7E7F"
+        "808182838485868788898A8B8C8D8E8F909192939495969798999A9B9C9D9E9F"
+        "A0A1A2A3A4A5A6A7A8A9AAABACADAEAFB0B1B2B3B4B5B6B7B8B9BABBBCBDBEBF"
+        "C0C1C2C3C4C5C6C7C8C9CACBCCCDCECFD0D1D2D3D4D5D6D7D8D9DADBDCDDDEDF"
+        "E0E1E2E3E4E5E6E7E8E9EAEBECEDEEEFF0F1F2F3F4F5F6F7F8F9FAFBFCFDFEFF";
     memcpy(out, s->prefix, s->prefix_len);
     char *d = out + s->prefix_len;
     uint64_t x = (uint64_t)phys;
-    for (int i = 15; i >= 0; i--, x >>= 4) d[i] = hex[x & 15];
+    for (int i = 14; i >= 0; i -= 2, x >>= 8) memcpy(d + i, hex2 + 2 * (x & 0xFF), 2);
     return s->prefix_len + 16;
 }
 
@@ -136,18 +164,10 @@ PyObject *rp_clear_method(Sends *s, PyObject *unused);
 PyObject *rp_due(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);  /* Sends.due (static): pull_hold's scan */
 void rp_free(Sends *s);
 
-/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length. One writer
- * of the numbers the C answers carry (snprintf's format parsing cost more than the rest of a
- * pull's answer). */
-static inline int rs_dec(char *out, long long x) {
-    char t[20];
-    int n = 0, k = 0;
-    unsigned long long u = x < 0 ? 0ULL - (unsigned long long)x : (unsigned long long)x;
-    do { t[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    if (x < 0) out[k++] = '-';
-    while (n) out[k++] = t[--n];
-    return k;
-}
+/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length: the one C
+ * decimal writer, send_frame.h's sf_put_int (snprintf's format parsing cost more than the rest
+ * of a pull's answer), under the name remoting_pull.c calls */
+static inline int rs_dec(char *out, long long x) { return (int)sf_put_int(out, x); }
 
 /* remoting_batch.c */
 /* a checked SEND_BATCH_MESSAGE (plain_send's checks passed, to the learnt queue e; v: its

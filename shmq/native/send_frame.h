@@ -1,8 +1,10 @@
 /*
  * shmq/native/send_frame.h -- the one C writer of a plain send's frame (SEND_MESSAGE_V2 or
  * SEND_BATCH_MESSAGE) from its queue's template, header-only: native/hot_oneway.c (the oneway
- * lane) and native/sync_send.c (a sync send) each compile it in, and native/pull_answer.c its
- * frame prefix and decimal writers for a PULL's frame. Include it after Python.h.
+ * lane) and native/sync_send.c (a sync send) each compile it in, native/pull_answer.c its
+ * frame prefix and decimal writers for a PULL's frame, and the worker's C path
+ * (native/remoting_send.h) its decimal writer for the numbers its answers carry. Include it
+ * after Python.h.
  *
  * The template is ``protocol.headers.SendFrame.pieces``: the six literal byte strings of the one
  * JSON encoder's header around the slots sysflag, born ms, flag, properties, opaque, so the

@@ -11,7 +11,8 @@
  * sends it, waits for the answer with the GIL released (polling up to ``spin`` seconds before it
  * blocks, as SyncRemotingClient's spin_us; then asleep in the recv itself when the socket is in
  * blocking mode, ``block``, else in poll), reads it with the async answers' reader
- * (send_answer.h) and returns the SendResult. The socket is the SyncRemotingClient's own, used
+ * (send_answer.h: this broker's own answer matched against its template, any other scanned) and
+ * returns the SendResult. The socket is the SyncRemotingClient's own, used
  * by one thread, one request at a time.
  *
  * Every answer it does not read exactly as send_result would -- a refusal, a binary or escaped
@@ -36,6 +37,8 @@ enum { ST_EMONTH = 1, ST_UNSUPPORTED = 2 };
 #define FRAME_STACK 4096   /* frames up to this are built on the stack */
 
 static PyObject *result_type, *send_ok;
+static PyObject *tpl_obj;  /* the broker's SUCCESS answer pieces (send_answer.h's sa_template), or NULL */
+static sa_template tpl;
 
 static double now_s(void) {
     struct timespec ts;
@@ -81,7 +84,9 @@ static int find_answer(const char *buf, size_t n, int64_t opaque, header *h, Py_
     while (n - pos >= 4) {
         size_t total = rh_be32((const uint8_t *)buf + pos);
         if (total < 4 || total > n - pos - 4) return total < 4 || total > ANSWER_BUF ? -1 : 0;
-        if (frame_header(buf + pos + 4, (Py_ssize_t)total, h, body, NULL)) return -1;
+        /* this broker's own SUCCESS answer is matched against its template, not scanned */
+        if (tpl_obj && !sa_template_header(&tpl, buf + pos + 4, (Py_ssize_t)total, h)) *body = 0;
+        else if (frame_header(buf + pos + 4, (Py_ssize_t)total, h, body, NULL)) return -1;
         if ((h->flag & 1) && h->opaque == opaque) return pos + 4 + total == n ? 1 : -1;
         pos += 4 + total;  /* not the answer: a request from the broker, dropped as in Python */
     }
@@ -265,6 +270,20 @@ static PyObject *s_bind(PyObject *self, PyObject *args) {
     return r;
 }
 
+/* bind_template(pieces or None): the broker's SUCCESS answer header (protocol/send_answer.py's
+ * answer_pieces), matched before an answer is scanned; None: every answer scanned (the tests) */
+static PyObject *s_bind_template(PyObject *self, PyObject *pieces) {
+    if (pieces == Py_None) {
+        Py_CLEAR(tpl_obj);
+        Py_RETURN_NONE;
+    }
+    sa_template t;
+    if (sa_template_of(pieces, &t)) return NULL;
+    Py_XSETREF(tpl_obj, Py_NewRef(pieces));
+    tpl = t;
+    Py_RETURN_NONE;
+}
+
 /* the tests' view: find_answer over bytes -> (1, code, opaque, body) / 0 / -1 */
 static PyObject *s_find(PyObject *self, PyObject *args) {
     Py_buffer b;
@@ -283,6 +302,8 @@ static PyMethodDef methods[] = {
     {"call", (PyCFunction)(void (*)(void))s_call, METH_FASTCALL,
      "call(fd, pieces, sysflag, flag, tags, body, uniq, opaque, timeout, spin, mq[, block])"},
     {"find", (PyCFunction)s_find, METH_VARARGS, "find(data, opaque): the answer reader's verdict"},
+    {"bind_template", (PyCFunction)s_bind_template, METH_O,
+     "bind_template(answer_pieces() or None): the broker's SUCCESS answer, matched before it is scanned"},
     {NULL, NULL, 0, NULL},
 };
 

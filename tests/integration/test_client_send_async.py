@@ -12,6 +12,7 @@ import pytest
 
 from shmq import Message, Producer, SendStatus
 from shmq.client.message import MessageQueue
+from shmq.client.remote_send import AsyncSend
 from shmq.client.route import TopicPublishInfo
 from shmq.errors import InvalidMessage, RemotingError
 from shmq.protocol.command import decode_command, encode_command
@@ -54,6 +55,9 @@ def test_pipelined_batches_and_async_sends_each_get_their_own_result_once(namesr
     with Producer("pg-async", namesrv.addr, local="never") as p:
         futs = [p.send_batch_async([Message("TA", b"b%d-%d" % (k, i), tags="t") for i in range(32)],
                                    callback=calls.cb(("b", k))) for k in range(12)]
+        # each in flight on the connection, none sent and waited for by the caller (the sync
+        # send_batch's first try, sync_send.send_batch_plain, is not send_batch_async's)
+        assert all(f.__class__ is AsyncSend for f in futs)
         singles = [p.send_async(Message("TA", b"s%d" % k, keys=f"k{k}"), callback=calls.cb(("s", k)))
                    for k in range(50)]
         results = [f.result(20) for f in futs]

@@ -82,6 +82,35 @@ def test_tag_code_is_java_hashcode():
     assert lib.shmq_java_hash(g, len(g)) == 0xD83D * 31 + 0xDE00
 
 
+
+def _tag_code_walk(p: bytes) -> int:
+    """The pair walk shmq_tag_code_of_props makes (as its byte-by-byte C form was): a name a \x02
+    ends before any \x01 is skipped; the first TAGS pair's value hashed, 0 when empty or absent."""
+    i, n = 0, len(p)
+    while i < n:
+        name = i
+        while i < n and p[i] not in (1, 2):
+            i += 1
+        if i >= n or p[i] == 2:
+            i += 1
+            continue
+        key = p[name:i]
+        val = i = i + 1
+        while i < n and p[i] != 2:
+            i += 1
+        if key == b"TAGS":
+            return lib.shmq_java_hash(p[val:i], i - val) if i > val else 0
+        i += 1
+    return 0
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.sampled_from([b"\x01", b"\x02", b"TAGS", b"T", b"x", b"UNIQ_KEY", b"AB"]), max_size=12))
+def test_tag_code_of_props_is_the_pair_walk(parts):
+    """shmq_tag_code_of_props (memchr to the separators) reads every text as the pair walk does."""
+    p = b"".join(parts)
+    assert lib.shmq_tag_code_of_props(p, len(p)) == _tag_code_walk(p)
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(alphabet=st.sampled_from("aZ09#_-é日😀"), max_size=70) | st.text(max_size=70))
 def test_c_java_hash_matches_the_python_one(s):

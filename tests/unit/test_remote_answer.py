@@ -147,6 +147,23 @@ def test_every_cut_and_damage_of_a_header_is_read_as_decode_command_or_refused(e
     assert read > 100
 
 
+
+@pytest.mark.parametrize("escapes", [False, True])
+def test_long_strings_are_read_as_decode_command_reads_them_or_refused(escapes):
+    """The scanner's 16-byte steps (remoting_header.h rh_stop): a value of 0-69 bytes holding one
+    byte of each kind at each place (a control byte, 0x7f, non-ASCII, an escape, a lone
+    backslash), as a key's value and as a remark, is read exactly or refused; a plain one is read."""
+    for n in range(70):
+        plain = raw(b'{"code":0,"flag":1,"opaque":5,"remark":"%s","extFields":{"msgId":"%s"}}' % (b"a" * n, b"c" * n))
+        assert _answer.decode(plain, escapes) == py_fields(plain)
+        for at in range(n):
+            for bad in (b"\x01", b"\x1f", b"\x7f", b"\x80", b"\xff", b"\\n", b"\\u0001", b"\\"):
+                v = b"a" * at + bad + b"b" * (n - at - 1)
+                frame = raw(b'{"code":0,"flag":1,"opaque":5,"remark":"%s","extFields":{"msgId":"%s"}}' % (v, v))
+                c = _answer.decode(frame, escapes)
+                if c is not None:
+                    assert c == py_fields(frame), frame
+
 def test_the_brokers_answers_are_read_in_c_as_in_python():
     for frame in (answer(1), answer(0x7FFFFFFF, 3, 0), answer(77, 0, 10**15), answer(5, code=14, remark="busy"),
                   answer(6, ext={}), answer(7, ext={"msgId": MID, "queueId": "2", "queueOffset": "9",

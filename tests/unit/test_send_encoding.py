@@ -6,7 +6,8 @@ the Python path, which raises the precise error."""
 import pytest
 
 from shmq.client.message import Message
-from shmq.client.producer import _UNIQ_ADDR, Producer
+from shmq.client.producer import Producer
+from shmq.client.sync_send import _UNIQ_ADDR
 from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge
 from shmq.message.batch import decode_batch, encode_batch
 from shmq.native import hot_encode_batch

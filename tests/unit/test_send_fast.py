@@ -369,3 +369,55 @@ def test_a_full_table_starts_again_and_keeps_serving(tmp_path):
 
     n, consumed, learnt, size = asyncio.run(main())
     assert n > 1000 and learnt == [("T", 1)] and consumed == size
+
+
+def test_a_held_store_lock_is_waited_for_without_the_gil(tmp_path):
+    """The C path tries the store's lock holding the GIL; held by another writer, it waits for it
+    with the GIL released (remoting_send.h rs_append): here a Python thread of this process frees
+    it meanwhile (it could not, were the GIL held), and the send is then stored and answered."""
+    import threading
+    import time
+
+    from shmq.native import lib
+
+    async def main():
+        w = _Worker(tmp_path / "held")
+        handlers, fp = dispatch.build(w)
+        t = _Transport()
+        conn = Connection(handlers, Limits())
+        taken = []
+
+        def counting(conn, data, pos):
+            before = w.stats["put"]
+            r = fp(conn, data, pos)
+            taken.append(w.stats["put"] - before)
+            return r
+
+        conn.fast = counting
+        conn.connection_made(t)
+        conn.data_received(_send(1))  # learnt by the Python path
+        for _ in range(5):
+            await asyncio.sleep(0.001)
+        lock = w.store.cb.ctl.lock
+        lock.word = lib.shmq_self_token()  # a live holder: this process, not its writer's append
+        freed = []
+
+        def free():
+            time.sleep(0.05)
+            freed.append(lock.word)
+            lock.word = 0
+
+        th = threading.Thread(target=free)
+        th.start()
+        conn.data_received(_send(2))  # the C path: waits for the lock, the GIL released
+        th.join(5)
+        conn._flush()
+        out = bytes(t.out)
+        stats = dict(w.stats)
+        w.store.close()
+        return out, stats, freed, sum(taken)
+
+    out, stats, freed, taken = asyncio.run(main())
+    assert freed and freed[0] != 0  # the lock was still held when the thread freed it
+    assert stats["put"] == 2 and out.count(b'"code":0,') == 2
+    assert taken == 1  # the second send, by the C path

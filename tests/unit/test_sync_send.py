@@ -206,3 +206,42 @@ def test_a_large_body_and_a_large_frame_before_the_answer():
         c.close()
         ls.close()
         t.join(5)
+
+
+def _own(msg_id: bytes, qid: bytes = b"3", qoff: bytes = b"41", opaque: bytes = b"77"):
+    """This broker's SUCCESS answer as its C path writes it: answer_pieces around the values."""
+    from shmq.protocol.send_answer import answer_pieces
+    p = answer_pieces()
+    h = p[0] + msg_id + p[1] + qid + p[2] + qoff + p[3] + opaque + p[4]
+    return lambda req: struct.pack(">II", 4 + len(h), len(h)) + h
+
+
+@pytest.mark.parametrize("answer", [
+    _own(b"7F0000010000ABCD"), _own(b",".join(b"7F00000100002A9F%016X" % k for k in range(32))),
+    _own(b"7F0000010000ABCD", qid=b"2"), _own(b"a\\\"b"), _own(b"x\x01y"), _own(b"M", opaque=b"077"),
+    _own(b"M", qoff=b"-1"), _own(b"M", qoff=b"12345678901234567890"),
+])
+def test_the_brokers_own_answer_is_read_by_its_template_as_the_scanner_reads_it(answer):
+    """sync_send binds answer_pieces (send_answer.h's sa_template): a match is read without the
+    scan, and gives what the scanner gives (and send_result after it) for every answer."""
+    from shmq.protocol.send_answer import answer_pieces
+    try:
+        _sync.bind_template(None)
+        scanned = _exchange(answer, uniq="U" * 32)
+        _sync.bind_template(answer_pieces())
+        matched = _exchange(answer, uniq="U" * 32)
+    finally:
+        _sync.bind_template(answer_pieces())
+    assert repr(matched[0]) == repr(scanned[0])
+    if matched[0].__class__ is SendResult:
+        assert repr(matched[0]) == repr(send_result(decode_command(matched[2][4:]), MQ, "U" * 32))
+
+
+def test_a_setting_changed_drops_the_batch_templates_cached():
+    """send_batch_plain's cached batch templates (Producer._batch_routes) are made with the
+    producer's settings (create_topic_key, ...): set any attribute and they are made anew, as
+    the LaneState is."""
+    p = Producer("pg-cache", local="never")
+    p._batch_routes["T"] = ("info", [])
+    p.create_topic_key = "OtherKey"
+    assert p._batch_routes == {} and p._lane_state is None
