@@ -100,7 +100,7 @@ static size_t found_frame(const rp_state *p, const qr_read *r, long long opaque,
     int vl[4];
     long long x[4] = {r->next, r->mn, r->mx, opaque};
     size_t hl = p->tpl_fixed;
-    for (int i = 0; i < 4; i++) hl += (size_t)(vl[i] = rs_dec(v[i], x[i]));
+    for (int i = 0; i < 4; i++) hl += (size_t)(vl[i] = (int)sf_put_int(v[i], x[i]));  /* send_frame.h: the one C decimal writer */
     if (w == NULL) return 8 + hl + (size_t)r->total;
     uint32_t total = (uint32_t)(4 + hl + (size_t)r->total), mark = (uint32_t)hl;
     for (int i = 0; i < 4; i++) { w[i] = (uint8_t)(total >> (24 - 8 * i)); w[4 + i] = (uint8_t)(mark >> (24 - 8 * i)); }

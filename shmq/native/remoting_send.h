@@ -164,11 +164,6 @@ PyObject *rp_clear_method(Sends *s, PyObject *unused);
 PyObject *rp_due(PyObject *unused, PyObject *const *args, Py_ssize_t nargs);  /* Sends.due (static): pull_hold's scan */
 void rp_free(Sends *s);
 
-/* x in decimal at out (at most 20 bytes), as Python's str(int) writes it; its length: the one C
- * decimal writer, send_frame.h's sf_put_int (snprintf's format parsing cost more than the rest
- * of a pull's answer), under the name remoting_pull.c calls */
-static inline int rs_dec(char *out, long long x) { return (int)sf_put_int(out, x); }
-
 /* remoting_batch.c */
 /* a checked SEND_BATCH_MESSAGE (plain_send's checks passed, to the learnt queue e; v: its
  * integer fields) whose body is b[0..n): the messages stored (answered unless oneway), 0 (the
