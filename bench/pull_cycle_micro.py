@@ -80,15 +80,38 @@ class _Transport:
     def close(self) -> None: ...
 
 
-async def cycles(answers_: list[bytes]) -> None:
-    import operator
-    from shmq import ConsumeResult, PushConsumer
-    from shmq.client import tcp_pull
+def _consumer(conn, listener, selector):
+    """A started PushConsumer of group G on topic T whose one queue (broker b, queue 0) is pulled
+    over ``conn``, its one consume thread handed over through ``selector``: (consumer, pool,
+    ProcessQueue); the caller starts the queue's TcpPull."""
+    from shmq import PushConsumer
     from shmq.client.consumer_core import ProcessQueue
-    from shmq.client.handoff import ConsumePool, HandoffSelector
+    from shmq.client.handoff import ConsumePool
     from shmq.client.instance import ClientInstance
     from shmq.client.message import MessageQueue
     from shmq.client.offset_store import RemoteOffsetStore
+    c = PushConsumer("G", namesrv="127.0.0.1:1", consume_batch_size=32)
+    c.subscribe("T", "*")
+    c.on_message(listener)
+    client = SimpleNamespace(rpc_hook=None)
+
+    async def connect(addr):
+        return client, conn
+    inst = SimpleNamespace(broker_addrs={"b": {0: "127.0.0.1:1"}}, _unreachable={}, connect=connect)
+    inst.read_addr = ClientInstance.read_addr.__get__(inst)
+    c.instance, c._running, c._inline, c._gated = inst, True, False, False
+    c.offsets = RemoteOffsetStore(inst, "G")
+    c._pool = pool = ConsumePool(1, "micro", selector, threading.current_thread())
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    c.pqs[pq.mq] = pq
+    return c, pool, pq
+
+
+async def cycles(answers_: list[bytes]) -> None:
+    import operator
+    from shmq import ConsumeResult
+    from shmq.client import tcp_pull
+    from shmq.client.handoff import HandoffSelector
     from shmq.client.remote_send import answers
     from shmq.native import lib
     from shmq.protocol.transport import Connection, Limits
@@ -101,20 +124,7 @@ async def cycles(answers_: list[bytes]) -> None:
     def listener(msgs):
         seen[0] += len(msgs)
         return ConsumeResult.SUCCESS
-    c = PushConsumer("G", namesrv="127.0.0.1:1", consume_batch_size=32)
-    c.subscribe("T", "*")
-    c.on_message(listener)
-    client = SimpleNamespace(rpc_hook=None)
-
-    async def connect(addr):
-        return client, conn
-    inst = SimpleNamespace(broker_addrs={"b": {0: "127.0.0.1:1"}}, _unreachable={}, connect=connect)
-    inst.read_addr = ClientInstance.read_addr.__get__(inst)
-    c.instance, c._running, c._inline, c._gated = inst, True, False, False
-    c.offsets = RemoteOffsetStore(inst, "G")
-    c._pool = pool = ConsumePool(1, "micro", HandoffSelector(), threading.current_thread())
-    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
-    c.pqs[pq.mq] = pq
+    c, pool, pq = _consumer(conn, listener, HandoffSelector())
     task = asyncio.ensure_future(tcp_pull.TcpPull(c, pq).run())
     for _ in range(3):
         await asyncio.sleep(0)
@@ -155,13 +165,9 @@ s.close()
 def loop_cycles(answers_: list[bytes]) -> None:
     """The counted child of ``--loop``: the cycles on a ClientLoop over a socket to PEER."""
     import socket
-    from shmq import ConsumeResult, PushConsumer
+    from shmq import ConsumeResult
     from shmq.client import tcp_pull
-    from shmq.client.consumer_core import ProcessQueue
-    from shmq.client.handoff import ClientLoop, ConsumePool
-    from shmq.client.instance import ClientInstance
-    from shmq.client.message import MessageQueue
-    from shmq.client.offset_store import RemoteOffsetStore
+    from shmq.client.handoff import ClientLoop
     from shmq.client.remote_send import answers
     from shmq.protocol.transport import Connection, Limits
     n = len(answers_)
@@ -185,20 +191,7 @@ def loop_cycles(answers_: list[bytes]) -> None:
     async def run() -> None:
         _, conn = await loop.create_connection(lambda: Connection({}, Limits()), sock=mine)
         conn.fast = answers
-        c = PushConsumer("G", namesrv="127.0.0.1:1", consume_batch_size=32)
-        c.subscribe("T", "*")
-        c.on_message(listener)
-        client = SimpleNamespace(rpc_hook=None)
-
-        async def connect(addr):
-            return client, conn
-        inst = SimpleNamespace(broker_addrs={"b": {0: "127.0.0.1:1"}}, _unreachable={}, connect=connect)
-        inst.read_addr = ClientInstance.read_addr.__get__(inst)
-        c.instance, c._running, c._inline, c._gated = inst, True, False, False
-        c.offsets = RemoteOffsetStore(inst, "G")
-        c._pool = pool = ConsumePool(1, "micro", loop.handoff, threading.current_thread())
-        pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
-        c.pqs[pq.mq] = pq
+        c, pool, pq = _consumer(conn, listener, loop.handoff)
         task = asyncio.ensure_future(tcp_pull.TcpPull(c, pq).run())
         await done
         c._running, pq.dropped = False, True

@@ -148,27 +148,14 @@ out:
 
 /* ---- the broker's own SUCCESS answer, matched against its template ------------------------- */
 /* send_answer.h's sa_template (what a match says, and why it is read as the scanner reads it) */
-static PyObject *tpl_obj;
-static sa_template tpl;
+static sa_bound tpl;
 
 /* the header h of a frame (after its length word; n bytes) when it is the template: 0, or -1 */
-static int tpl_header(const char *f, Py_ssize_t n, header *h) {
-    return tpl_obj ? sa_template_header(&tpl, f, n, h) : -1;
-}
+static int tpl_header(const char *f, Py_ssize_t n, header *h) { return sa_bound_header(&tpl, f, n, h); }
 
 /* bind_template(pieces): the 5 pieces of the broker's SUCCESS answer header (None: none);
  * ValueError (the binding before kept) when the scanner does not read them as an answer */
-static PyObject *a_bind_template(PyObject *self, PyObject *pieces) {
-    if (pieces == Py_None) {  /* (the tests: every answer scanned) */
-        Py_CLEAR(tpl_obj);
-        Py_RETURN_NONE;
-    }
-    sa_template t;
-    if (sa_template_of(pieces, &t)) return NULL;
-    Py_XSETREF(tpl_obj, Py_NewRef(pieces));
-    tpl = t;
-    Py_RETURN_NONE;
-}
+static PyObject *a_bind_template(PyObject *self, PyObject *pieces) { return sa_bind(&tpl, pieces); }
 
 /* match(frame) -> (opaque, msgId, queueId, queueOffset) as the template path reads them, or None:
  * the tests' view (held against decode) */

@@ -188,4 +188,29 @@ static inline int sa_template_of(PyObject *pieces, sa_template *t) {
     return 0;
 }
 
+/* A module's bound template: the pieces' tuple (held: the spans point into its bytes) and their
+ * spans; obj NULL when none is bound (every answer scanned). */
+typedef struct { PyObject *obj; sa_template t; } sa_bound;
+
+/* the header h of a frame (after its length word; n bytes) when a template is bound and it is
+ * that template: 0, or -1 (scan it) */
+static inline int sa_bound_header(const sa_bound *b, const char *f, Py_ssize_t n, header *h) {
+    return b->obj ? sa_template_header(&b->t, f, n, h) : -1;
+}
+
+/* bind_template(pieces or None)'s body, for remote_answer.c and sync_send.c alike: None unbinds
+ * (the tests: every answer scanned); pieces the scanner does not read as an answer raise
+ * (sa_template_of), the binding before kept */
+static inline PyObject *sa_bind(sa_bound *b, PyObject *pieces) {
+    if (pieces == Py_None) {
+        Py_CLEAR(b->obj);
+        Py_RETURN_NONE;
+    }
+    sa_template t;
+    if (sa_template_of(pieces, &t)) return NULL;
+    Py_XSETREF(b->obj, Py_NewRef(pieces));
+    b->t = t;
+    Py_RETURN_NONE;
+}
+
 #endif

@@ -37,8 +37,7 @@ enum { ST_EMONTH = 1, ST_UNSUPPORTED = 2 };
 #define FRAME_STACK 4096   /* frames up to this are built on the stack */
 
 static PyObject *result_type, *send_ok;
-static PyObject *tpl_obj;  /* the broker's SUCCESS answer pieces (send_answer.h's sa_template), or NULL */
-static sa_template tpl;
+static sa_bound tpl;  /* the broker's SUCCESS answer pieces (send_answer.h's sa_template), if bound */
 
 static double now_s(void) {
     struct timespec ts;
@@ -85,7 +84,7 @@ static int find_answer(const char *buf, size_t n, int64_t opaque, header *h, Py_
         size_t total = rh_be32((const uint8_t *)buf + pos);
         if (total < 4 || total > n - pos - 4) return total < 4 || total > ANSWER_BUF ? -1 : 0;
         /* this broker's own SUCCESS answer is matched against its template, not scanned */
-        if (tpl_obj && !sa_template_header(&tpl, buf + pos + 4, (Py_ssize_t)total, h)) *body = 0;
+        if (!sa_bound_header(&tpl, buf + pos + 4, (Py_ssize_t)total, h)) *body = 0;
         else if (frame_header(buf + pos + 4, (Py_ssize_t)total, h, body, NULL)) return -1;
         if ((h->flag & 1) && h->opaque == opaque) return pos + 4 + total == n ? 1 : -1;
         pos += 4 + total;  /* not the answer: a request from the broker, dropped as in Python */
@@ -272,17 +271,7 @@ static PyObject *s_bind(PyObject *self, PyObject *args) {
 
 /* bind_template(pieces or None): the broker's SUCCESS answer header (protocol/send_answer.py's
  * answer_pieces), matched before an answer is scanned; None: every answer scanned (the tests) */
-static PyObject *s_bind_template(PyObject *self, PyObject *pieces) {
-    if (pieces == Py_None) {
-        Py_CLEAR(tpl_obj);
-        Py_RETURN_NONE;
-    }
-    sa_template t;
-    if (sa_template_of(pieces, &t)) return NULL;
-    Py_XSETREF(tpl_obj, Py_NewRef(pieces));
-    tpl = t;
-    Py_RETURN_NONE;
-}
+static PyObject *s_bind_template(PyObject *self, PyObject *pieces) { return sa_bind(&tpl, pieces); }
 
 /* the tests' view: find_answer over bytes -> (1, code, opaque, body) / 0 / -1 */
 static PyObject *s_find(PyObject *self, PyObject *args) {
