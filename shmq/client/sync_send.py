@@ -103,6 +103,35 @@ def send_plain(p, msg):
     s = p._lane_state
     if s is None:
         s = lane_state(p)
+    plan = s.plan  # (made only without local links or fault selection, as this path requires)
+    r = plan.sync(msg) if plan is not None else None
+    if r is None:
+        r = _plain_route(p, s, msg)
+        if r is None:
+            return None
+    info, mq, addr, t, flag, tags, body = r
+    timeout = s.timeout
+    deadline = time.monotonic() + timeout
+    conns = getattr(p._tls, "conns", None)
+    c = conns.get(addr) if conns is not None and addr is not None else None
+    failed = None
+    if c is not None and c.idle():
+        try:
+            r = _exchange(p, addr, c, t, mq, flag, tags, body, None, deadline, timeout)
+            if r is not None:
+                return r
+        except (RemotingError, BrokerError) as e:
+            failed = e
+    # a failed try, or none made (no connection yet, a read-ahead, no address, tags only the
+    # Python encoder escapes): the general way from this queue on
+    return p._tries(msg, None, info, deadline, None, mq, failed)
+
+
+def _plain_route(p, s, msg):
+    """What ``s.plan.sync(msg)`` answers (native/async_plain.c: the plain rule, the route's cache,
+    the round robin drawn), in Python, for a message it did not take (a route not yet cached, a
+    type only Python's test decides) or a producer with no plan: None (nothing drawn) when not
+    plain or no route."""
     if s.fault or s.links is not None or not oneway_plain(s, msg):
         return None
     topic = msg.topic
@@ -112,23 +141,9 @@ def send_plain(p, msg):
         if r is None:
             return None
     info, targets = r
-    deadline = time.monotonic() + s.timeout
     mq, target = targets[next(s.rr) % len(targets)]
-    addr = s.inst.broker_addrs.get(mq.broker_name, _NONE).get(0)
-    conns = getattr(p._tls, "conns", None)
-    c = conns.get(addr) if conns is not None and addr is not None else None
-    failed = None
-    if c is not None and c.idle():
-        try:
-            r = _exchange(p, addr, c, target.template, mq, msg.flag, msg.tags or None, msg.body, None, deadline,
-                          s.timeout)
-            if r is not None:
-                return r
-        except (RemotingError, BrokerError) as e:
-            failed = e
-    # a failed try, or none made (no connection yet, a read-ahead, no address, tags only the
-    # Python encoder escapes): the general way from this queue on
-    return p._tries(msg, None, info, deadline, None, mq, failed)
+    return (info, mq, s.inst.broker_addrs.get(mq.broker_name, _NONE).get(0), target.template, msg.flag,
+            msg.tags or None, msg.body)
 
 
 def encode_plain_batch(msgs: list, head: bytes, limit: int):

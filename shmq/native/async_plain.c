@@ -63,6 +63,38 @@ static int plain_truth(PyObject *o) {
     return -1;
 }
 
+/* the route of a plain message to ``topic`` from the LaneState's cache: -1 (nothing drawn: the
+ * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the round robin drawn, *mq the queue
+ * and *target its SendTarget and *addr the master's address, or NULL when the client knows none;
+ * *info (when asked) the route. All borrowed. Shared by send_async's put and send()'s ``sync``. */
+static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
+                      PyObject **target_out) {
+    /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
+    PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
+    if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
+        || PyTuple_GET_ITEM(r, 0) != info)
+        return -1;
+    PyObject *targets = PyTuple_GET_ITEM(r, 1);
+    if (!PyList_CheckExact(targets) || !PyList_GET_SIZE(targets)) return -1;
+    PyObject *k = PyIter_Next(self->rr);  /* next(s.rr) % len(targets) */
+    if (!k) return -1;
+    Py_ssize_t i = PyLong_AsSsize_t(k);
+    Py_DECREF(k);
+    if (i < 0) return -1;
+    PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) return -1;
+    PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
+    if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) return -1;
+    /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
+    PyObject *ba = PyDict_GetItemWithError(self->addrs, PyTuple_GET_ITEM(mq, 1));
+    *addr_out = ba && PyDict_CheckExact(ba) ? PyDict_GetItemWithError(ba, zero) : NULL;
+    if (PyErr_Occurred()) return -1;
+    if (info_out) *info_out = info;
+    *mq_out = mq;
+    *target_out = PyTuple_GET_ITEM(t, 1);
+    return 0;
+}
+
 /* the route, address, template and put of a plain message (its fields held by the caller): the
  * AsyncSend, or None with nothing written; NULL only with an exception */
 static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *body, PyObject *tags, PyObject *flag,
@@ -71,28 +103,11 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
     if (!hook) goto python;
     Py_DECREF(hook);
     if (hook != Py_None) Py_RETURN_NONE;
-    /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
-    PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
-    if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
-        || PyTuple_GET_ITEM(r, 0) != info)
-        goto python;
-    PyObject *targets = PyTuple_GET_ITEM(r, 1);
-    if (!PyList_CheckExact(targets) || !PyList_GET_SIZE(targets)) goto python;
-    PyObject *k = PyIter_Next(self->rr);  /* next(s.rr) % len(targets) */
-    if (!k) goto python;
-    Py_ssize_t i = PyLong_AsSsize_t(k);
-    Py_DECREF(k);
-    if (i < 0) goto python;
-    PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) goto python;
-    PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
-    if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) goto python;
-    /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
-    PyObject *ba = PyDict_GetItemWithError(self->addrs, PyTuple_GET_ITEM(mq, 1)), *addr;
-    if (!ba || !PyDict_CheckExact(ba) || !(addr = PyDict_GetItemWithError(ba, zero))) goto python;
+    PyObject *mq, *addr, *target;
+    if (plan_route(self, topic, NULL, &mq, &addr, &target) || !addr) goto python;
     Py_INCREF(addr);
     Py_INCREF(mq);
-    PyObject *target = Py_NewRef(PyTuple_GET_ITEM(t, 1));
+    Py_INCREF(target);
     PyObject *tpl = PyObject_GetAttr(target, str_template);
     PyObject *pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
     Py_XDECREF(tpl);
@@ -143,39 +158,83 @@ python:
     Py_RETURN_NONE;
 }
 
-/* plan(msg, callback, timeout) -> the AsyncSend, the future of an error after the put, or None.
- * The plain rule is decided with no Python code run (exact types only; any other is the Python
- * path's), and the message's fields are held while the put runs (an allocation may collect, and
- * a finalizer could set an attribute of the message). */
-static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObject *kw) {
-    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
-        PyErr_SetString(PyExc_TypeError, "AsyncPlain(msg, callback, timeout)");
-        return NULL;
-    }
-    PyObject *msg = a[0], *cb = a[1], *to = a[2];
-    if ((PyObject *)Py_TYPE(msg) != self->msg_cls) Py_RETURN_NONE;
+/* oneway.plain, decided with no Python code run (exact types only; any other is the Python
+ * path's): 1 with f[] = the message's topic, body, tags (None or a printable str) and flag,
+ * borrowed; 0 when not plain or not certainly so. Every plain send of the plan shares it. */
+static int plan_plain(plan *self, PyObject *msg, PyObject **f) {
+    if ((PyObject *)Py_TYPE(msg) != self->msg_cls) return 0;
     shmq_message *m = (shmq_message *)msg;
     /* oneway.plain, in its order (an unset attribute: the Python path raises its AttributeError) */
     PyObject *topic = m->topic, *body = m->body, *tags = m->tags, *flag = m->flag;
     if (!topic || !body || !tags || !m->keys || !m->delay_level || !flag || !PyUnicode_CheckExact(topic) ||
         !PyLong_CheckExact(flag))
-        Py_RETURN_NONE;
+        return 0;
     int in = PySet_Contains(self->sendable, topic);
     if (in != 1) {
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return 0;
     }
-    if (plain_truth(m->keys) || plain_truth(m->delay_level)) Py_RETURN_NONE;  /* (-1: Python's) */
+    if (plain_truth(m->keys) || plain_truth(m->delay_level)) return 0;  /* (-1: Python's) */
     if (!PyBytes_CheckExact(body) || PyBytes_GET_SIZE(body) <= 0 || PyBytes_GET_SIZE(body) > self->limit ||
         !shmq_no_properties(m) || !(tags = plain_tags(tags)))
-        Py_RETURN_NONE;
+        return 0;
+    f[0] = topic, f[1] = body, f[2] = tags, f[3] = flag;
+    return 1;
+}
+
+/* plan(msg, callback, timeout) -> the AsyncSend, the future of an error after the put, or None.
+ * The message's fields are held while the put runs (an allocation may collect, and a finalizer
+ * could set an attribute of the message). */
+static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObject *kw) {
+    if (PyVectorcall_NARGS(nargsf) != 3 || kw) {
+        PyErr_SetString(PyExc_TypeError, "AsyncPlain(msg, callback, timeout)");
+        return NULL;
+    }
+    PyObject *msg = a[0], *cb = a[1], *to = a[2], *f[4];
+    if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     int tt = plain_truth(to);  /* `timeout or s.timeout` */
     if (tt < 0) Py_RETURN_NONE;
-    PyObject *held[5] = {Py_NewRef(topic), Py_NewRef(body), Py_NewRef(tags), Py_NewRef(flag), Py_NewRef(to)};
-    PyObject *w = plan_put(self, msg, topic, body, tags, flag, cb, tt ? to : self->timeout);
+    PyObject *held[5] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3]), Py_NewRef(to)};
+    PyObject *w = plan_put(self, msg, f[0], f[1], f[2], f[3], cb, tt ? to : self->timeout);
     for (int i = 0; i < 5; i++) Py_DECREF(held[i]);
     return w;
 }
+
+/* plan.sync(msg) -> None (not plain, the client has a request hook, or its route is not in the
+ * cache: nothing drawn), else (info, mq, addr, template, flag, tags, body) with the round robin
+ * drawn (addr None: the client knows no master for the queue). What client/sync_send.send_plain
+ * needs before its C call, by the same rule and cache as a send_async (one rule, not two). */
+static PyObject *plan_sync(plan *self, PyObject *msg) {
+    PyObject *f[4], *info, *mq, *addr, *target;
+    if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
+    PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
+    PyObject *out = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
+    if (hook) {
+        Py_DECREF(hook);
+        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &target)) {
+            PyObject *tpl = PyObject_GetAttr(target, str_template);
+            if (tpl) {
+                out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
+                Py_DECREF(tpl);
+            }
+        } else if (!PyErr_Occurred()) {
+            out = Py_NewRef(Py_None);
+        }
+    }
+    if (!out && !PyErr_Occurred()) out = Py_NewRef(Py_None);
+    for (int i = 0; i < 4; i++) Py_DECREF(held[i]);
+    if (!out) {  /* nothing drawn but on an error after the draw, which the Python path meets too */
+        PyErr_Clear();
+        out = Py_NewRef(Py_None);
+    }
+    return out;
+}
+
+static PyMethodDef plan_methods[] = {
+    {"sync", (PyCFunction)plan_sync, METH_O,
+     "sync(msg) -> (info, mq, addr, template, flag, tags, body) of a plain send(), the round robin drawn; or None"},
+    {NULL, NULL, 0, NULL},
+};
 
 static int plan_init(plan *self, PyObject *args, PyObject *kw) {
     (void)kw;
@@ -227,6 +286,7 @@ static PyTypeObject plan_type = {
               "done, limit)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
     .tp_vectorcall_offset = offsetof(plan, vectorcall),
     .tp_call = PyVectorcall_Call,
+    .tp_methods = plan_methods,
     .tp_new = PyType_GenericNew,
     .tp_init = (initproc)plan_init,
     .tp_traverse = (traverseproc)plan_traverse,
