@@ -162,7 +162,9 @@ class SyncRemotingClient:
                  rpc_hook: Callable[[RemotingCommand], Any] | None = None, spin_us: float = 0):
         self.addr = addr
         self.timeout = timeout
-        self._spin_s = max(0.0, spin_us) / 1e6
+        # how long a wait for an answer polls before it blocks, in seconds (``spin_us``); an
+        # attribute, not a property: native/sync_send.c's callers read it on every send
+        self.spin_s = max(0.0, spin_us) / 1e6
         self.rpc_hook = rpc_hook
         host, port = parse_addr(addr)
         try:
@@ -187,11 +189,6 @@ class SyncRemotingClient:
         return self._opaque
 
     next_opaque = _next_opaque  # for a caller that writes its own request (client/sync_send.py)
-
-    @property
-    def spin_s(self) -> float:
-        """How long a wait for an answer polls before it blocks, in seconds (``spin_us``)."""
-        return self._spin_s
 
     def block(self) -> float:
         """Put the socket in blocking mode for a C caller that sleeps in recv (native/sync_send.c:
@@ -235,7 +232,7 @@ class SyncRemotingClient:
                 raise RemotingTimeout(f"nothing from {self.addr} in time")
             self.block_s = 0.0  # (a timeout is set below: blocking mode ends)
             try:
-                n = self._spin_recv() if self._spin_s else None
+                n = self._spin_recv() if self.spin_s else None
                 if n is None:
                     self.sock.settimeout(left)
                     n = self.sock.recv_into(self._rbuf)
@@ -250,7 +247,7 @@ class SyncRemotingClient:
 
     def _spin_recv(self) -> int | None:
         """How many bytes the socket gave within ``spin_us`` (0 at EOF), or None: nothing came, block."""
-        end = time.perf_counter() + self._spin_s
+        end = time.perf_counter() + self.spin_s
         self.sock.settimeout(0.0)  # a socket with a timeout would poll() before each recv
         recv, buf = self.sock.recv_into, self._rbuf
         while True:
