@@ -18,12 +18,11 @@ pull.py's: they are its holds.
 
 Not made (every pull through pull.py) when the send path is not (ACL, PROM metrics,
 ``SHMQ_SEND_FAST=0``) or with ``SHMQ_PULL_FAST=0`` (worker/main.py: the A/B switch). The
-broker's read permission and slaveReadEnable are looked at per read (``room``): without the one
-or with the other every pull is pull.py's.
+broker's read permission and slaveReadEnable are looked at per read (the room that
+``FastSends.__call__`` gives the C call): without the one or with the other every pull is pull.py's.
 """
 from __future__ import annotations
 
-from shmq.message.names import PERM_READ
 from shmq.protocol import RequestCode
 from shmq.protocol.headers import PullMessageRequestHeader
 
@@ -76,16 +75,6 @@ class FastPulls:
             self._learnt.clear()
             self.c.learn_pull(h.consumerGroup, h.topic, h.queueId, tc, info, word, cached)
         self._learnt[key] = state
-
-    def room(self, conn) -> int:
-        """The held pulls ``conn`` may still park directly (pull.py ``_held``'s max_inflight), or
-        -1: every pull of this read is pull.py's (no read permission, or slaveReadEnable, whose
-        answers may suggest the slave)."""
-        cfg = self.cfg
-        if not cfg.brokerPermission & PERM_READ or cfg.slaveReadEnable:
-            return -1
-        room = conn.limits.max_inflight - conn.context.get(_HELD, 0)
-        return room if room > 0 else 0  # (not max(): its argument parsing costs more than this method)
 
     def hold(self, conn, held: list) -> None:
         """Park the pulls the C call held (pull.py ``_held``'s direct case): each record is

@@ -37,6 +37,7 @@ import struct
 from shmq.errors import FlushFailed
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
+from shmq.message.names import PERM_READ
 from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, RemotingSends, ffi
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
@@ -44,6 +45,7 @@ from shmq.protocol.send_answer import answer_pieces, send_ext  # noqa: F401 - se
 from shmq.protocol.headers import SEND_V2_LETTERS
 
 from ..context import WorkerContext, born_host
+from .pull import _HELD
 
 #: the SEND_MESSAGE_V2 fields the C path reads, in remoting_send.c's K_* order
 _FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
@@ -106,13 +108,24 @@ class FastSends:
             self._batch_texts.add(text)
 
     def __call__(self, conn, data: bytes, pos: int):
-        bi = conn.context.get("born_int")  # (born_ints' cached answer, without its call)
+        ctx, limits = conn.context, conn.limits
+        bi = ctx.get("born_int")  # (born_ints' cached answer, without its call)
         ip, port = bi if bi is not None else born_ints(conn)
         pulls = self.pulls
+        # the held pulls conn may still park directly (pull.py _held's max_inflight), or -1:
+        # every pull of this read is pull.py's (no FastPulls, no read permission, or
+        # slaveReadEnable, whose answers may suggest the slave); here, not a FastPulls method: a
+        # call per read was a tenth of this method
+        room = -1
+        if pulls is not None:
+            cfg = pulls.cfg
+            if cfg.brokerPermission & PERM_READ and not cfg.slaveReadEnable:
+                room = limits.max_inflight - ctx.get(_HELD, 0)
+                if room < 0:
+                    room = 0
         w = self.w
         pos, answers, stored, stop, end, got, held = self.c.serve(
-            data, pos, w.topics.table, ip, port, conn.limits.max_frame_size,
-            -1 if pulls is None else pulls.room(conn), w.sub_epoch)
+            data, pos, w.topics.table, ip, port, limits.max_frame_size, room, w.sub_epoch)
         if got:
             w.stats["get"] += got
         if stored:
