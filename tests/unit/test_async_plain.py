@@ -216,3 +216,36 @@ def test_an_error_scheduling_the_drain_is_the_futures_on_both_paths(prod, path):
     assert f.__class__ is SendFuture and isinstance(f.exception(0), RuntimeError)
     assert calls == [f.exception(0)]
     _taken(p)
+
+
+def test_sync_route_is_the_python_rule_and_round_robin(prod):
+    """A sync send()'s C step (``AsyncPlain.sync``, client/sync_send.send_plain) answers what its
+    Python form (``sync_send._plain_route``) answers: the same route, queue order, master address,
+    template and fields; None with nothing drawn from the round robin when the message is not
+    plain, and the queue drawn with address None when the client knows no master."""
+    from shmq.client.sync_send import _plain_route
+    p = prod
+    p.send_async(Message("T", b"first"))  # the Python method makes the plan and the route cache
+    _taken(p)
+    s = p._lane_state
+    plan = s.plan
+    templates = {mq: t.template for mq, t in s.routes["T"][1]}  # the cache both read
+    last = None
+    for tags in TAGS:
+        for flag in (0, 7):
+            m = Message("T", b"x" * 10, tags=tags, flag=flag)
+            a, b = plan.sync(m), _plain_route(p, s, m)
+            assert a is not None and b is not None
+            assert a[0] is b[0] and a[2] == b[2] == "127.0.0.1:1" and a[4:] == b[4:]
+            assert a[3] is templates[a[1]] and b[3] is templates[b[1]]
+            assert a[1].__class__ is MessageQueue and a[4:] == (flag, tags or None, m.body)
+            assert (a[1].queue_id + 1) % 4 == b[1].queue_id  # each drew one step, in turn
+            last = b[1].queue_id
+    for m in (Message("T", b"x", keys="k"), Message("U", b"x"), Message("T", b""), Message("T", b"x", tags="a\nb"),
+              Message("T", b"x", delay_level=2), Message("T", b"x", properties={"k": "v"})):
+        assert plan.sync(m) is None and _plain_route(p, s, m) is None
+    a = plan.sync(Message("T", b"x"))
+    assert a[1].queue_id == (last + 1) % 4  # nothing drawn by the refusals
+    del p.instance.broker_addrs["b"]
+    a = plan.sync(Message("T", b"x"))
+    assert a[2] is None and a[1].queue_id == (last + 2) % 4
