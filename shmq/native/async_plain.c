@@ -8,6 +8,10 @@
  * RESULTS "Session 5, tcpcli"). Here the same steps read the Message's C struct and the
  * producer's LaneState as the plan's fields, with no Python frame.
  *
+ * A sync ``send()`` of a plain message reads the same rule and route here (``plan.sync``: the
+ * plain rule, the route cache, the round robin drawn, the master address, the queue's template;
+ * client/sync_send.send_plain makes the C sync call with them), so the two sends share one rule.
+ *
  * What it does is async_lane.send_plain_async's common case, step for step: the plain rule
  * (oneway.plain), the route from the LaneState's cache (kept only while the client's route for
  * the topic is the same object), the round robin drawn from the producer's own counter, the
