@@ -53,14 +53,15 @@ def exchange(p, addr: str, mq, batch: bool, flag: int, tags, body: bytes, uniq, 
     if t is None:
         return None
     c = p._sync_conn(addr)
-    if not c.idle():
-        return None
     return _exchange(p, addr, c, t, mq, flag, tags, body, uniq, time.monotonic() + timeout, timeout)
 
 
 def _exchange(p, addr: str, c, t, mq, flag: int, tags, body: bytes, uniq, deadline: float, timeout: float):
-    """``exchange`` on the idle sync connection ``c`` with the queue's template ``t``."""
-    opaque = c.next_opaque()
+    """``exchange`` on the sync connection ``c`` with the queue's template ``t``; None, nothing
+    sent, when ``c`` has read bytes not yet taken (its next bytes are not the answer's)."""
+    opaque = c.turn()
+    if not opaque:
+        return None
     block = c.block_s or c.block()  # (its recv sleeps for the answer: no poll first)
     try:
         r = _sync.call(c.sock, t.pieces, 0, flag, tags, body, uniq, opaque, timeout, c.spin_s, mq, block)
@@ -118,7 +119,7 @@ def send_plain(p, msg):
     conns = getattr(p._tls, "conns", None)
     c = conns.get(addr) if conns is not None and addr is not None else None
     failed = None
-    if c is not None and c.idle():
+    if c is not None:
         try:
             r = _exchange(p, addr, c, t, mq, flag, tags, body, None, deadline, timeout)
             if r is not None:
@@ -208,7 +209,7 @@ def send_batch_plain(p, msgs):
     conns = getattr(p._tls, "conns", None)
     c = conns.get(addr) if conns is not None and addr is not None else None
     failed = None
-    if c is not None and c.idle():
+    if c is not None:
         try:
             r = _exchange(p, addr, c, t, mq, 0, None, body, ids, deadline, s.timeout)
             if r is not None:
