@@ -245,3 +245,28 @@ def test_a_setting_changed_drops_the_batch_templates_cached():
     p._batch_routes["T"] = ("info", [])
     p.create_topic_key = "OtherKey"
     assert p._batch_routes == {} and p._lane_state is None
+
+
+def test_turn_draws_the_opaque_only_on_a_connection_with_nothing_read_ahead():
+    """``SyncRemotingClient.turn`` (what a C sync send asks before it writes): the next opaque as
+    ``_next_opaque`` draws it (wrapping past 2**31-1 to 1), or 0 with none drawn while a frame
+    or part of one read from the socket is not yet taken."""
+    from shmq.protocol.client import SyncRemotingClient
+    srv = socket.create_server(("127.0.0.1", 0))
+    try:
+        c = SyncRemotingClient(f"127.0.0.1:{srv.getsockname()[1]}", timeout=1.0)
+        try:
+            assert [c.turn(), c.turn(), c._next_opaque(), c.turn()] == [1, 2, 3, 4]
+            c._opaque = 0x7FFFFFFF
+            assert c.turn() == 1
+            whole = encode_command(RemotingCommand(code=0, flag=FLAG_RESPONSE, opaque=1))
+            c.feed(whole[:5])  # part of a frame: the next bytes are not a new frame's
+            assert c.turn() == 0 and c._opaque == 1
+            c.feed(whole[5:])  # a whole frame read and not taken
+            assert c.turn() == 0 and c._opaque == 1
+            c.response(1, 1.0)
+            assert c.turn() == 2
+        finally:
+            c.close()
+    finally:
+        srv.close()
