@@ -68,9 +68,10 @@ static int plain_truth(PyObject *o) {
 }
 
 /* the route of a plain message to ``topic`` from the LaneState's cache: -1 (nothing drawn: the
- * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the round robin drawn, *mq the queue
- * and *target its SendTarget and *addr the master's address, or NULL when the client knows none;
- * *info (when asked) the route. All borrowed. Shared by send_async's put and send()'s ``sync``. */
+ * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the
+ * round robin drawn, *mq the queue, *target its SendTarget and *addr the master's address, or
+ * NULL when the client knows none; *info (when asked) the route. All borrowed. Shared by
+ * send_async's put and send()'s ``sync``. */
 static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
                       PyObject **target_out) {
     /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
