@@ -46,6 +46,21 @@ def _targets(p, s, topic: str):
     return r
 
 
+def pick(p, s, topic: str):
+    """The lane's next queue for ``topic``: (info, mq, its SendTarget), the round robin drawn from
+    the route ``s.routes`` keeps (``_targets``); None, nothing drawn, when there is none. The one
+    Python pick of the plain async send and of the sync send's fallback (native/async_plain.c's
+    plan_route is the same in C)."""
+    r = s.routes.get(topic)
+    if r is None or r[0] is not s.inst.publish.get(topic):
+        r = _targets(p, s, topic)
+        if r is None:
+            return None
+    info, targets = r
+    mq, target = targets[next(s.rr) % len(targets)]
+    return info, mq, target
+
+
 def send_plain_async(p, msg, callback, timeout):
     """``p.send_async(msg, callback, timeout)`` through the lane: its AsyncSend, the local send's
     result (a SendFuture) when the broker's store is mapped here, or None (nothing sent: the
@@ -55,14 +70,10 @@ def send_plain_async(p, msg, callback, timeout):
         s = lane_state(p)
     if s.fault or not plain(s, msg):  # (the latency-fault selection is the general path's)
         return None
-    topic = msg.topic
-    r = s.routes.get(topic)
-    if r is None or r[0] is not s.inst.publish.get(topic):
-        r = _targets(p, s, topic)
-        if r is None:
-            return None
-    info, targets = r
-    mq, target = targets[next(s.rr) % len(targets)]
+    picked = pick(p, s, msg.topic)
+    if picked is None:
+        return None
+    info, mq, target = picked
     links = s.links
     if links is not None and not info.via_default:
         link = links.get(mq.broker_name)

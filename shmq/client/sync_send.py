@@ -20,7 +20,7 @@ from shmq.message.names import RETRY_PREFIX
 from shmq.native import _sync, ffi, hot_encode_batch, lib
 from shmq.protocol.send_answer import answer_pieces
 
-from .async_lane import _targets
+from .async_lane import pick
 from .local_send import _tags_head
 from .message import Message, SendResult, SendStatus
 from .oneway import lane_state, plain as oneway_plain
@@ -91,7 +91,7 @@ def _exchange(p, addr: str, c, t, mq, flag: int, tags, body: bytes, uniq, deadli
 def send_plain(p, msg):
     """``Producer._hot`` of a producer that never sends locally: ``p.send(msg)`` of a plain
     message (the lane's rule, ``oneway.plain``) over TCP with its first try made here, the
-    queue's route and template read from the LaneState's cache (``async_lane._targets``, the
+    queue's route and template read from the LaneState's cache (``async_lane.pick``, the
     targets ``send_async``'s lane sends with) and the thread's open sync connection. The rule,
     the cache and the round robin are one C call, ``s.plan.sync`` (native/async_plain.c, the
     same code as ``send_async``'s C step), and ``_plain_route`` only for what it does not take. Returns
@@ -138,14 +138,10 @@ def _plain_route(p, s, msg):
     plain or no route."""
     if s.fault or s.links is not None or not oneway_plain(s, msg):
         return None
-    topic = msg.topic
-    r = s.routes.get(topic)
-    if r is None or r[0] is not s.inst.publish.get(topic):
-        r = _targets(p, s, topic)
-        if r is None:
-            return None
-    info, targets = r
-    mq, target = targets[next(s.rr) % len(targets)]
+    picked = pick(p, s, msg.topic)
+    if picked is None:
+        return None
+    info, mq, target = picked
     return (info, mq, s.inst.broker_addrs.get(mq.broker_name, _NONE).get(0), target.template, msg.flag,
             msg.tags or None, msg.body)
 
