@@ -206,7 +206,8 @@ static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObje
 }
 
 /* plan.sync(msg) -> None (not plain, the client has a request hook, or its route is not in the
- * cache: nothing drawn), else (info, mq, addr, template, flag, tags, body) with the round robin
+ * cache: nothing drawn; an exception a look-up raised is raised, not answered None, so that
+ * nothing is drawn twice), else (info, mq, addr, template, flag, tags, body) with the round robin
  * drawn (addr None: the client knows no master for the queue). What client/sync_send.send_plain
  * needs before its C call, by the same rule and cache as a send_async (one rule, not two). */
 static PyObject *plan_sync(plan *self, PyObject *msg) {
@@ -228,11 +229,7 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
     }
     if (!out && !PyErr_Occurred()) out = Py_NewRef(Py_None);
     for (int i = 0; i < 4; i++) Py_DECREF(held[i]);
-    if (!out) {  /* nothing drawn but on an error after the draw, which the Python path meets too */
-        PyErr_Clear();
-        out = Py_NewRef(Py_None);
-    }
-    return out;
+    return out;  /* NULL: the exception a look-up raised (the Python path's _plain_route meets it too) */
 }
 
 static PyMethodDef plan_methods[] = {

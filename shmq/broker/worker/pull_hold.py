@@ -247,15 +247,9 @@ class PullHolds:
             conn = h.owner
             if h.watch is None and self._unknown(h) <= h.offset and not conn.closed:
                 continue  # (its queue is still not there, or has not grown)
-            holds.discard(h)
-            if conn.closed:
-                continue
-            if conn not in answered:
+            if not conn.closed and conn not in answered:
                 answered[conn] = conn.defer_flush() if hasattr(conn, "defer_flush") else False
-            try:
-                h.ready(h, True)
-            except Exception:  # noqa: BLE001 - one pull's failure must not stop the others' answers
-                log.exception("answering a held pull of %s-%d failed", h.topic, h.qid)
+            self._release(h, True)  # (dropped, not called, when its owner is closed)
         for conn, deferred in answered.items():
             if deferred:  # False: in its own read, which flushes
                 conn.flush()
