@@ -12,7 +12,9 @@ listener does what the bench's does (the bodies out of the messages, each body's
 unpacked). Printed: the pull thread's CPU (``time.thread_time`` from the first listener call to
 the one that saw the n-th message) per message, median and minimum over the rounds (each round
 a fresh group reading from the first offset). ``--pull-batch 1`` makes every wake-up one
-message: its figure is the cost of a wake-up.
+message: its figure is the cost of a wake-up. ``--listener count`` gives the consumer a listener
+that only counts the messages (no bodies taken out, no unpack): what is left is shmq's own part
+of a wake-up, the wait, the read, the decode and the Python around the listener call.
 
 Under ``valgrind --tool=callgrind --separate-threads=yes`` the pull thread's own file (the one
 with ``hot_wait_read``) counts its instructions (``--rounds 1``).
@@ -32,15 +34,16 @@ from shmq.bench.services import Env
 STAMP = struct.Struct("<q")
 
 
-def drain(ns: str, topic: str, group: str, n: int, pull_batch: int) -> float:
+def drain(ns: str, topic: str, group: str, n: int, pull_batch: int, bench_listener: bool = True) -> float:
     done, span, got = threading.Event(), [None, None], [0]
     success, unpack = ConsumeResult.SUCCESS, STAMP.unpack_from
 
     def listener(msgs):
         if span[0] is None:
             span[0] = time.thread_time()
-        for b in [m.body for m in msgs]:
-            unpack(b)
+        if bench_listener:
+            for b in [m.body for m in msgs]:
+                unpack(b)
         got[0] += len(msgs)
         if got[0] >= n and span[1] is None:
             span[1] = time.thread_time()
@@ -66,6 +69,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--pull-batch", type=int, default=32)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--listener", choices=("bench", "count"), default="bench",
+                    help="bench (default): the bench row's listener; count: one that only counts")
     a = ap.parse_args()
     env = Env()
     try:
@@ -78,7 +83,7 @@ def main() -> None:
         for _ in range(0, a.n, 64):
             p.send_batch([Message(topic, body) for _ in range(64)])
         p.shutdown()
-        ns_per = [drain(ns, topic, f"drain-g{r}", a.n, a.pull_batch) for r in range(a.rounds)]
+        ns_per = [drain(ns, topic, f"drain-g{r}", a.n, a.pull_batch, a.listener == "bench") for r in range(a.rounds)]
         print(f"pull thread CPU per message, pull batch {a.pull_batch}, {a.n} messages: "
               f"median {statistics.median(ns_per):.0f} ns, min {min(ns_per):.0f} ns ({a.rounds} rounds)")
     finally:

@@ -173,7 +173,13 @@ class PushConsumer(ConsumerCore):
             result = None
         else:
             if result is None or result is _SUCCESS:
-                self.commit(pq, pq.consumed(first, last))
+                # ConsumerCore.commit's body, inline for the same reason (keep the two alike)
+                offset = pq.consumed(first, last)
+                if not pq.dropped:
+                    self.offsets.update(pq.mq, offset)
+                if self._throttled and pq.count < self.threshold:
+                    self._throttled = False
+                    self._room.set()
                 return
         pq.put(msgs)
         done = self._not_consumed(pq, msgs, result)

@@ -2,6 +2,7 @@
 are stand-ins): the committed offset never passes a message the listener did not consume,
 whichever consume thread finishes first."""
 import threading
+import types
 
 from shmq.client.consumer_core import ProcessQueue
 from shmq.client.message import ConsumeResult, MessageExt, MessageQueue
@@ -16,7 +17,9 @@ def _consumer(listener, send_back_ok):
     c = PushConsumer("g", consume_threads=0, consume_batch_size=4)
     c.on_message(listener)
     commits, resubmitted = [], []
-    c.commit = lambda pq, off: commits.append(off)
+    # the offset store's update sees every commit: ConsumerCore.commit's and the inline path's
+    # own copy of its body (PushConsumer._consume_inline)
+    c.offsets = types.SimpleNamespace(update=lambda mq, off, increase_only=True: commits.append(off))
     c._send_back = lambda m, delay_level=0: send_back_ok(m)
     c._submit = lambda fn, *args: resubmitted.append(args)
     return c, commits, resubmitted
@@ -155,3 +158,16 @@ def test_a_pulled_batch_within_the_listener_batch_is_one_call_settled_as_the_loo
     pq.dropped = True
     c._consume_pulled(pq, [_msg(20)])  # a dropped queue's batch: not consumed
     assert len(calls) == 5
+
+
+def test_inline_commit_skips_a_dropped_queue_and_lets_a_throttled_pull_thread_go():
+    # _consume_inline writes ConsumerCore.commit's body out: the same two rules
+    c, commits, _ = _consumer(lambda msgs: ConsumeResult.SUCCESS, lambda m: True)
+    pq = ProcessQueue(MessageQueue("T", "b", 0), 0)
+    c._throttled = True
+    c._room.clear()
+    c._consume_inline(pq, [_msg(o) for o in range(0, 4)])
+    assert commits == [4] and c._room.is_set() and not c._throttled
+    pq.dropped = True
+    c._consume_inline(pq, [_msg(o) for o in range(4, 8)])
+    assert commits == [4]             # a dropped queue is not delivered to, nor committed
