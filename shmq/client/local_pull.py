@@ -82,7 +82,8 @@ class _Round:
     reads, the queue set, where the next wait starts and which queue it holds."""
 
     __slots__ = ("core", "link", "store", "broker", "seen", "ctl", "seen_at", "poke", "poke_at", "batch",
-                 "spin", "idle", "short", "qs", "start", "hold", "poked", "look_at", "next_at", "offs_at", "n", "keep")
+                 "spin", "idle", "short", "qs", "start", "hold", "poked", "look_at", "next_at", "offs_at", "n", "keep",
+                 "threshold", "gated", "deliver")
 
     def __init__(self, puller, link):
         core, store = puller.core, link.store
@@ -92,6 +93,12 @@ class _Round:
         self.poke_at, self.batch = _addr(self.poke), core.pull_batch_size
         self.spin, self.idle = int(core.spin_s * 1e9), int(core.idle_wait_s * 1e9)
         self.keep = core._spin_keeps_gil  # the spin keeps the GIL (this thread runs the listener)
+        # the core's settings a wake-up reads, fixed once the consumer has started (this thread
+        # is started after): read here from this object's slots, which the wait's own
+        # arguments have just brought into the cache, not from the core's __dict__, cold after
+        # a sleep (RESULTS, "Session 11, local11": ~2.4 us from wait_read's return to the
+        # listener's frame at 10,000 msgs/s)
+        self.threshold, self.gated, self.deliver = core.threshold, core._gated, core._local_deliver
         self.short = min(self.idle, int(LOOK_AGAIN_S * 1e9))  # the wait while a queue is left out or absent
         self.qs, self.start, self.hold, self.poked, self.look_at = None, 0, -1, 0, 0.0
         self.next_at = self.offs_at = self.n = 0
@@ -134,17 +141,16 @@ class _Round:
         # if it may be now; ``hold`` is the queue the wait holds next (below), or None: build
         # the set again (the queue was dropped, or its slot appeared). Here, not in a method of
         # its own: a Python call per wake-up is ~400 instructions of the ~22,000 of one.
-        core = self.core
         pq, reader = qs.entries[i]
         hold = self.hold
         if reader is None:  # no slot when the set was built: has it one now?
             hold = None if pq.dropped or watch(self.store, pq) is not None else hold
         elif pq.dropped:
             hold = None
-        elif pq.count >= core.threshold:
+        elif pq.count >= self.threshold:
             qs.leave_out(i)
             qs.full = True
-        elif core._gated and not core._may_pull(pq):
+        elif self.gated and not self.core._may_pull(pq):
             qs.leave_out(i)
         else:
             before = pq.next_offset
@@ -152,12 +158,12 @@ class _Round:
             if read is not None and before == qs.offs[i]:
                 msgs, nxt, elsewhere = read
                 if elsewhere != -1:
-                    msgs, nxt = reader.read_on(msgs, nxt, elsewhere, core.pull_batch_size)
+                    msgs, nxt = reader.read_on(msgs, nxt, elsewhere, self.batch)
             if msgs:  # the common wake-up: read in C by wait_read, no second look at the queue
                 pq.next_offset = nxt
-                core._local_deliver(pq, msgs)  # puts them in pq (or consumes them inline)
+                self.deliver(pq, msgs)  # puts them in pq (or consumes them inline)
             else:  # wait_read did not read it, or found nothing: the pull decides (get_messages)
-                core._pull_local_once(self.store, pq, reader)
+                self.core._pull_local_once(self.store, pq, reader)
             qs.offs[i] = nxt = pq.next_offset
             # nothing read (the entry is published, its record not committed yet): this queue
             # counts as ready again only once the commit position moves past *seen
