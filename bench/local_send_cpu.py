@@ -23,6 +23,14 @@ any store writing a mapped log pays for its bytes alone on this machine (the pag
 made and zeroed at the first touch; on this VM it moves ~10x between runs, with whether the host
 must back the guest page), the second the copy alone.
 
+``--consumer busy`` (or ``row``) runs a local ``PushConsumer`` in a child process while the rows
+run (``consume_threads=0``, batches of 32, a listener that only counts; ``busy``: it spins on the
+store's commit position for seconds, never sleeping; ``row``: the bench row's 50 µs spin, then the
+futex), so the send pays what it pays in ``shmq-bench produce``: the cache lines the append writes
+(the commit position's line, the queue's next offset, the ConsumeQueue entry, the record's last
+line) are read by the consumer on the other CPU between two sends, and each write to one of them
+waits for the line to come back (RESULTS, "Session 11, local11").
+
 The loops run inside ``collections.deque(map(...), 0)``, so the same command under
 ``valgrind --tool=callgrind --toggle-collect=consume_iterator`` counts the loop only. With
 ``--rows send`` (or ``floor``) only that row runs (and no limit rows): the instructions of one
@@ -65,6 +73,26 @@ def measure(fn, calls: int, per_call: int, rounds: int) -> tuple[float, float, f
     return statistics.median(runs), min(runs), statistics.median(sys_runs)
 
 
+def consume(ns: str, topic: str, spin_s: float, ready) -> None:
+    """The ``--consumer`` child: a local push consumer of ``topic`` until its parent ends it."""
+    import signal
+    import threading
+
+    from shmq import ConsumeResult, PushConsumer
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    ok = ConsumeResult.SUCCESS
+    c = PushConsumer(f"local-cpu-c{os.getpid()}", namesrv=ns, model="CLUSTERING", local="always",
+                     consume_from="LAST_OFFSET", consume_batch_size=32, rebalance_interval=1.0, consume_threads=0,
+                     spin_s=spin_s, idle_wait_s=max(0.5, spin_s))
+    c.subscribe(topic, "*")
+    c.on_message(lambda msgs: ok)
+    c.start()
+    ready.set()
+    stop.wait()
+    c.shutdown()
+
+
 def page_rows(record: int, n: int, rounds: int) -> list[tuple[str, float, float, float]]:
     """The two limit rows (see above) for ``n`` records of ``record`` bytes, as measure()'s triples."""
     size = -(-record * n // 65536) * 65536
@@ -92,6 +120,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200_000, help="messages per round (default 200,000)")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--rows", default="all", help="all (default), or a comma list of: floor, send, floor-batch, batch")
+    ap.add_argument("--consumer", choices=("none", "busy", "row"), default="none",
+                    help="a local PushConsumer in a child process while the rows run (see above)")
     args = ap.parse_args()
     names = ("floor", "send", "floor-batch", "batch")
     only = set(names) if args.rows == "all" else set(args.rows.split(","))
@@ -103,6 +133,16 @@ def main() -> None:
         create_topic(broker, ns, topic, 4)
         p = Producer(f"local-cpu-{os.getpid()}", namesrv=ns, local="always")
         p.start()
+        child = None
+        if args.consumer != "none":
+            import multiprocessing
+            ctx = multiprocessing.get_context("spawn")
+            ready = ctx.Event()
+            child = ctx.Process(target=consume, args=(ns, topic, 2.0 if args.consumer == "busy" else 50e-6, ready))
+            child.start()
+            if not ready.wait(60):
+                raise RuntimeError("the consumer did not start")
+            time.sleep(2.0)  # its rebalance and first wait
         try:
             body = b"x" * 100
             bodies = [body] * 64
@@ -124,6 +164,9 @@ def main() -> None:
             for name, med, low, sys_part in page_rows(record, args.n, args.rounds):
                 print(f"| {name} | {med:.3f} | {low:.3f} | {sys_part:.3f} |")
         finally:
+            if child is not None:
+                child.terminate()
+                child.join(30)
             p.shutdown()
 
 
