@@ -150,14 +150,22 @@ class ProcessQueue:
         safe: nothing above ``max_seen`` can be committed. Now it is passed like a removed
         span; returns the offset safe to commit, as ``remove`` does.
 
-        The lock is taken with acquire / release, not ``with``: CPython 3.11 looks up and binds
-        ``__enter__`` and ``__exit__`` at every with statement (~900 instructions), and this runs
-        once per wake-up of the inline consumer."""
+        With nothing in flight (``count`` 0, as this thread reads it) no other thread touches
+        the queue's spans: only the pulling thread puts into a local queue, and the others only
+        remove what is in flight (a remove that took the count to 0 has passed it, and answers
+        the old or the new ``max_seen``: both safe, the batch was consumed). That case, a
+        caught-up consumer's every wake-up, takes no lock, as ``_pull_local_once`` moves
+        ``max_seen`` at count 0; an acquire is ~450 instructions on 3.11 (its argument parsing).
+        Otherwise the lock is taken with acquire / release, not ``with``: CPython 3.11 looks up
+        and binds ``__enter__`` and ``__exit__`` at every with statement (~900 instructions)."""
+        if not self.count:  # nothing in flight, so _gone is empty (_safe empties it at 0)
+            self.max_seen = last
+            return last + 1
         lock = self.lock
         lock.acquire()
         try:
             self.max_seen = last
-            if not self.count:  # nothing in flight, so _gone is empty (_safe empties it at 0)
+            if not self.count:  # the last in-flight batch was removed meanwhile
                 return last + 1
             self._gone[first] = last + 1
             return self._safe()
