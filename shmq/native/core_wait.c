@@ -22,17 +22,19 @@ static int futex_wait_bits(uint32_t *addr, uint32_t val, int64_t deadline_ns, ui
 
 int64_t shmq_load_i64(const int64_t *p) { return LOAD_ACQ(p); }
 
-static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits,
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t now, int64_t deadline, uint32_t bits,
                          const uint32_t *stop);
 
 int64_t shmq_wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns) {
-    return wait_data(c, seen, spin_ns, timeout_ns, FUTEX_BITSET_MATCH_ANY, NULL);
+    int64_t now = mono_ns();
+    return wait_data(c, seen, spin_ns, now, now + timeout_ns, FUTEX_BITSET_MATCH_ANY, NULL);
 }
 
 /* shmq_wait_data for a worker's pull-wake thread: not woken by this process's own appends
  * (see data_wake_bits); returns at the timeout with whatever the position is then. */
 static int64_t wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns, const uint32_t *stop) {
-    return wait_data(c, seen, 0, timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
+    int64_t now = mono_ns();
+    return wait_data(c, seen, 0, now, now + timeout_ns, data_wake_bits == FUTEX_BITSET_MATCH_ANY
                      ? FUTEX_BITSET_MATCH_ANY : ~(data_wake_bits | pull_peer_bits), stop);
 }
 
@@ -41,19 +43,22 @@ int64_t shmq_wait_data_others(shmq_ctl *c, int64_t seen, int64_t timeout_ns) {
 }
 
 /* `stop` (or NULL): a word that, once non-zero, ends the wait at its next look (a helper thread
- * being stopped before its control block is unmapped: shmq_helpers_stop). */
-static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t timeout_ns, uint32_t bits,
+ * being stopped before its control block is unmapped: shmq_helpers_stop). `now`: the caller's
+ * CLOCK_MONOTONIC reading at the start of the wait (the spin counts from it), `deadline` an
+ * absolute one. The clock is read only while spinning and after a sleep that did not end with
+ * news: on this VM a read costs 140-430 ns (RESULTS, "Session 11, local11"), and a wait that
+ * ends with news returns without one. */
+static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t now, int64_t deadline, uint32_t bits,
                          const uint32_t *stop) {
-    int64_t t0 = mono_ns(), cpos;
+    int64_t t0 = now, cpos;
     if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
     while (spin_ns > 0) {
         for (int i = 0; i < 64; i++) {
             CPU_RELAX();
             if ((cpos = LOAD_ACQ(&c->pos.commit_pos)) > seen) return cpos;
         }
-        if (mono_ns() - t0 >= spin_ns) break;
+        if ((now = mono_ns()) - t0 >= spin_ns) break;
     }
-    int64_t deadline = t0 + timeout_ns;
     /* counted where the appenders look (wake_data): with all bits in data_waiters; skipping one
      * process's bit (a pull-wake thread) in that bit's count of data_skip_waiters */
     uint64_t skip_unit = 0, *skip_count = NULL;
@@ -62,11 +67,11 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
         skip_count = &c->pos.data_skip_waiters[SKIP_WORD(own)];
         skip_unit = SKIP_ONE(own);
     }
-    for (;;) {
+    for (int slept = 0;; slept = 1) {
         uint32_t seq = LOAD_SC(&c->pos.data_seq);
         if ((cpos = LOAD_SC(&c->pos.commit_pos)) > seen || (stop && LOAD_SC(stop))) return cpos;
-        int64_t left = deadline - mono_ns();
-        if (left <= 0) return cpos;
+        if (slept) now = mono_ns();
+        if (deadline - now <= 0) return cpos;
         if (skip_count) ADD_SC(skip_count, skip_unit); else data_waiter_in(c);
         if (LOAD_SC(&c->pos.commit_pos) <= seen && LOAD_ACQ(&c->owner.state) != SHMQ_STATE_FENCED
                 && !(stop && LOAD_SC(stop)))
@@ -92,12 +97,15 @@ static int64_t wait_data(shmq_ctl *c, int64_t seen, int64_t spin_ns, int64_t tim
  * Appends to other queues move commit_pos too: they are looked at and slept through here,
  * without a return to Python. No lost wake-up: commit_pos is loaded before each scan, and an
  * append publishes its queue's next_offset before commit_pos, so an append the scan missed
- * moves commit_pos past that load and ends the sleep. */
+ * moves commit_pos past that load and ends the sleep. `now`: the caller's CLOCK_MONOTONIC
+ * reading at the start of the wait, or 0 (read here); a wait that ends with news for one of
+ * the queues reads the clock only if it spun (wait_data). */
 int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                     int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns) {
-    int64_t deadline = mono_ns() + timeout_ns, before = *seen;
+                     int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns, int64_t now) {
+    if (!now) now = mono_ns();
+    int64_t deadline = now + timeout_ns, before = *seen;
     if (start < 0 || start >= n) start = 0;
-    for (;;) {
+    for (int looked = 0;; looked = 1) {
         uint32_t st = LOAD_ACQ(&c->owner.state);
         if (st != SHMQ_STATE_READY && st != SHMQ_STATE_READONLY) return -2;
         if (poke && LOAD_ACQ(poke) != poked) return -3;
@@ -114,9 +122,10 @@ int shmq_wait_queues(shmq_ctl *c, int64_t *const *next, const int64_t *offs, int
             }
         }
         if (absent >= 0) return absent;
-        int64_t left = deadline - mono_ns();
+        if (looked) now = mono_ns();  /* the first scan runs at the caller's reading */
+        int64_t left = deadline - now;
         if (left <= 0) return -1;
-        shmq_wait_data(c, cpos, spin_ns < left ? spin_ns : left, left);
+        wait_data(c, cpos, spin_ns < left ? spin_ns : left, now, deadline, FUTEX_BITSET_MATCH_ANY, NULL);
     }
 }
 

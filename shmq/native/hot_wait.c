@@ -40,63 +40,73 @@ static int64_t mono_ns(void) {
 #define GIL_HOLD_NS 200000LL
 
 /* The spin adapts to the gaps between this pull thread's wake-ups (one local pull thread per
- * consumer and store): a wait spins only when the thread's previous wait found news within 1.5x
- * the spin of its start (the extra half: a gap measured through a futex sleep includes the
- * wake-up's own latency); after a timeout, or news later than that, it sleeps at once. At a
- * paced 10,000 msgs/s the gap is ~100 us: the default 50 us spin never caught a message and was
- * ~40 of the consumer's ~65 us of CPU per message, which put the local e2e row's processes
- * above the CPU this VM's host lets it have per 100 ms (both vCPUs then stop for 7-37 ms: the
- * row's p99; RESULTS, "Session 8, tail"). Short gaps (bursts, high rates) spin as before, and
- * a busy-polling consumer (a spin of seconds) always spins. */
-static __thread int64_t last_gap_ns;
+ * consumer and store): a wait spins only when the previous wait that found news started within
+ * 1.5x the spin of this one's start (the extra half: a gap measured through a futex sleep
+ * includes the wake-up's own latency); after a timeout, or news later than that, it sleeps at
+ * once. At a paced 10,000 msgs/s the gap is ~100 us: the default 50 us spin never caught a
+ * message and was ~40 of the consumer's ~65 us of CPU per message, which put the local e2e
+ * row's processes above the CPU this VM's host lets it have per 100 ms (both vCPUs then stop for
+ * 7-37 ms: the row's p99; RESULTS, "Session 8, tail"). Short gaps (bursts, high rates) spin as
+ * before, and a busy-polling consumer (a spin of seconds) always spins.
+ * The gap runs from start to start (so it includes the delivery after a wake-up), so a wait
+ * reads the clock once, at its start, and not after the wake-up: on this VM a read costs
+ * 140-430 ns (RESULTS, "Session 11, local11"), and the wake-up's path to the listener then has
+ * none; the same reading is the start of the spin and of the timeout below (core_wait.c). */
+#define NO_NEWS INT64_MIN
+static __thread int64_t news_start;   /* the start of the last wait that found news; 0: none yet */
 
 static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil);
+                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil,
+                            int64_t t0);
 
 static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
-    int64_t t0 = mono_ns();
-    if (last_gap_ns > spin + spin / 2) spin = 0;
-    int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil);
-    if (i >= 0) last_gap_ns = mono_ns() - t0;
-    else if (i == -1) last_gap_ns = INT64_MAX;
+                       int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil,
+                       int64_t t0) {
+    if (news_start == NO_NEWS || (news_start && t0 - news_start > spin + spin / 2)) spin = 0;
+    int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil, t0);
+    if (i >= 0) news_start = t0;
+    else if (i == -1) news_start = NO_NEWS;
     return i;
 }
 
 static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
-                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil) {
-    int64_t t0 = mono_ns(), held = 0;
+                            int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil,
+                            int64_t t0) {
+    int64_t elapsed = 0;
     if (keep_gil) {
-        held = spin < timeout ? spin : timeout;
+        int64_t held = spin < timeout ? spin : timeout;
         if (held > GIL_HOLD_NS) held = GIL_HOLD_NS;
         /* held 0 (no spin, or a zero timeout): one look, which never sleeps, still with the GIL */
-        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held);
+        int i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, held, held, t0);
         if (i != -1) return i;
         if (held <= 0 && timeout <= 0) return i;
+        if (held > 0) elapsed = mono_ns() - t0;   /* one look alone takes no time worth a reading */
     }
-    int64_t elapsed = keep_gil ? mono_ns() - t0 : 0, left = timeout - elapsed;
+    int64_t left = timeout - elapsed;
     if (keep_gil && left <= 0) return -1;
     int i;
     Py_BEGIN_ALLOW_THREADS
     i = f_wait(ctl, next, offs, n, start, seen, hold, poke, poked, spin > elapsed ? spin - elapsed : 0,
-               left > 0 ? left : 0);
+               left > 0 ? left : 0, t0 + elapsed);
     Py_END_ALLOW_THREADS
     return i;
 }
 
 /* wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count,
- *           keep_gil) -> (i, read)
+ *           keep_gil, look_ns) -> (i, read)
  * shmq_wait_queues (core_wait.c), sleeping without the GIL, spinning with it when keep_gil (wait_queues above;
  * ctl, next, offs, seen, poke: addresses, as int; the arrays stay owned by the caller, who keeps
  * them alive), then, when it answers a queue
  * i >= 0 whose states[i] is a QueueReader state, that queue's shmq_read_queue(states[i], offs[i],
  * max_count) with the GIL: the local pull thread's wake-up and read in one call.
  * read is None otherwise (i < 0, no state, or read_queue's None). Reads only; the caller decides
- * whether the queue may be delivered to, and may drop what was read. */
+ * whether the queue may be delivered to, and may drop what was read. look_ns: a CLOCK_MONOTONIC
+ * time (time.monotonic_ns), or 0: a wait that starts at or after it answers -3 at once (the
+ * caller's queue set is to be looked at again), so the caller reads no clock of its own. */
 static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 14 || !PyList_CheckExact(args[11])) {
+    if (nargs != 15 || !PyList_CheckExact(args[11])) {
         PyErr_SetString(PyExc_TypeError, "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, "
-                                         "timeout_ns, states: list, max_count, keep_gil)");
+                                         "timeout_ns, states: list, max_count, keep_gil, look_ns)");
         return NULL;
     }
     if (!f_wait) { PyErr_SetString(PyExc_RuntimeError, "bind_wait first"); return NULL; }
@@ -108,7 +118,7 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     const int32_t *poke = (const int32_t *)hot_ptr(args[7]);
     long long poked = hot_ll(args[8]);
     long long spin = hot_ll(args[9]), timeout = hot_ll(args[10]);
-    long long max_count = hot_ll(args[12]);
+    long long max_count = hot_ll(args[12]), look = hot_ll(args[14]);
     int keep_gil = PyObject_IsTrue(args[13]);
     PyObject *states = args[11];
     if (keep_gil < 0 || PyErr_Occurred()) return NULL;
@@ -116,8 +126,10 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
         PyErr_SetString(PyExc_ValueError, "wait_read: null address or a queue count the states do not cover");
         return NULL;
     }
-    int i = wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
-                        keep_gil);
+    int64_t t0 = mono_ns();
+    int i = look > 0 && t0 >= look ? -3
+            : wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
+                          keep_gil, t0);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = shmq_read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -131,7 +143,8 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
 static PyMethodDef wait_methods[] = {
     {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
     {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
-     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil) "
+     "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil, "
+     "look_ns) "
      "-> (queue index or a negative answer, read_queue's answer or None)"},
     {NULL, NULL, 0, NULL},
 };

@@ -121,7 +121,7 @@ def test_wait_read_answers_the_queue_and_the_same_messages_as_the_one_decoder(st
 
         def wait(start, states):
             return wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 2, start, _addr(seen), -1,
-                             _addr(poke), 0, 0, int(0.05e9), states, 32, False)
+                             _addr(poke), 0, 0, int(0.05e9), states, 32, False, 0)
         assert wait(0, [readers[0].st, None]) == (0, None)  # the ConsumeQueue file is not mapped yet
         for r in readers:
             r.read(0, 1)  # the reader maps it: wait_read reads from then on
@@ -179,11 +179,11 @@ def test_a_spinning_wait_read_lets_other_threads_run_and_sees_their_append(store
         t.start()
         try:
             i, (msgs, nxt, elsewhere) = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen),
-                                                  -1, _addr(poke), 0, int(30e9), int(30e9), [reader.st], 32, True)
+                                                  -1, _addr(poke), 0, int(30e9), int(30e9), [reader.st], 32, True, 0)
             at_answer = ticks[0]
             offs[0] = nxt
             assert wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke), 0,
-                             int(0.3e9), int(0.3e9), [reader.st], 32, True) == (-1, None)  # spun to its timeout
+                             int(0.3e9), int(0.3e9), [reader.st], 32, True, 0) == (-1, None)  # spun to its timeout
         finally:
             stop.set()
             t.join()
@@ -212,7 +212,7 @@ def test_wait_read_spins_only_while_its_news_comes_within_the_spin(store_root):
         def wait(spin_s, timeout_s):  # (queue, bodies, CPU seconds of this thread in the wait)
             cpu = time.thread_time()
             i, got = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke),
-                               0, int(spin_s * 1e9), int(timeout_s * 1e9), [reader.st], 32, False)
+                               0, int(spin_s * 1e9), int(timeout_s * 1e9), [reader.st], 32, False, 0)
             cpu = time.thread_time() - cpu
             if got is not None:
                 offs[0] = got[1]
@@ -233,5 +233,36 @@ def test_wait_read_spins_only_while_its_news_comes_within_the_spin(store_root):
         assert out["spun"][0] == -1 and out["spun"][2] > 0.03, out
         assert out["slept"][0] == -1 and out["slept"][2] < 0.03, out
         assert out["after_late"][0] == -1 and out["after_late"][2] < 0.03, out
+    finally:
+        store.close()
+
+
+def test_wait_read_answers_changed_at_once_from_its_look_time_and_waits_before_it(store_root):
+    """look_ns: a wait that starts at or after that CLOCK_MONOTONIC time answers -3 at once (the
+    pull thread looks at its queue set again), with the GIL kept or not; before it, the wait
+    answers the news, or times out, as without one."""
+    from shmq.native import wait_read
+    store = MessageStore.open(small_config(store_root))
+    try:
+        store.put("T", 0, b"first", {})
+        reader = store.queue_reader("T", 0, "b1")
+        reader.read(0, 1)
+        ptrs, offs = ffi.new("int64_t *[]", 1), ffi.new("int64_t[]", [0])
+        ptrs[0] = store.max_offset_watch("T", 0)
+        seen, poke = ffi.new("int64_t[1]", [0]), ffi.new("int32_t[1]")
+
+        def wait(look_ns, keep=False, timeout_s=5.0):
+            t = time.monotonic()
+            r = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke), 0,
+                          0, int(timeout_s * 1e9), [reader.st], 32, keep, look_ns)
+            return r, time.monotonic() - t
+        for keep in (False, True):
+            (r, took) = wait(time.monotonic_ns() - 1, keep)
+            assert r == (-3, None) and took < 1.0  # past its look time: no wait, news or not
+        (i, (msgs, nxt, _)), _ = wait(time.monotonic_ns() + int(60e9))
+        assert (i, [m.body for m in msgs], nxt) == (0, [b"first"], 1)
+        offs[0] = 1
+        r, took = wait(time.monotonic_ns() + int(60e9), timeout_s=0.1)
+        assert r == (-1, None) and took >= 0.09    # before it: the timeout, as with none
     finally:
         store.close()

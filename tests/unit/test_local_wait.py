@@ -23,7 +23,7 @@ def _arrays(store, queues, offsets):
 def _wait(store, ptrs, offs, *, start=0, seen=None, hold=-1, poke=None, poked=0, timeout_s=2.0):
     s = ffi.new("int64_t[1]", [store.commit_pos if seen is None else seen])
     r = lib.shmq_wait_queues(store.cb.ctl, ptrs, offs, len(offs), start, s, hold,
-                             poke if poke is not None else ffi.NULL, poked, 0, int(timeout_s * 1e9))
+                             poke if poke is not None else ffi.NULL, poked, 0, int(timeout_s * 1e9), 0)
     return r, s[0]
 
 
@@ -96,5 +96,21 @@ def test_a_changed_queue_set_and_a_fenced_store_end_the_wait(store_root):
         assert _wait(store, ptrs, offs, poke=poke, poked=6)[0] == -3
         threading.Timer(0.05, lambda: lib.shmq_fence(store.cb.ctl)).start()
         assert _wait(store, ptrs, offs, poke=poke, poked=7, timeout_s=5)[0] == -2
+    finally:
+        store.close()
+
+
+def test_the_timeout_runs_from_the_callers_clock_reading(store_root):
+    # `now`: the caller's CLOCK_MONOTONIC reading at the wait's start (hot_wait.c passes the one
+    # it read), so a deadline already behind it answers -1 at once; 0 reads the clock here
+    store = MessageStore.open(small_config(store_root))
+    try:
+        store.put("T", 0, b"first")
+        ptrs, offs = _arrays(store, [0], [1])
+        for now, timeout_s, least, most in ((time.monotonic_ns() - int(10e9), 2.0, 0.0, 1.0), (0, 0.2, 0.18, 5.0)):
+            s = ffi.new("int64_t[1]", [store.commit_pos])
+            t = time.monotonic()
+            r = lib.shmq_wait_queues(store.cb.ctl, ptrs, offs, 1, 0, s, -1, ffi.NULL, 0, 0, int(timeout_s * 1e9), now)
+            assert r == -1 and least <= time.monotonic() - t < most
     finally:
         store.close()
