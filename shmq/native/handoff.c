@@ -40,22 +40,53 @@ int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms) {
 
 void shmq_handoff_post(shmq_handoff *h, int n) {
     __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
-    int w = __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST);
-    if (w > 0 && n > 0)  /* no thread asleep: no system call */
+    int w = n > 0 ? __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST) : 0;
+    if (w > 0)  /* no thread asleep, or none to wake: no system call */
         syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, n < w ? n : w, NULL, NULL, 0);
 }
 
-/* The owed posts of hs[0..nh) (posts is only touched by the loop thread, so no atomics), then
- * epoll_wait; fds/evs get what Python's epoll.poll returns. -errno on failure. */
-int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents) {
+/* How long the loop sleeps at most while spare tasks wait for a look (HandoffSelector's next
+ * turn wakes a thread for each one no thread took by then): the delay a task can see behind a
+ * consume thread whose listener is slow. */
+#define SPREAD_MS 1
+
+/* Pay the wake-ups the loop's turn owes for hs[0..nh), then epoll_wait; fds/evs get what
+ * Python's epoll.poll returns. -errno on failure. (posts, spare and force are the loop
+ * thread's own: no atomics.)
+ *
+ * A consume thread takes the next queued task when it ends one, so a thread woken per task
+ * is a wake-up too many when one thread is awake or several tasks came in one turn (the four
+ * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
+ * first holds). So: no thread is woken when one is awake, one when none is, and the rest are
+ * "spare": the loop sleeps at most SPREAD_MS and its next turn wakes a thread for each spare
+ * task still queued (*spread says some are). seq is bumped by every pay, a wake or not: a
+ * consume thread on its way to sleep then finds the new task (handoff.c's rule above). */
+int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
+                       int32_t *spread) {
+    int spare = 0;
     for (int i = 0; i < nh; i++) {
         shmq_handoff *h = hs[i];
-        if (h != NULL && h->posts > 0) {
-            int n = h->posts;
-            h->posts = 0;
+        if (h == NULL)
+            continue;
+        if (h->force > 0) {
+            int n = h->force;
+            h->force = 0;
             shmq_handoff_post(h, n);
         }
+        if (h->posts > 0) {
+            int n = h->posts;
+            h->posts = 0;
+            int awake = h->threads - __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST);
+            int wake = awake > 0 ? 0 : 1;
+            h->spare += n - wake;
+            shmq_handoff_post(h, wake);
+        }
+        if (h->spare > 0)
+            spare = 1;
     }
+    *spread = spare;
+    if (spare && (timeout_ms < 0 || timeout_ms > SPREAD_MS))
+        timeout_ms = SPREAD_MS;
     struct epoll_event buf[EPOLL_BATCH];
     if (maxevents > EPOLL_BATCH)
         maxevents = EPOLL_BATCH;  /* level-triggered: the rest is answered by the next call */
