@@ -187,7 +187,8 @@ def test_tasks_handed_in_one_turn_wake_one_thread_which_runs_them_in_turn():
         while pool._h.waiters < 4:  # back asleep
             threading.Event().wait(0.001)
         woken = [t for t, b in zip(pool._threads, before) if _sleeps(t) != b]
-        assert len(set(ran)) == 1 and len(woken) == 1, (ran, len(woken))
+        # (a thread's once-a-second look at its stop flag may fall in the window: one more)
+        assert len(set(ran)) == 1 and len(woken) <= 2, (ran, len(woken))
         pool.shutdown()
         _stop(loop, th)
 
