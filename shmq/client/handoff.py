@@ -214,6 +214,19 @@ class ClientLoop(asyncio.SelectorEventLoop):
         handle = None  # (asyncio's: no cycle through a raised exception's frame)
 
 
+    def _read_from_self(self):
+        """The self-pipe's bytes (another thread's ``call_soon_threadsafe``: a producer's send
+        handed to this loop wakes it so), read with one ``recv``: asyncio's reads until the
+        socket is empty, a second system call per wake-up that always fails with EAGAIN. The
+        selector is level-triggered, so what one read leaves wakes the next turn."""
+        try:
+            data = self._ssock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        if data:
+            self._process_self_data(data)
+
+
 _ONE = (0,)
 # BaseEventLoop._run_once's constants (asyncio.base_events)
 _MIN_SCHEDULED = getattr(base_events, "_MIN_SCHEDULED_TIMER_HANDLES", 100)

@@ -229,3 +229,20 @@ def test_tasks_behind_a_slow_task_get_threads_of_their_own_at_the_loops_next_tur
         assert len(met) == 3
         pool.shutdown()
         _stop(loop, th)
+
+
+def test_the_client_loop_reads_its_wake_ups_once_a_turn_and_misses_none():
+    # ClientLoop._read_from_self reads the self-pipe with one recv a turn (4,096 bytes at
+    # most); more wake-ups than that are read at the next turns, and every callback runs
+    sel, loop, th = _client_loop()
+    ran, done = [], threading.Event()
+    for i in range(5000):
+        loop.call_soon_threadsafe(ran.append, i)
+    loop.call_soon_threadsafe(done.set)
+    assert done.wait(5)
+    assert ran == list(range(5000))
+    # and a wake-up after those (the pipe read down at later turns) still wakes the loop
+    again = threading.Event()
+    loop.call_soon_threadsafe(again.set)
+    assert again.wait(5)
+    _stop(loop, th)
