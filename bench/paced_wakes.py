@@ -219,13 +219,22 @@ def main() -> None:
         print(f"| {role} | {d.get('all', 0) / n:.2f} | {top(d)} | {d['vol'] / n:.2f} / {d['invol'] / n:.2f} | "
               f"{d['cpu'] / n:.1f} ({d['user'] / n:.1f} / {d['sys'] / n:.1f}) |")
     if a.threads:
+        # each process's busiest threads by name, the rest (e.g. the 20 consume threads) as one line
         print("| process | thread | syscalls/msg | by kind | vol / invol per msg | CPU µs/msg |")
         print("|---|---|---:|---|---|---:|")
-        for role, tid, comm, d in lines:
-            if d["vol"] / n < 0.005 and d["cpu"] / n < 0.2:
-                continue
-            print(f"| {role} | {tid} ({comm}) | {d.get('all', 0) / n:.2f} | {top(d)} | "
-                  f"{d['vol'] / n:.2f} / {d['invol'] / n:.2f} | {d['cpu'] / n:.1f} |")
+        for role in ("producer", "worker", "consumer", "supervisor", "namesrv"):
+            mine = sorted((x for x in lines if x[0] == role), key=lambda x: -x[3]["cpu"])
+            top_n = 2 if role in ("producer", "consumer") else 1
+            rest: dict[str, float] = defaultdict(float)
+            for _, tid, comm, d in mine[top_n:]:
+                for k, x in d.items():
+                    rest[k] += x
+            shown = [(f"{tid} ({comm})", d) for _, tid, comm, d in mine[:top_n]]
+            if len(mine) > top_n:
+                shown.append((f"the other {len(mine) - top_n} threads", rest))
+            for name, d in shown:
+                print(f"| {role} | {name} | {d.get('all', 0) / n:.2f} | {top(d)} | "
+                      f"{d['vol'] / n:.2f} / {d['invol'] / n:.2f} | {d['cpu'] / n:.1f} |")
 
 
 if __name__ == "__main__":
