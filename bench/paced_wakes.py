@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -43,6 +44,10 @@ def role_of(p: psutil.Process, spawned: list[int]) -> str | None:
         return None
     if "resource_tracker" in cmd:
         return None
+    if "--consumer" in cmd:  # tcp_paths' PushConsumer process (the consumer row)
+        return "consumer"
+    if "tcp_consumer_row" in cmd:
+        return "producer"
     if "broker.worker" in cmd:
         return "worker"
     if "namesrv" in cmd:
@@ -144,7 +149,7 @@ def perf_counts(path: str, skip: int, take: int) -> tuple[dict[int, dict[str, in
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--mode", default="async", choices=("async", "oneway", "sync"))
+    ap.add_argument("--mode", default="async", choices=("async", "oneway", "sync", "row"))
     ap.add_argument("--window", type=float, default=3.0)
     ap.add_argument("--threads", action="store_true")
     ap.add_argument("--workers", type=int, default=1)
@@ -155,18 +160,26 @@ def main() -> None:
                "--send-mode", a.mode, "--duration", str(dur), "--warmup", "1", "--no-progress", "--json", res.name]
         if a.workers:
             cmd += ["--workers", str(a.workers)]
-        run = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        if a.mode == "row":  # tcp_paths' sync send() + PushConsumer row, unpaced (its rate is printed)
+            cmd = [sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tcp_consumer_row.py"),
+                   str(a.workers), "1", str(dur)]
+        run = subprocess.Popen(cmd, stdout=subprocess.PIPE if a.mode == "row" else subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
         root = psutil.Process(run.pid)
         roles: dict[int, str] = {}
         t_end = time.monotonic() + 120
         while time.monotonic() < t_end and run.poll() is None:
             roles = procs_of(root)
+            if a.mode == "row":
+                roles[run.pid] = "producer"
             if "producer" in roles.values() and "consumer" in roles.values():
                 break
             time.sleep(0.05)
         prod = next(pid for pid, r in roles.items() if r == "producer")
         wait_sending(prod)
         roles = procs_of(root)  # (every thread made by now: perf follows those it attached to)
+        if a.mode == "row":
+            roles[run.pid] = "producer"
         perf, perf_out = perf_start(list(roles))
         perf_started = time.monotonic()
         time.sleep(2.5)  # perf's attach, the harness's warm-up second
@@ -177,22 +190,28 @@ def main() -> None:
         after = snap(roles)
         dt = time.monotonic() - t0
         load = os.getloadavg()[0]
-        _, err = run.communicate(timeout=300)
+        out, err = run.communicate(timeout=300)
         perf.send_signal(2)
         perf.wait(30)
         # perf's intervals: the ones that lie in the window (1 s each from its start, which came
         # before the sending did; the start is not known to the ms, so whole seconds are skipped)
         counts, nint = perf_counts(perf_out, skip=int(started - perf_started) + 1, take=int(a.window) - 1)
-        try:
-            row = json.load(open(res.name))["results"][0]
-        except (OSError, ValueError, KeyError, IndexError):
-            print(f"# the e2e run failed: {err[-500:]}")
-            row = {}
-    n = RATE * dt
+        rate = RATE
+        if a.mode == "row":  # per message at the row's own rate
+            m = re.search(r" ([\d,]+)/s (p50 .*)$", out or "", re.M)
+            rate = float(m.group(1).replace(",", "")) if m else RATE
+            row = {"msgs_per_s": rate, "note": m.group(2) if m else err[-300:]}
+        else:
+            try:
+                row = json.load(open(res.name))["results"][0]
+            except (OSError, ValueError, KeyError, IndexError):
+                print(f"# the e2e run failed: {err[-500:]}")
+                row = {}
+    n = rate * dt
     lu = row.get("latency_us") or {}
     print(f"# {time.strftime('%H:%M:%S UTC', time.gmtime())} paced e2e, {a.mode} sends, {a.workers} worker(s): "
           f"delivered {row.get('msgs_per_s', 0):,.0f}/s, p50 {lu.get('p50', '-')} µs, p99 {lu.get('p99', '-')} µs; "
-          f"window {dt:.2f} s = {n:,.0f} messages at the pace; load {load:.2f}")
+          f"window {dt:.2f} s = {n:,.0f} messages at the pace; load {load:.2f} {row.get('note', '')}")
     per_proc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     lines = []
     for tid, (pid, comm, v1, i1, r1, u1, s1) in sorted(after.items()):

@@ -50,7 +50,7 @@ class HandoffSelector(selectors.EpollSelector):
         # thread may be reading a slot (in C, without the GIL) while another thread detaches it
         self._keep: list = []
         self._queues: list = []  # each kept word's pool's task deque (the spare tasks' look)
-        self._spread = ffi.new("int32_t[1]")  # set by the C wait: some pool has spare tasks
+        self._spread = ffi.new("int32_t[1]")  # set by the C wait: spare tasks to look at (respread)
         self._fds = ffi.new(f"int[{EPOLL_BATCH}]")
         self._evs = ffi.new(f"uint32_t[{EPOLL_BATCH}]")
         self._wait = lib.shmq_handoff_epoll  # bound once: a lib attribute is a cffi lookup per read
@@ -83,9 +83,10 @@ class HandoffSelector(selectors.EpollSelector):
                 self._slots[i] = ffi.NULL
 
     def select(self, timeout=None):
-        if not self.owed:
-            if not self._spread[0]:
-                return super().select(timeout)
+        spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later)
+        if not self.owed and not spread:
+            return super().select(timeout)
+        if spread == 1:
             self.respread()
         self.owed = False
         # This runs once per pulled message of a caught-up TCP consumer: no min / max / ceil
@@ -165,7 +166,7 @@ class ClientLoop(asyncio.SelectorEventLoop):
         # _process_events inline over what it returned
         sel = self.handoff
         sel.owed = False
-        if sel._spread[0]:
+        if sel._spread[0] == 1:  # (2: spare tasks whose look is not due yet)
             sel.respread()
         if timeout is None:
             ms = -1

@@ -45,25 +45,33 @@ void shmq_handoff_post(shmq_handoff *h, int n) {
         syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, n < w ? n : w, NULL, NULL, 0);
 }
 
-/* How long the loop sleeps at most while spare tasks wait for a look (HandoffSelector's next
- * turn wakes a thread for each one no thread took by then): the delay a task can see behind a
- * consume thread whose listener is slow. */
-#define SPREAD_MS 1
+/* How long spare tasks wait at most for a thread of their own (HandoffSelector.respread, at the
+ * loop's first turn after it, wakes a thread for each one no thread took by then): the delay a
+ * task can see behind a consume thread whose listener is slow. */
+#define SPREAD_US 1000
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
 
 /* Pay the wake-ups the loop's turn owes for hs[0..nh), then epoll_wait; fds/evs get what
- * Python's epoll.poll returns. -errno on failure. (posts, spare and force are the loop
+ * Python's epoll.poll returns. -errno on failure. (posts, spare, force and due are the loop
  * thread's own: no atomics.)
  *
  * A consume thread takes the next queued task when it ends one, so a thread woken per task
  * is a wake-up too many when one thread is awake or several tasks came in one turn (the four
  * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
  * first holds). So: no thread is woken when one is awake, one when none is, and the rest are
- * "spare": the loop sleeps at most SPREAD_MS and its next turn wakes a thread for each spare
- * task still queued (*spread says some are). seq is bumped by every pay, a wake or not: a
- * consume thread on its way to sleep then finds the new task (handoff.c's rule above). */
+ * "spare". SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
+ * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
+ * spare tasks wait for their look): a thread is
+ * woken for each spare task still queued. seq is bumped by every pay, a wake or not: a consume
+ * thread on its way to sleep then finds the new task (handoff.c's rule above). */
 int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
                        int32_t *spread) {
-    int spare = 0;
+    int64_t now = 0, left = -1;  /* µs until the first spare look, -1: none */
     for (int i = 0; i < nh; i++) {
         shmq_handoff *h = hs[i];
         if (h == NULL)
@@ -81,12 +89,24 @@ int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int 
             h->spare += n - wake;
             shmq_handoff_post(h, wake);
         }
-        if (h->spare > 0)
-            spare = 1;
+        if (h->spare <= 0) {
+            h->due = 0;
+            continue;
+        }
+        if (!now)
+            now = now_us();
+        if (!h->due)
+            h->due = now + SPREAD_US;
+        int64_t l = h->due > now ? h->due - now : 0;
+        if (left < 0 || l < left)
+            left = l;
     }
-    *spread = spare;
-    if (spare && (timeout_ms < 0 || timeout_ms > SPREAD_MS))
-        timeout_ms = SPREAD_MS;
+    *spread = left < 0 ? 0 : left == 0 ? 1 : 2;  /* none / look now / later (still the C wait's turn) */
+    if (left >= 0) {
+        int ms = (int)((left + 999) / 1000);  /* epoll's ms, rounded up: never before the look is due */
+        if (timeout_ms < 0 || timeout_ms > ms)
+            timeout_ms = ms;
+    }
     struct epoll_event buf[EPOLL_BATCH];
     if (maxevents > EPOLL_BATCH)
         maxevents = EPOLL_BATCH;  /* level-triggered: the rest is answered by the next call */

@@ -195,7 +195,7 @@ def test_tasks_handed_in_one_turn_wake_one_thread_which_runs_them_in_turn():
 
 def test_tasks_behind_a_slow_task_get_threads_of_their_own_at_the_loops_next_turn():
     # a listener that blocks: the tasks handed over with it are not left behind it; the loop's
-    # next turn (at most handoff.c's SPREAD_MS later) wakes a thread for each still queued, so
+    # next turn (handoff.c's SPREAD_US after the first spare one) wakes a thread for each still queued, so
     # all three meet at the barrier, and a task handed while a thread is busy is not stranded
     for make in (_loop, _client_loop):
         sel, loop, th = make()
