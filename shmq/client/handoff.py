@@ -7,7 +7,10 @@ thread ran, found the GIL taken, slept on it and was woken again when the loop t
 it (perf on such a consumer: a third of its time in those switches). Here the loop thread
 only queues the task and counts the wake-up it owes; its selector pays the owed wake-ups in
 the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
-GIL released), so the woken thread finds the GIL free: one switch per hand-over.
+GIL released), so the woken thread finds the GIL free: one switch per hand-over. And one
+thread per turn, not per task: the tasks of one turn (a read with several queues' answers)
+wake one thread, none while one is awake (a thread takes the next task when it ends one);
+whatever is still queued 1 ms later gets a thread of its own (a slow listener's neighbours).
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
 takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
