@@ -9,8 +9,8 @@ only queues the task and counts the wake-up it owes; its selector pays the owed 
 the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
 GIL released), so the woken thread finds the GIL free: one switch per hand-over. And one
 thread per turn, not per task: the tasks of one turn (a read with several queues' answers)
-wake one thread, none while one is awake (a thread takes the next task when it ends one);
-whatever is still queued 1 ms later gets a thread of its own (a slow listener's neighbours).
+wake one thread, which takes the next task when it ends one; whatever is still queued 1 ms
+later gets a thread of its own (a slow listener's neighbours).
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
 takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
@@ -72,7 +72,7 @@ class HandoffSelector(selectors.EpollSelector):
 
     def respread(self) -> None:
         """The spare tasks (handoff.c's ``shmq_handoff_epoll``) still queued now get a thread
-        woken each at the C wait about to run; the rest were taken by a thread already awake."""
+        woken each at the C wait about to run; the rest were taken by the thread woken for them."""
         for h, tasks in zip(self._keep, self._queues):
             spare = h.spare
             if spare:
@@ -256,7 +256,6 @@ class ConsumePool:
         # than the struct's attribute (submit from the loop thread, once per pulled batch)
         self._posts = ffi.addressof(self._h[0], "posts")
         self._stopping = False
-        self._h.threads = n
         self._selector = selector if selector is not None and selector.attach(self._h, self._tasks) else None
         self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
         self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]

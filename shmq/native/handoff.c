@@ -61,10 +61,11 @@ static int64_t now_us(void) {
  * thread's own: no atomics.)
  *
  * A consume thread takes the next queued task when it ends one, so a thread woken per task
- * is a wake-up too many when one thread is awake or several tasks came in one turn (the four
+ * is a wake-up too many when several tasks came in one turn (the four
  * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
- * first holds). So: no thread is woken when one is awake, one when none is, and the rest are
- * "spare". SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
+ * first holds). So: one thread is woken a turn, and the rest are "spare". (Not none while a
+ * thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
+ * and the hand-over hop's p50 rose 40-80 µs in traced runs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
  * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
  * spare tasks wait for their look): a thread is
  * woken for each spare task still queued. seq is bumped by every pay, a wake or not: a consume
@@ -84,10 +85,8 @@ int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int 
         if (h->posts > 0) {
             int n = h->posts;
             h->posts = 0;
-            int awake = h->threads - __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST);
-            int wake = awake > 0 ? 0 : 1;
-            h->spare += n - wake;
-            shmq_handoff_post(h, wake);
+            h->spare += n - 1;
+            shmq_handoff_post(h, 1);
         }
         if (h->spare <= 0) {
             h->due = 0;
