@@ -168,27 +168,34 @@ def test_tasks_handed_in_one_turn_wake_one_thread_which_runs_them_in_turn():
     for make in (_loop, _client_loop):
         sel, loop, th = make()
         pool = ConsumePool(4, "t", sel, th)
-        ran, done = [], threading.Event()
+        seen = []
+        for _ in range(3):  # a loaded machine may keep the one woken thread off a CPU past the
+            # 1 ms look (then the others are woken: by design); one clean try of three is asked
+            ran, done = [], threading.Event()
 
-        def task(i):
-            ran.append(threading.current_thread().name)
-            if len(ran) == 4:
-                done.set()
+            def task(i):
+                ran.append(threading.current_thread().name)
+                if len(ran) == 4:
+                    done.set()
 
-        def hand_over():
-            for i in range(4):
-                pool.submit(task, i)
-        # wait for all four threads to sleep, so that no thread is awake to take the tasks
-        while pool._h.waiters < 4:
-            threading.Event().wait(0.001)
-        before = [_sleeps(t) for t in pool._threads]
-        loop.call_soon_threadsafe(hand_over)
-        assert done.wait(5)
-        while pool._h.waiters < 4:  # back asleep
-            threading.Event().wait(0.001)
-        woken = [t for t, b in zip(pool._threads, before) if _sleeps(t) != b]
-        # (a thread's once-a-second look at its stop flag may fall in the window: one more)
-        assert len(set(ran)) == 1 and len(woken) <= 2, (ran, len(woken))
+            def hand_over():
+                for i in range(4):
+                    pool.submit(task, i)
+            # wait for all four threads to sleep, so that no thread is awake to take the tasks
+            while pool._h.waiters < 4:
+                threading.Event().wait(0.001)
+            before = [_sleeps(t) for t in pool._threads]
+            loop.call_soon_threadsafe(hand_over)
+            assert done.wait(5)
+            while pool._h.waiters < 4:  # back asleep
+                threading.Event().wait(0.001)
+            woken = [t for t, b in zip(pool._threads, before) if _sleeps(t) != b]
+            seen.append((ran, len(woken)))
+            # (a thread's once-a-second look at its stop flag may fall in the window: one more)
+            if len(set(ran)) == 1 and len(woken) <= 2:
+                break
+        else:
+            raise AssertionError(seen)
         pool.shutdown()
         _stop(loop, th)
 
