@@ -65,7 +65,7 @@ static int64_t now_us(void) {
  * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
  * first holds). So: one thread is woken a turn, and the rest are "spare". (Not none while a
  * thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
- * and the hand-over hop's p50 rose 40-80 µs in traced runs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
+ * and the traced hand-over hop's p50 rose, median 322 -> 402 µs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
  * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
  * spare tasks wait for their look): a thread is
  * woken for each spare task still queued. seq is bumped by every pay, a wake or not: a consume
