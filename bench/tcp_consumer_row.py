@@ -2,14 +2,14 @@
 messages), on a fresh broker per round, from the tree in the current directory (so an older
 tree can be A/B'd with the same script). Prints the row per round.
 
-    .venv/bin/python bench/tcp_consumer_row.py WORKERS ROUNDS DURATION_S    # e.g. 1 1 3"""
+    .venv/bin/python bench/tcp_consumer_row.py WORKERS ROUNDS DURATION_S    # e.g. 1 1 3 (WORKERS 0: the broker's default, as tcp_paths)"""
 import os, sys, tempfile, shutil
 from pathlib import Path
 sys.path.insert(0, os.path.join(os.getcwd(), "bench")); sys.path.insert(0, os.getcwd())
 import tcp_paths as tp
 import vs_rocketmq
 from shmq import Producer
-workers, rounds, dur = int(sys.argv[1]), int(sys.argv[2]), float(sys.argv[3])
+workers, rounds, dur = int(sys.argv[1]) or None, int(sys.argv[2]), float(sys.argv[3])  # 0: the broker's default
 work = Path(tempfile.mkdtemp(prefix="tcpcons5-row-"))
 try:
     for rnd in range(rounds):

@@ -7,7 +7,10 @@ thread ran, found the GIL taken, slept on it and was woken again when the loop t
 it (perf on such a consumer: a third of its time in those switches). Here the loop thread
 only queues the task and counts the wake-up it owes; its selector pays the owed wake-ups in
 the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
-GIL released), so the woken thread finds the GIL free: one switch per hand-over.
+GIL released), so the woken thread finds the GIL free: one switch per hand-over. And one
+thread per turn, not per task: the tasks of one turn (a read with several queues' answers)
+wake one thread, which takes the next task when it ends one; whatever is still queued 1 ms
+later gets a thread of its own (a slow listener's neighbours).
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
 takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
@@ -49,19 +52,33 @@ class HandoffSelector(selectors.EpollSelector):
         # every word ever attached stays referenced here, and a slot is never reused: the loop
         # thread may be reading a slot (in C, without the GIL) while another thread detaches it
         self._keep: list = []
+        self._queues: list = []  # each kept word's pool's task deque (the spare tasks' look)
+        self._spread = ffi.new("int32_t[1]")  # set by the C wait: spare tasks to look at (respread)
         self._fds = ffi.new(f"int[{EPOLL_BATCH}]")
         self._evs = ffi.new(f"uint32_t[{EPOLL_BATCH}]")
         self._wait = lib.shmq_handoff_epoll  # bound once: a lib attribute is a cffi lookup per read
         self._epfd = self._selector.fileno()  # the stdlib's epoll object's, fixed for its life
         self.owed = False  # some pool's posts > 0 (set by ConsumePool.submit, on the loop thread)
 
-    def attach(self, h) -> bool:
-        """Let ``h``'s owed wake-ups wait for this loop's next sleep; False when full."""
+    def attach(self, h, tasks: collections.deque) -> bool:
+        """Let ``h``'s owed wake-ups (of the pool whose queue is ``tasks``) wait for this loop's
+        next sleep; False when full."""
         if len(self._keep) == MAX_POOLS:
             return False
         self._slots[len(self._keep)] = h
         self._keep.append(h)
+        self._queues.append(tasks)
         return True
+
+    def respread(self) -> None:
+        """The spare tasks (handoff.c's ``shmq_handoff_epoll``) still queued now get a thread
+        woken each at the C wait about to run; the rest were taken by the thread woken for them."""
+        for h, tasks in zip(self._keep, self._queues):
+            spare = h.spare
+            if spare:
+                n = len(tasks)
+                h.force = n if n < spare else spare
+                h.spare = 0
 
     def detach(self, h) -> None:
         for i, kept in enumerate(self._keep):
@@ -69,8 +86,11 @@ class HandoffSelector(selectors.EpollSelector):
                 self._slots[i] = ffi.NULL
 
     def select(self, timeout=None):
-        if not self.owed:
+        spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later)
+        if not self.owed and not spread:
             return super().select(timeout)
+        if spread == 1:
+            self.respread()
         self.owed = False
         # This runs once per pulled message of a caught-up TCP consumer: no min / max / ceil
         # calls (a builtin's argument parsing is ~800 instructions), and the usual single event
@@ -86,7 +106,7 @@ class HandoffSelector(selectors.EpollSelector):
                 ms += 1
         keys = self._fd_to_key  # the stdlib's own fd -> key map
         # (handoff.c clamps the batch to 1..EPOLL_BATCH)
-        n = self._wait(self._epfd, self._slots, len(self._keep), ms, self._fds, self._evs, len(keys))
+        n = self._wait(self._epfd, self._slots, len(self._keep), ms, self._fds, self._evs, len(keys), self._spread)
         if n == 1:
             key = keys.get(self._fds[0])
             if not key:
@@ -149,6 +169,8 @@ class ClientLoop(asyncio.SelectorEventLoop):
         # _process_events inline over what it returned
         sel = self.handoff
         sel.owed = False
+        if sel._spread[0] == 1:  # (2: spare tasks whose look is not due yet)
+            sel.respread()
         if timeout is None:
             ms = -1
         elif timeout <= 0:
@@ -159,7 +181,7 @@ class ClientLoop(asyncio.SelectorEventLoop):
                 ms += 1
         keys = sel._fd_to_key
         fds, evs = sel._fds, sel._evs
-        n = sel._wait(sel._epfd, sel._slots, len(sel._keep), ms, fds, evs, len(keys))
+        n = sel._wait(sel._epfd, sel._slots, len(sel._keep), ms, fds, evs, len(keys), sel._spread)
         if n < 0:
             if n != -errno.EINTR:
                 raise OSError(-n, os.strerror(-n))
@@ -196,6 +218,19 @@ class ClientLoop(asyncio.SelectorEventLoop):
         handle = None  # (asyncio's: no cycle through a raised exception's frame)
 
 
+    def _read_from_self(self):
+        """The self-pipe's bytes (another thread's ``call_soon_threadsafe``: a producer's send
+        handed to this loop wakes it so), read with one ``recv``: asyncio's reads until the
+        socket is empty, a second system call per wake-up that always fails with EAGAIN. The
+        selector is level-triggered, so what one read leaves wakes the next turn."""
+        try:
+            data = self._ssock.recv(4096)
+        except (BlockingIOError, InterruptedError):
+            return
+        if data:
+            self._process_self_data(data)
+
+
 _ONE = (0,)
 # BaseEventLoop._run_once's constants (asyncio.base_events)
 _MIN_SCHEDULED = getattr(base_events, "_MIN_SCHEDULED_TIMER_HANDLES", 100)
@@ -221,7 +256,7 @@ class ConsumePool:
         # than the struct's attribute (submit from the loop thread, once per pulled batch)
         self._posts = ffi.addressof(self._h[0], "posts")
         self._stopping = False
-        self._selector = selector if selector is not None and selector.attach(self._h) else None
+        self._selector = selector if selector is not None and selector.attach(self._h, self._tasks) else None
         self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
         self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
         for t in self._threads:

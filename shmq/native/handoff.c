@@ -40,21 +40,71 @@ int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms) {
 
 void shmq_handoff_post(shmq_handoff *h, int n) {
     __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
-    int w = __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST);
-    if (w > 0 && n > 0)  /* no thread asleep: no system call */
+    int w = n > 0 ? __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST) : 0;
+    if (w > 0)  /* no thread asleep, or none to wake: no system call */
         syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, n < w ? n : w, NULL, NULL, 0);
 }
 
-/* The owed posts of hs[0..nh) (posts is only touched by the loop thread, so no atomics), then
- * epoll_wait; fds/evs get what Python's epoll.poll returns. -errno on failure. */
-int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents) {
+/* How long spare tasks wait at most for a thread of their own (HandoffSelector.respread, at the
+ * loop's first turn after it, wakes a thread for each one no thread took by then): the delay a
+ * task can see behind a consume thread whose listener is slow. */
+#define SPREAD_US 1000
+
+static int64_t now_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* Pay the wake-ups the loop's turn owes for hs[0..nh), then epoll_wait; fds/evs get what
+ * Python's epoll.poll returns. -errno on failure. (posts, spare, force and due are the loop
+ * thread's own: no atomics.)
+ *
+ * A consume thread takes the next queued task when it ends one, so a thread woken per task
+ * is a wake-up too many when several tasks came in one turn (the four
+ * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
+ * first holds). So: one thread is woken a turn, and the rest are "spare". (Not none while a
+ * thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
+ * and the traced hand-over hop's p50 rose, median 322 -> 402 µs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
+ * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
+ * spare tasks wait for their look): a thread is
+ * woken for each spare task still queued. seq is bumped by every pay, a wake or not: a consume
+ * thread on its way to sleep then finds the new task (handoff.c's rule above). */
+int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
+                       int32_t *spread) {
+    int64_t now = 0, left = -1;  /* µs until the first spare look, -1: none */
     for (int i = 0; i < nh; i++) {
         shmq_handoff *h = hs[i];
-        if (h != NULL && h->posts > 0) {
-            int n = h->posts;
-            h->posts = 0;
+        if (h == NULL)
+            continue;
+        if (h->force > 0) {
+            int n = h->force;
+            h->force = 0;
             shmq_handoff_post(h, n);
         }
+        if (h->posts > 0) {
+            int n = h->posts;
+            h->posts = 0;
+            h->spare += n - 1;
+            shmq_handoff_post(h, 1);
+        }
+        if (h->spare <= 0) {
+            h->due = 0;
+            continue;
+        }
+        if (!now)
+            now = now_us();
+        if (!h->due)
+            h->due = now + SPREAD_US;
+        int64_t l = h->due > now ? h->due - now : 0;
+        if (left < 0 || l < left)
+            left = l;
+    }
+    *spread = left < 0 ? 0 : left == 0 ? 1 : 2;  /* none / look now / later (still the C wait's turn) */
+    if (left >= 0) {
+        int ms = (int)((left + 999) / 1000);  /* epoll's ms, rounded up: never before the look is due */
+        if (timeout_ms < 0 || timeout_ms > ms)
+            timeout_ms = ms;
     }
     struct epoll_event buf[EPOLL_BATCH];
     if (maxevents > EPOLL_BATCH)

@@ -146,3 +146,110 @@ def test_the_client_loops_turn_runs_readers_writers_and_timers_as_asyncio_does()
         finally:
             loop.close()
     assert results[0] == results[1] == [0, 1, 2, "t1", "t2", "writable", ("read", b"hi"), "after read"]
+
+
+def _client_loop():
+    from shmq.client.handoff import ClientLoop
+    loop = ClientLoop()
+    th = threading.Thread(target=loop.run_forever, daemon=True)
+    th.start()
+    return loop.handoff, loop, th
+
+
+def _sleeps(t: threading.Thread) -> int:
+    """A thread's voluntary context switches (each a sleep, so a wake-up)."""
+    with open(f"/proc/self/task/{t.native_id}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("voluntary_ctxt_switches"))
+
+
+def test_tasks_handed_in_one_turn_wake_one_thread_which_runs_them_in_turn():
+    # four pull answers in one read: one consume thread woken, not four (the other three would
+    # only wait on the GIL the first holds); it takes the rest as it ends each task
+    for make in (_loop, _client_loop):
+        sel, loop, th = make()
+        pool = ConsumePool(4, "t", sel, th)
+        seen = []
+        for _ in range(3):  # a loaded machine may keep the one woken thread off a CPU past the
+            # 1 ms look (then the others are woken: by design); one clean try of three is asked
+            ran, done = [], threading.Event()
+
+            def task(i):
+                ran.append(threading.current_thread().name)
+                if len(ran) == 4:
+                    done.set()
+
+            def hand_over():
+                for i in range(4):
+                    pool.submit(task, i)
+            # wait for all four threads to sleep, so that no thread is awake to take the tasks
+            while pool._h.waiters < 4:
+                threading.Event().wait(0.001)
+            before = [_sleeps(t) for t in pool._threads]
+            loop.call_soon_threadsafe(hand_over)
+            assert done.wait(5)
+            while pool._h.waiters < 4:  # back asleep
+                threading.Event().wait(0.001)
+            woken = [t for t, b in zip(pool._threads, before) if _sleeps(t) != b]
+            seen.append((ran, len(woken)))
+            # (a thread's once-a-second look at its stop flag may fall in the window: one more)
+            if len(set(ran)) == 1 and len(woken) <= 2:
+                break
+        else:
+            raise AssertionError(seen)
+        pool.shutdown()
+        _stop(loop, th)
+
+
+def test_tasks_behind_a_slow_task_get_threads_of_their_own_at_the_loops_next_turn():
+    # a listener that blocks: the tasks handed over with it are not left behind it; the loop's
+    # next turn (handoff.c's SPREAD_US after the first spare one) wakes a thread for each still queued, so
+    # all three meet at the barrier, and a task handed while a thread is busy is not stranded
+    for make in (_loop, _client_loop):
+        sel, loop, th = make()
+        pool = ConsumePool(3, "t", sel, th)
+        barrier = threading.Barrier(3, timeout=5)
+        met, late = [], threading.Event()
+
+        def meet():
+            barrier.wait()
+            met.append(1)
+
+        def hand_over():
+            for _ in range(3):
+                pool.submit(meet)
+        while pool._h.waiters < 3:
+            threading.Event().wait(0.001)
+        loop.call_soon_threadsafe(hand_over)
+        release = threading.Event()
+
+        def busy():
+            release.wait(5)
+        loop.call_soon_threadsafe(pool.submit, busy)   # a thread now stays awake in it
+        loop.call_soon_threadsafe(pool.submit, late.set)
+        assert late.wait(5)  # not stranded behind the busy thread
+        release.set()
+        deadline = threading.Event()
+        for _ in range(500):
+            if len(met) == 3:
+                break
+            deadline.wait(0.01)
+        assert len(met) == 3
+        pool.shutdown()
+        _stop(loop, th)
+
+
+def test_the_client_loop_reads_its_wake_ups_once_a_turn_and_misses_none():
+    # ClientLoop._read_from_self reads the self-pipe with one recv a turn (4,096 bytes at
+    # most); more wake-ups than that are read at the next turns, and every callback runs
+    sel, loop, th = _client_loop()
+    ran, done = [], threading.Event()
+    for i in range(5000):
+        loop.call_soon_threadsafe(ran.append, i)
+    loop.call_soon_threadsafe(done.set)
+    assert done.wait(5)
+    assert ran == list(range(5000))
+    # and a wake-up after those (the pipe read down at later turns) still wakes the loop
+    again = threading.Event()
+    loop.call_soon_threadsafe(again.set)
+    assert again.wait(5)
+    _stop(loop, th)
