@@ -36,6 +36,10 @@ typedef struct {
      * checked, the round robin, the route cache; the producer (the waiter's), the Message
      * class, the default timeout and retries, and producer._done for an error after the put */
     PyObject *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *msg_cls, *timeout, *left, *done;
+    /* a oneway's waits, as oneway.send_plain makes them: oneway.wait_room(inst, addr, timeout)
+     * while the lane is full (or every 32nd put: the connection looked at), and the id
+     * generator's roll() at a new month */
+    PyObject *wait_room, *roll;
     Py_ssize_t limit;  /* the largest body the lane takes (LaneState.limit) */
 } plan;
 
@@ -69,12 +73,13 @@ static int plain_truth(PyObject *o) {
 
 /* the route of a plain message to ``topic`` from the LaneState's cache: -1 (nothing drawn: the
  * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the
- * round robin drawn, *mq the queue, *target its SendTarget and *addr the master's address, or
- * NULL when the client knows none; *info (when asked) the route. All borrowed. Shared by
- * send_async's put and send()'s ``sync``. */
-static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
-                      PyObject **target_out) {
-    /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
+ * round robin drawn, *mq the queue, *target its SendTarget (the oneway one with ``oneway``) and
+ * *addr the master's address, or NULL when the client knows none; *info (when asked) the route.
+ * All borrowed. Shared by send_async's put, send_oneway's and send()'s ``sync``. */
+static int plan_route(plan *self, PyObject *topic, int oneway, PyObject **info_out, PyObject **mq_out,
+                      PyObject **addr_out, PyObject **target_out) {
+    /* the route: the LaneState's (info, [(mq, SendTarget, oneway SendTarget)]) while info is the
+     * client's route (async_lane._targets) */
     PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
     if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
         || PyTuple_GET_ITEM(r, 0) != info)
@@ -87,7 +92,7 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
     Py_DECREF(k);
     if (i < 0) return -1;
     PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) return -1;
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) return -1;
     PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
     if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) return -1;
     /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
@@ -96,8 +101,28 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
     if (PyErr_Occurred()) return -1;
     if (info_out) *info_out = info;
     *mq_out = mq;
-    *target_out = PyTuple_GET_ITEM(t, 1);
+    *target_out = PyTuple_GET_ITEM(t, oneway ? 2 : 1);
     return 0;
+}
+
+/* a new segment's marker is in the client's deque: its drain asked for unless it is already
+ * (``if not inst._drain_scheduled: inst._drain_scheduled = True;
+ * inst.loop.call_soon_threadsafe(inst._drain_submitted)``): 0, or -1 with an exception */
+static int plan_drain(plan *self) {
+    PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
+    int scheduled = ds ? PyObject_IsTrue(ds) : -1;
+    Py_XDECREF(ds);
+    if (scheduled == 0) {
+        PyObject *loop = NULL, *fn = NULL, *res = NULL;
+        if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
+            (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
+            res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
+        Py_XDECREF(loop);
+        Py_XDECREF(fn);
+        Py_XDECREF(res);
+        scheduled = res ? 1 : -1;
+    }
+    return scheduled < 0 ? -1 : 0;
 }
 
 /* the route, address, template and put of a plain message (its fields held by the caller): the
@@ -109,7 +134,7 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
     Py_DECREF(hook);
     if (hook != Py_None) Py_RETURN_NONE;
     PyObject *mq, *addr, *target;
-    if (plan_route(self, topic, NULL, &mq, &addr, &target) || !addr) goto python;
+    if (plan_route(self, topic, 0, NULL, &mq, &addr, &target) || !addr) goto python;
     Py_INCREF(addr);
     Py_INCREF(mq);
     Py_INCREF(target);
@@ -131,20 +156,7 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
     }
     if (self->lane->last_direct) return w;  /* written by this thread (lane_direct.c): no drain */
     /* the frame is in the lane: its segment's marker is in the deque; its drain may have run */
-    PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
-    int scheduled = ds ? PyObject_IsTrue(ds) : -1;
-    Py_XDECREF(ds);
-    if (scheduled == 0) {
-        PyObject *loop = NULL, *fn = NULL, *res = NULL;
-        if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
-            (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
-            res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
-        Py_XDECREF(loop);
-        Py_XDECREF(fn);
-        Py_XDECREF(res);
-        scheduled = res ? 1 : -1;
-    }
-    if (scheduled < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
+    if (plan_drain(self) < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
         Py_DECREF(w);
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyObject *et, *e, *tb;
@@ -217,7 +229,7 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
     PyObject *out = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
     if (hook) {
         Py_DECREF(hook);
-        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &target)) {
+        if (hook == Py_None && !plan_route(self, f[0], 0, &info, &mq, &addr, &target)) {
             PyObject *tpl = PyObject_GetAttr(target, str_template);
             if (tpl) {
                 out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
@@ -232,7 +244,68 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
     return out;  /* NULL: the exception a look-up raised (the Python path's _plain_route meets it too) */
 }
 
+/* plan.oneway(msg) -> True or None: ``send_oneway(msg)`` of a plain message whole, as
+ * oneway.send_plain does it step for step: the plain rule, the route from the cache with the
+ * round robin drawn, the master address (none: the message dropped, True, as there), the queue's
+ * oneway template, the lane's put (a LOOK or FULL answer waits in wait_room, an EMONTH rolls
+ * the ids, and the put is made again; an error those raise, RemotingTimeout, is raised), the
+ * drain asked for when the put opened a segment. None (nothing drawn, nothing written): not
+ * plain or not certainly so, a request hook, a route not in the cache; the Python method
+ * decides it from the start. */
+static PyObject *plan_oneway(plan *self, PyObject *msg) {
+    PyObject *f[4], *mq, *addr, *target;
+    if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
+    PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
+    PyObject *out = NULL, *pieces = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
+    if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], 1, NULL, &mq, &addr, &target)) {
+        PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!addr) {  /* as send_oneway: dropped, the caller asked not to hear */
+        out = Py_NewRef(Py_True);
+        goto done;
+    }
+    Py_INCREF(addr);
+    PyObject *tpl = PyObject_GetAttr(target, str_template);
+    pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
+    Py_XDECREF(tpl);
+    if (!pieces) {  /* (a cache holds no target without a template: _targets) */
+        PyErr_Clear();
+        Py_DECREF(addr);
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    PyObject *vals[6] = {addr, pieces, zero, f[3], f[2], f[1]};
+    long st;
+    for (;;) {
+        PyObject *r = lane_oneway(self->lane, vals);
+        if (!r) goto fail;
+        st = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (st <= ST_NEW) break;
+        if (st & ST_UNSUPPORTED) {  /* (tags plan_plain let by but the writer refuses: Python's) */
+            out = Py_NewRef(Py_None);
+            goto fail;
+        }
+        PyObject *w = st & ST_EMONTH ? PyObject_CallNoArgs(self->roll)
+                                     : PyObject_CallFunctionObjArgs(self->wait_room, self->inst, addr, self->timeout, NULL);
+        if (!w) goto fail;
+        Py_DECREF(w);
+    }
+    if (st && plan_drain(self) < 0) goto fail;
+    out = Py_NewRef(Py_True);
+fail:
+    Py_DECREF(addr);
+    Py_DECREF(pieces);
+done:
+    for (int i = 0; i < 4; i++) Py_DECREF(held[i]);
+    return out;  /* NULL: the exception a wait or the drain's call raised */
+}
+
 static PyMethodDef plan_methods[] = {
+    {"oneway", (PyCFunction)plan_oneway, METH_O,
+     "oneway(msg) -> True (a plain send_oneway made, or dropped for want of an address), or None"},
     {"sync", (PyCFunction)plan_sync, METH_O,
      "sync(msg) -> (info, mq, addr, template, flag, tags, body) of a plain send(), the round robin drawn; or None"},
     {NULL, NULL, 0, NULL},
@@ -240,28 +313,31 @@ static PyMethodDef plan_methods[] = {
 
 static int plan_init(plan *self, PyObject *args, PyObject *kw) {
     (void)kw;
-    PyObject *lane, *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *cls, *timeout, *left, *done;
+    PyObject *lane, *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *cls, *timeout, *left, *done, *wait,
+        *roll;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!OO!OO!OOOn:AsyncPlain", &shmq_lane_type, &lane, &inst, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!OO!OO!OOOnOO:AsyncPlain", &shmq_lane_type, &lane, &inst, &PyDict_Type,
                           &publish, &PyDict_Type, &addrs, &PySet_Type, &sendable, &rr, &PyDict_Type, &routes,
-                          &producer, &PyType_Type, &cls, &timeout, &left, &done, &limit))
+                          &producer, &PyType_Type, &cls, &timeout, &left, &done, &limit, &wait, &roll))
         return -1;
     /* the struct this reads is hot_message.h's: a subclass that adds nothing to MessageBase */
     if (((PyTypeObject *)cls)->tp_basicsize != (Py_ssize_t)sizeof(shmq_message)) {
         PyErr_SetString(PyExc_TypeError, "AsyncPlain: the Message class is not MessageBase's layout");
         return -1;
     }
-    PyObject *o[12] = {lane, inst, publish, addrs, sendable, rr, routes, producer, cls, timeout, left, done};
-    PyObject **f[12] = {(PyObject **)&self->lane, &self->inst, &self->publish, &self->addrs, &self->sendable, &self->rr,
-                        &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done};
-    for (int i = 0; i < 12; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
+    PyObject *o[14] = {lane, inst, publish, addrs, sendable, rr, routes, producer, cls, timeout, left, done, wait, roll};
+    PyObject **f[14] = {(PyObject **)&self->lane, &self->inst, &self->publish, &self->addrs, &self->sendable, &self->rr,
+                        &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done,
+                        &self->wait_room, &self->roll};
+    for (int i = 0; i < 14; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
     self->limit = limit;
     self->vectorcall = (vectorcallfunc)plan_call;
     return 0;
 }
 
 #define PLAN_EACH(X) X(self->lane); X(self->inst); X(self->publish); X(self->addrs); X(self->sendable); \
-    X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done)
+    X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done); \
+    X(self->wait_room); X(self->roll)
 
 static int plan_traverse(plan *self, visitproc visit, void *arg) {
     PLAN_EACH(Py_VISIT);
@@ -285,7 +361,7 @@ static PyTypeObject plan_type = {
     .tp_basicsize = sizeof(plan),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "AsyncPlain(lane, inst, publish, broker_addrs, sendable, rr, routes, producer, Message, timeout, left, "
-              "done, limit)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
+              "done, limit, wait_room, roll)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
     .tp_vectorcall_offset = offsetof(plan, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_methods = plan_methods,

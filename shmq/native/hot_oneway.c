@@ -139,11 +139,15 @@ static int scratch_reserve(Lane *self, Py_ssize_t most) {
  * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
  * EMONTH / UNSUPPORTED with nothing written */
 static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    sf_pieces pc;
     if (na != 6 || !PyBytes_CheckExact(a[5])) {
         PyErr_SetString(PyExc_TypeError, "put(addr, pieces: 6 bytes, sysflag, flag, tags, body: bytes)");
         return NULL;
     }
+    return lane_oneway(self, a);
+}
+
+PyObject *lane_oneway(Lane *self, PyObject *const *a) {
+    sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);

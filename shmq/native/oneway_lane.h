@@ -44,6 +44,10 @@ typedef struct {
 
 extern PyTypeObject shmq_lane_type;
 
+/* Lane.put's work: a[0..5] = addr, pieces, sysflag, flag, tags, body (bytes); the status bits
+ * (NEW; LOOK / FULL / EMONTH / UNSUPPORTED: nothing written), or NULL with an exception */
+PyObject *lane_oneway(Lane *self, PyObject *const *a);
+
 /* Lane.put_async's work: a[0..10] = addr, pieces, flag, tags, body (bytes), msg, producer,
  * callback, mq, timeout, left; the AsyncSend (new reference), a status int (FULL / EMONTH /
  * UNSUPPORTED, nothing written), or NULL with an exception (nothing written) */
