@@ -26,8 +26,11 @@ from shmq.native import _oneway
 
 from .oneway import EMONTH, UNSUPPORTED, _UNIQ, lane_state, pick, plain, wait_room
 from .remote_send import AsyncSend
+from .send_future import SendFuture
 
 _oneway.bind_async(AsyncSend)
+# the answered case of AsyncSend.result in C (hot_oneway.c as_result), the rest SendFuture's
+AsyncSend.result = _oneway.bind_result(SendFuture.result)
 _NONE: dict = {}
 __all__ = ["pick", "send_plain_async"]  # pick: the lane's route (oneway.py), also the sync send's
 

@@ -93,8 +93,8 @@ def lane_state(p) -> LaneState:
 
 
 def _targets(p, s: LaneState, topic: str):
-    """(the topic's TopicPublishInfo, per queue (mq, its SendTarget, its oneway SendTarget)) as the
-    lane sends them, kept in ``s.routes`` while the client's route is the same object; None: the
+    """(the topic's TopicPublishInfo, per queue (mq, its SendTarget, its oneway SendTarget, their
+    templates' pieces)) as the lane sends them, kept in ``s.routes`` while the client's route is the same object; None: the
     general path's."""
     info = s.inst.publish.get(topic)
     if info is None or not info.queues:
@@ -104,6 +104,9 @@ def _targets(p, s: LaneState, topic: str):
                for mq in info.queues]
     if any(t.template is None or o.template is None for _, t, o in targets):
         return None
+    # each with its templates' pieces, which the C sends write the frame from (a SendTarget's
+    # template and its pieces never change: SendFrame is made once per target)
+    targets = [(mq, t, o, t.template.pieces, o.template.pieces) for mq, t, o in targets]
     if len(s.routes) >= 4096:  # a bounded cache, rebuilt as used
         s.routes.clear()
     r = s.routes[topic] = (info, targets)

@@ -71,15 +71,18 @@ static int plain_truth(PyObject *o) {
     return -1;
 }
 
+/* the route entry of one queue in the LaneState's cache (oneway._targets): the queue, its
+ * SendTarget and oneway SendTarget, and their templates' pieces (the frame's literal bytes) */
+enum { RT_MQ, RT_TARGET, RT_ONEWAY_TARGET, RT_PIECES, RT_ONEWAY_PIECES, RT_N };
+
 /* the route of a plain message to ``topic`` from the LaneState's cache: -1 (nothing drawn: the
  * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the
- * round robin drawn, *mq the queue, *target its SendTarget (the oneway one with ``oneway``) and
- * *addr the master's address, or NULL when the client knows none; *info (when asked) the route.
- * All borrowed. Shared by send_async's put, send_oneway's and send()'s ``sync``. */
-static int plan_route(plan *self, PyObject *topic, int oneway, PyObject **info_out, PyObject **mq_out,
-                      PyObject **addr_out, PyObject **target_out) {
-    /* the route: the LaneState's (info, [(mq, SendTarget, oneway SendTarget)]) while info is the
-     * client's route (async_lane._targets) */
+ * round robin drawn, *mq the queue, *t its entry (RT_*) and *addr the master's address, or NULL
+ * when the client knows none; *info (when asked) the route. All borrowed. Shared by
+ * send_async's put, send_oneway's and send()'s ``sync``. */
+static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
+                      PyObject **t_out) {
+    /* the route: the LaneState's (info, [entry]) while info is the client's route */
     PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
     if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
         || PyTuple_GET_ITEM(r, 0) != info)
@@ -92,7 +95,7 @@ static int plan_route(plan *self, PyObject *topic, int oneway, PyObject **info_o
     Py_DECREF(k);
     if (i < 0) return -1;
     PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 3) return -1;
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != RT_N) return -1;
     PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
     if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) return -1;
     /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
@@ -101,7 +104,7 @@ static int plan_route(plan *self, PyObject *topic, int oneway, PyObject **info_o
     if (PyErr_Occurred()) return -1;
     if (info_out) *info_out = info;
     *mq_out = mq;
-    *target_out = PyTuple_GET_ITEM(t, oneway ? 2 : 1);
+    *t_out = t;
     return 0;
 }
 
@@ -114,6 +117,7 @@ static int plan_drain(plan *self) {
     Py_XDECREF(ds);
     if (scheduled == 0) {
         PyObject *loop = NULL, *fn = NULL, *res = NULL;
+        self->lane->marker_unseen = 0;  /* (before the call: a thread switch there may put again) */
         if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
             (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
             res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
@@ -121,6 +125,8 @@ static int plan_drain(plan *self) {
         Py_XDECREF(fn);
         Py_XDECREF(res);
         scheduled = res ? 1 : -1;
+    } else if (scheduled == 1) {
+        self->lane->marker_unseen = 0;
     }
     return scheduled < 0 ? -1 : 0;
 }
@@ -133,28 +139,23 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
     if (!hook) goto python;
     Py_DECREF(hook);
     if (hook != Py_None) Py_RETURN_NONE;
-    PyObject *mq, *addr, *target;
-    if (plan_route(self, topic, 0, NULL, &mq, &addr, &target) || !addr) goto python;
-    Py_INCREF(addr);
-    Py_INCREF(mq);
-    Py_INCREF(target);
-    PyObject *tpl = PyObject_GetAttr(target, str_template);
-    PyObject *pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
-    Py_XDECREF(tpl);
-    Py_DECREF(target);
-    PyObject *w = NULL;
-    if (pieces) {
-        PyObject *vals[11] = {addr, pieces, flag, tags, body, msg, self->producer, cb, mq, timeout, self->left};
+    PyObject *mq, *addr, *t;
+    if (plan_route(self, topic, NULL, &mq, &addr, &t) || !addr) goto python;
+    PyObject *entry = Py_NewRef(t), *w;  /* (holds the queue and the pieces) */
+    {
+        PyObject *vals[11] = {addr, PyTuple_GET_ITEM(t, RT_PIECES), flag, tags, body, msg, self->producer, cb, mq,
+                              timeout, self->left};
+        Py_INCREF(addr);
         w = lane_async(self->lane, vals);
-        Py_DECREF(pieces);
+        Py_DECREF(addr);
     }
-    Py_DECREF(addr);
-    Py_DECREF(mq);
+    Py_DECREF(entry);
     if (!w || PyLong_CheckExact(w)) {  /* nothing written */
         Py_XDECREF(w);
         goto python;
     }
-    if (self->lane->last_direct) return w;  /* written by this thread (lane_direct.c): no drain */
+    /* written by this thread (lane_direct.c), or into a segment whose drain was asked for */
+    if (self->lane->last_direct || !self->lane->marker_unseen) return w;
     /* the frame is in the lane: its segment's marker is in the deque; its drain may have run */
     if (plan_drain(self) < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
         Py_DECREF(w);
@@ -223,14 +224,14 @@ static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObje
  * drawn (addr None: the client knows no master for the queue). What client/sync_send.send_plain
  * needs before its C call, by the same rule and cache as a send_async (one rule, not two). */
 static PyObject *plan_sync(plan *self, PyObject *msg) {
-    PyObject *f[4], *info, *mq, *addr, *target;
+    PyObject *f[4], *info, *mq, *addr, *t;
     if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
     PyObject *out = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
     if (hook) {
         Py_DECREF(hook);
-        if (hook == Py_None && !plan_route(self, f[0], 0, &info, &mq, &addr, &target)) {
-            PyObject *tpl = PyObject_GetAttr(target, str_template);
+        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &t)) {
+            PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, RT_TARGET), str_template);
             if (tpl) {
                 out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
                 Py_DECREF(tpl);
@@ -253,11 +254,11 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
  * plain or not certainly so, a request hook, a route not in the cache; the Python method
  * decides it from the start. */
 static PyObject *plan_oneway(plan *self, PyObject *msg) {
-    PyObject *f[4], *mq, *addr, *target;
+    PyObject *f[4], *mq, *addr, *t;
     if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
     PyObject *out = NULL, *pieces = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
-    if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], 1, NULL, &mq, &addr, &target)) {
+    if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], NULL, &mq, &addr, &t)) {
         PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
         out = Py_NewRef(Py_None);
         goto done;
@@ -267,15 +268,7 @@ static PyObject *plan_oneway(plan *self, PyObject *msg) {
         goto done;
     }
     Py_INCREF(addr);
-    PyObject *tpl = PyObject_GetAttr(target, str_template);
-    pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
-    Py_XDECREF(tpl);
-    if (!pieces) {  /* (a cache holds no target without a template: _targets) */
-        PyErr_Clear();
-        Py_DECREF(addr);
-        out = Py_NewRef(Py_None);
-        goto done;
-    }
+    pieces = Py_NewRef(PyTuple_GET_ITEM(t, RT_ONEWAY_PIECES));
     PyObject *vals[6] = {addr, pieces, zero, f[3], f[2], f[1]};
     long st;
     for (;;) {
@@ -293,7 +286,7 @@ static PyObject *plan_oneway(plan *self, PyObject *msg) {
         if (!w) goto fail;
         Py_DECREF(w);
     }
-    if (st && plan_drain(self) < 0) goto fail;
+    if (!self->lane->last_direct && self->lane->marker_unseen && plan_drain(self) < 0) goto fail;
     out = Py_NewRef(Py_True);
 fail:
     Py_DECREF(addr);

@@ -108,6 +108,7 @@ static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status)
     if (self->tail) self->tail->next = s; else self->head = s;
     self->tail = s;
     self->tail_open = 1;
+    self->marker_unseen = 1;
     *status |= ST_NEW;
     return s;
 }
@@ -204,6 +205,43 @@ PyObject *lane_oneway(Lane *self, PyObject *const *a) {
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
     if (as_bind(arg)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* AsyncSend.result(timeout=None), its common case in C: a send answered SUCCESS (the state
+ * _OK, 1, the SendResult in _value) is its value, as SendFuture.result returns it; any other
+ * state (pending: wait; failed: raise) is SendFuture.result's own Python, called as is. The
+ * caller of a windowed async sender calls it once per send: its Python frame was ~400
+ * instructions of a ~16k send. */
+static PyObject *result_slow;  /* SendFuture.result (the Python function) */
+
+static PyObject *as_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *st = AS_SLOT(self, AS_STATE), *v = AS_SLOT(self, AS_VALUE);
+    if (nargs <= 1 && !kwnames && st && PyLong_CheckExact(st) && v && PyLong_AsLong(st) == 1)
+        return Py_NewRef(v);
+    PyErr_Clear();  /* (an odd state: the Python method says what it is) */
+    PyObject *call[3] = {NULL, self, nargs ? args[0] : NULL};
+    if (kwnames || nargs > 1) {  /* the Python method binds and refuses them */
+        PyObject *full[8];
+        Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        if (nargs + k > 7) { PyErr_SetString(PyExc_TypeError, "result(timeout=None)"); return NULL; }
+        full[0] = NULL, full[1] = self;
+        for (Py_ssize_t i = 0; i < nargs + k; i++) full[2 + i] = args[i];
+        return PyObject_Vectorcall(result_slow, full + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                   kwnames);
+    }
+    return PyObject_Vectorcall(result_slow, call + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static PyMethodDef as_result_def = {"result", (PyCFunction)(void (*)(void))as_result, METH_FASTCALL | METH_KEYWORDS,
+                                    "result(timeout=None): the SendResult, waiting up to timeout s (SendFuture.result)"};
+
+/* bind_result(SendFuture.result) -> the method descriptor of AsyncSend (bind_async's class)
+ * that AsyncSend.result is set to */
+static PyObject *bind_result(PyObject *self, PyObject *fn) {
+    if (!as_type) { PyErr_SetString(PyExc_RuntimeError, "bind_async first"); return NULL; }
+    if (!PyFunction_Check(fn)) { PyErr_SetString(PyExc_TypeError, "bind_result(a Python function)"); return NULL; }
+    Py_XSETREF(result_slow, Py_NewRef(fn));
+    return PyDescr_NewMethod(as_type, &as_result_def);
 }
 
 /* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: AS_CALLBACK
@@ -394,6 +432,8 @@ PyTypeObject shmq_lane_type = {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
     {"bind_async", (PyCFunction)bind_async, METH_O, "bind_async(AsyncSend): the waiter put_async makes"},
+    {"bind_result", (PyCFunction)bind_result, METH_O,
+     "bind_result(SendFuture.result) -> AsyncSend.result's C method (its answered case in C)"},
     {NULL, NULL, 0, NULL},
 };
 

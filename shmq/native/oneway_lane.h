@@ -37,6 +37,10 @@ typedef struct {
     long long gap_ns, last_ns;
     int quiet;  /* the last put came gap_ns or more after the one before it */
     int last_direct;
+    /* a segment's marker was appended to the deque and no C put has since asked for its drain
+     * (async_plain.c's plan_drain clears it once it has: a put into a segment already open
+     * needs no look at _drain_scheduled, the drain that takes its marker takes it) */
+    int marker_unseen;
     unsigned long long direct_frames;
     char *scratch;
     size_t scap;

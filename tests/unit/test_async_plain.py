@@ -229,7 +229,7 @@ def test_sync_route_is_the_python_rule_and_round_robin(prod):
     _taken(p)
     s = p._lane_state
     plan = s.plan
-    templates = {mq: t.template for mq, t, _ in s.routes["T"][1]}  # the cache both read
+    templates = {mq: t.template for mq, t, *_ in s.routes["T"][1]}  # the cache both read
     last = None
     for tags in TAGS:
         for flag in (0, 7):
