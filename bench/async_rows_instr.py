@@ -8,9 +8,12 @@ ASYNC_FLUSH, runs normally beside it):
 The producer (``Producer(local="never")``, 100 B bodies, a ``Message(topic, BODY)`` made per send
 as tcp_paths does) runs under ``valgrind --tool=callgrind --instr-atstart=no
 --separate-threads=yes`` and is instrumented only in two windows of N1 and N2 messages after a
-warm-up: ``async`` is tcp_paths' ``async_sends`` loop (up to 2,000 in flight, each future's
-``result()`` taken in order), ``oneway`` its ``oneway_sends`` loop (100 ``send_oneway`` a step),
-the window closed once the client's lane and the connection have nothing left to write. Per
+warm-up: ``async`` is tcp_paths' ``async_sends`` loop in its steady state (2,000 in flight when
+the window opens and when it closes, each future's ``result()`` taken in order), ``oneway`` its
+``oneway_sends`` loop (100 ``send_oneway`` a step), the window closed once the client's lane and
+the connection have nothing left to write. The frames go through the client's loop thread (the
+caller-thread write, which callgrind's slowness would turn on for every send, is off:
+``SHMQ_CALLER_WRITE=0`` unless set), as at the rows' rates. Per
 message: (Ir(N2) - Ir(N1)) / (N2 - N1), for the caller's thread, the client's loop thread and the
 process. ``--annotate`` prints each thread's top K functions (self) of the N2 window. Its
 callgrind client requests come from a small C file built here into a temp dir; every process
@@ -62,28 +65,30 @@ def child(a) -> None:
                 return
             time.sleep(0.002)
 
+    inflight: collections.deque = collections.deque()
     if a.path == "async":
-        def run(k: int) -> None:  # tcp_paths.windowed_sends, for k messages
-            inflight: collections.deque = collections.deque()
-            n = 0
-            while n < k:
-                while len(inflight) < WINDOW and n + len(inflight) < k:
+        def run(k: int) -> None:  # tcp_paths.windowed_sends' steady state: WINDOW in flight throughout
+            for _ in range(k):
+                while len(inflight) < WINDOW:
                     inflight.append(p.send_async(Message(TOPIC, BODY)))
                 inflight.popleft().result(60)
-                n += 1
     else:
         def run(k: int) -> None:  # tcp_paths.oneway_sends, for k messages
             for _ in range(k // 100):
                 for _ in range(100):
                     p.send_oneway(Message(TOPIC, BODY))
     run(4000)  # warm: the route, the plan, the worker's C path
-    quiet()
+    if a.path == "oneway":
+        quiet()
     for k in a.n:
         time.sleep(0.3)
         lib.cg_start()
         run(k)
-        quiet()
+        if a.path == "oneway":
+            quiet()
         lib.cg_stop(f"n{k}".encode())
+    while inflight:
+        inflight.popleft().result(60)
     p.shutdown()
 
 
