@@ -79,6 +79,7 @@ static void lane_dealloc(Lane *self) {
     Py_XDECREF(self->direct_conn);
     Py_XDECREF(self->direct_after);
     PyMem_Free(self->scratch);
+    PyMem_Free(self->spare);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -98,10 +99,14 @@ static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status)
     }
     seg *s = PyMem_Calloc(1, sizeof(seg));
     if (!s) return (seg *)PyErr_NoMemory();
+    if (self->spare) {  /* the last taken segment's buffer (lane_take) */
+        s->buf = self->spare, s->cap = self->spare_cap;
+        self->spare = NULL, self->spare_cap = 0;
+    }
     PyObject *job = Py_BuildValue("(OOOi)", addr, self->mark, Py_None, 0);
     PyObject *r = job ? PyObject_CallOneArg(self->append, job) : NULL;
     Py_XDECREF(job);
-    if (!r) { PyMem_Free(s); return NULL; }
+    if (!r) { PyMem_Free(s->buf); PyMem_Free(s); return NULL; }
     Py_DECREF(r);
     Py_INCREF(addr);
     s->addr = addr;
@@ -356,6 +361,13 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
                        : NULL;
     Py_XDECREF(data);
+    /* its buffer kept for the next segment (the larger of two): a burst's segment is some
+     * hundred KiB, which malloc maps anew (page faults) and grows by reallocation every time */
+    if (s->buf && s->cap > self->spare_cap) {
+        PyMem_Free(self->spare);
+        self->spare = s->buf, self->spare_cap = s->cap;
+        s->buf = NULL;
+    }
     seg_free(s);
     return r;
 }

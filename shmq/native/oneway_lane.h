@@ -44,6 +44,8 @@ typedef struct {
     unsigned long long direct_frames;
     char *scratch;
     size_t scap;
+    char *spare;  /* a taken segment's buffer, for the next segment (lane_take) */
+    size_t spare_cap;
 } Lane;
 
 extern PyTypeObject shmq_lane_type;
