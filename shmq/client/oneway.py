@@ -1,5 +1,8 @@
 """A plain ``send_oneway`` over TCP: its whole frame written by one C call into the client's
-oneway lane (``native/hot_oneway.c``), which the loop thread writes a burst at a time.
+oneway lane (``native/hot_oneway.c``), which the loop thread writes a burst at a time. The whole
+send is that one call from ``Producer.send_oneway`` (ProducerBase's C method, ``AsyncPlain.oneway``
+in native/async_plain.c) once the LaneState's route cache has the topic; ``send_plain`` below is
+its Python form, which fills the cache.
 
 A plain message here is what ``Producer._wire`` builds without a dict (this class, no keys,
 properties or delay, a body sent as is, a topic checked before), with a queue template

@@ -20,7 +20,8 @@
  * path's own. Incomplete frames and bad length words are left to shmq.protocol.frame.
  *
  * What is not defined here: how the header's JSON is scanned (remoting_header.h, the one C reader
- * of it, which the client's remote_answer.c shares), the header's field names (the letters, passed in from
+ * of it, which the client's remote_answer.c shares; a producer's later headers are read by the
+ * layout learnt from one scanned, remoting_learnt.c, which says why that is the scan's reading), the header's field names (the letters, passed in from
  * shmq.protocol.headers.SEND_V2_LETTERS), the answer's JSON (pieces cut by Python from
  * shmq.protocol.command's own encoding of an answer), the CLUSTER pair and the msgId prefix. The
  * stored properties are properties.stored_properties' (every WAIT and CLUSTER pair dropped, this
