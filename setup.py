@@ -13,7 +13,7 @@ setup(
                            include_dirs=["shmq/native"], depends=["shmq/native/queue_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the broker worker's C path for plain TCP sends and the common pull (remoting_send.c, remoting_pull.c say why)
                  Extension("shmq.native._rsend", ["shmq/native/remoting_send.c", "shmq/native/remoting_batch.c",
-                                                     "shmq/native/remoting_pull.c"],
+                                                     "shmq/native/remoting_pull.c", "shmq/native/remoting_learnt.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/remoting_send.h",
                                     "shmq/native/queue_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),

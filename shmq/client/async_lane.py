@@ -24,41 +24,15 @@ from __future__ import annotations
 
 from shmq.native import _oneway
 
-from .oneway import EMONTH, UNSUPPORTED, _UNIQ, lane_state, plain, wait_room
+from .oneway import EMONTH, UNSUPPORTED, _UNIQ, lane_state, pick, plain, wait_room
 from .remote_send import AsyncSend
+from .send_future import SendFuture
 
 _oneway.bind_async(AsyncSend)
+# the answered case of AsyncSend.result in C (hot_oneway.c as_result), the rest SendFuture's
+AsyncSend.result = _oneway.bind_result(SendFuture.result)
 _NONE: dict = {}
-
-
-def _targets(p, s, topic: str):
-    """(the topic's TopicPublishInfo, per queue (mq, its SendTarget)) as the lane sends them, kept
-    in ``s.routes`` while the client's route is the same object; None: the general path's."""
-    info = s.inst.publish.get(topic)
-    if info is None or not info.queues:
-        info = p._publish_info(topic)
-    targets = [(mq, p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, False)) for mq in info.queues]
-    if any(t.template is None for _, t in targets):
-        return None
-    if len(s.routes) >= 4096:  # a bounded cache, rebuilt as used
-        s.routes.clear()
-    r = s.routes[topic] = (info, targets)
-    return r
-
-
-def pick(p, s, topic: str):
-    """The lane's next queue for ``topic``: (info, mq, its SendTarget), the round robin drawn from
-    the route ``s.routes`` keeps (``_targets``); None, nothing drawn, when there is none. The one
-    Python pick of the plain async send and of the sync send's fallback (native/async_plain.c's
-    plan_route is the same in C)."""
-    r = s.routes.get(topic)
-    if r is None or r[0] is not s.inst.publish.get(topic):
-        r = _targets(p, s, topic)
-        if r is None:
-            return None
-    info, targets = r
-    mq, target = targets[next(s.rr) % len(targets)]
-    return info, mq, target
+__all__ = ["pick", "send_plain_async"]  # pick: the lane's route (oneway.py), also the sync send's
 
 
 def send_plain_async(p, msg, callback, timeout):

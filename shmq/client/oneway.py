@@ -1,5 +1,8 @@
 """A plain ``send_oneway`` over TCP: its whole frame written by one C call into the client's
-oneway lane (``native/hot_oneway.c``), which the loop thread writes a burst at a time.
+oneway lane (``native/hot_oneway.c``), which the loop thread writes a burst at a time. The whole
+send is that one call from ``Producer.send_oneway`` (ProducerBase's C method, ``AsyncPlain.oneway``
+in native/async_plain.c) once the LaneState's route cache has the topic; ``send_plain`` below is
+its Python form, which fills the cache.
 
 A plain message here is what ``Producer._wire`` builds without a dict (this class, no keys,
 properties or delay, a body sent as is, a topic checked before), with a queue template
@@ -70,7 +73,7 @@ class LaneState:
         # send_async's C step (native/async_plain.c, ProducerBase._hot_async): these same objects,
         # for a producer whose plain sends all take the lane (no local links, no fault selection)
         self.plan = (AsyncPlain(self.lane, inst, inst.publish, inst.broker_addrs, self.sendable, self.rr, self.routes, p,
-                                Message, self.timeout, self.left, done_future, self.limit)
+                                Message, self.timeout, self.left, done_future, self.limit, wait_room, _UNIQ.roll)
                      if self.lane is not None and self.links is None and not self.fault else None)
 
 
@@ -92,30 +95,75 @@ def lane_state(p) -> LaneState:
     return s
 
 
+def _targets(p, s: LaneState, topic: str):
+    """(the topic's TopicPublishInfo, per queue (mq, its SendTarget, its oneway SendTarget, their
+    templates' pieces)) as the lane sends them, kept in ``s.routes`` while the client's route is the same object; None: the
+    general path's."""
+    info = s.inst.publish.get(topic)
+    if info is None or not info.queues:
+        info = p._publish_info(topic)
+    frames, key, nums = p._frames, p.create_topic_key, p.default_queue_nums
+    targets = [(mq, frames.get(mq, key, nums, False, False), frames.get(mq, key, nums, False, True))
+               for mq in info.queues]
+    if any(t.template is None or o.template is None for _, t, o in targets):
+        return None
+    # each with its templates' pieces, which the C sends write the frame from (a SendTarget's
+    # template and its pieces never change: SendFrame is made once per target)
+    targets = [(mq, t, o, t.template.pieces, o.template.pieces) for mq, t, o in targets]
+    if len(s.routes) >= 4096:  # a bounded cache, rebuilt as used
+        s.routes.clear()
+    r = s.routes[topic] = (info, targets)
+    return r
+
+
+def pick(p, s: LaneState, topic: str, oneway: bool = False):
+    """The lane's next queue for ``topic``: (info, mq, its SendTarget, the oneway one when
+    ``oneway``), the round robin drawn from the route ``s.routes`` keeps (``_targets``); None,
+    nothing drawn, when there is none. The one Python pick of the plain async and oneway sends
+    and of the sync send's fallback (native/async_plain.c's plan_route is the same in C)."""
+    r = s.routes.get(topic)
+    if r is None or r[0] is not s.inst.publish.get(topic):
+        r = _targets(p, s, topic)
+        if r is None:
+            return None
+    info, targets = r
+    t = targets[next(s.rr) % len(targets)]
+    return info, t[0], t[2 if oneway else 1]
+
+
 def send_plain(p, msg) -> bool:
-    """``p.send_oneway(msg)`` through the lane; False (nothing sent) when ``msg`` is not plain,
-    and the caller takes the general path. That is decided before the round robin is drawn
-    from, but for a group or topic holding a template stand-in (``SendFrame.of``)."""
-    if not plain(lane_state(p), msg):
+    """``p.send_oneway(msg)`` through the lane (``Producer._send_oneway``, after ProducerBase's C
+    step, native/async_plain.c's ``oneway``, did not take it); False (nothing sent) when ``msg`` is
+    not plain, and the caller takes the general path. That is decided before the round robin is
+    drawn from, but with local links or the latency-fault selection, for a group or topic holding
+    a template stand-in (``SendFrame.of``)."""
+    s = lane_state(p)
+    if not plain(s, msg):
         return False
     body, topic, tags = msg.body, msg.topic, msg.tags
     inst = p.instance
-    # Producer._publish_info / _select / links.get / master_addr, their common case inline (a
-    # method call is ~10 % of this whole send)
-    info = inst.publish.get(topic)
-    if info is None or not info.queues:
-        info = p._publish_info(topic)
-    queues = info.queues
-    mq = queues[next(p._rr) % len(queues)] if not p.latency_fault else p._select(info, None)
-    links = p.links
-    link = None if info.via_default or links.mode == "never" else links.get(mq.broker_name)
-    if link is not None:
-        p._oneway_local(link, mq, msg, info)
-        return True
+    if s.plan is not None:  # no links, no fault selection: the route cache the C step reads too
+        picked = pick(p, s, topic, True)
+        if picked is None:
+            return False
+        _, mq, target = picked
+    else:
+        # Producer._publish_info / _select / links.get, their common case inline
+        info = inst.publish.get(topic)
+        if info is None or not info.queues:
+            info = p._publish_info(topic)
+        queues = info.queues
+        mq = queues[next(p._rr) % len(queues)] if not p.latency_fault else p._select(info, None)
+        links = p.links
+        link = None if info.via_default or links.mode == "never" else links.get(mq.broker_name)
+        if link is not None:
+            p._oneway_local(link, mq, msg, info)
+            return True
+        target = None
     addr = inst.broker_addrs.get(mq.broker_name, _NONE).get(0)
     if addr is None:
         return True  # as send_oneway: dropped, the caller asked not to hear
-    t = p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True).template
+    t = (target or p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True)).template
     if t is None:
         return False
     lane = inst.oneway_lane

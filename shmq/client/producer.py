@@ -470,7 +470,7 @@ class Producer(ProducerBase):
                 send._fail(e)
         return send
 
-    def send_oneway(self, msg: Message) -> None:
+    def _send_oneway(self, msg: Message) -> None:  # (ProducerBase.send_oneway's C step first)
         if send_plain(self, msg):  # a plain message: its frame written in C (client/oneway.py)
             return
         body, text, sysflag, _ = self._wire(msg)

@@ -98,4 +98,13 @@ def start_one(client, conn, cmd, waiter, timeout: float, timers: dict) -> None:
 def start_timers(loop, timers: dict) -> None:
     """One timer per connection, code and timeout for the requests started together."""
     for (conn, code, timeout), opaques in timers.items():
-        loop.call_later(timeout, conn.expire, opaques, code, timeout)
+        loop.call_later(timeout, expire, conn, opaques, code, timeout)
+
+
+def expire(conn, opaques: list, code: int, timeout: float) -> None:
+    """``conn.expire`` of the requests of ``opaques`` still unanswered, in their order. By the
+    timer nearly all are answered: they are found by one set intersection in C, not a Python
+    call each (~400 instructions a send of a windowed async sender, on the loop thread)."""
+    left = conn._pending.keys() & opaques
+    if left:
+        conn.expire([o for o in opaques if o in left], code, timeout)

@@ -8,6 +8,10 @@
  * RESULTS "Session 5, tcpcli"). Here the same steps read the Message's C struct and the
  * producer's LaneState as the plan's fields, with no Python frame.
  *
+ * ``send_oneway`` of a plain message is whole here too (``plan.oneway``, from ProducerBase.send_oneway):
+ * oneway.send_plain's steps over the same rule and route cache (each queue's oneway template is
+ * in it beside the async one), its Python ~9k of the caller's ~13.6k instructions a oneway before.
+ *
  * A sync ``send()`` of a plain message reads the same rule and route here (``plan.sync``: the
  * plain rule, the route cache, the round robin drawn, the master address, the queue's template;
  * client/sync_send.send_plain makes the C sync call with them), so the two sends share one rule.
@@ -36,6 +40,10 @@ typedef struct {
      * checked, the round robin, the route cache; the producer (the waiter's), the Message
      * class, the default timeout and retries, and producer._done for an error after the put */
     PyObject *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *msg_cls, *timeout, *left, *done;
+    /* a oneway's waits, as oneway.send_plain makes them: oneway.wait_room(inst, addr, timeout)
+     * while the lane is full (or every 32nd put: the connection looked at), and the id
+     * generator's roll() at a new month */
+    PyObject *wait_room, *roll;
     Py_ssize_t limit;  /* the largest body the lane takes (LaneState.limit) */
 } plan;
 
@@ -67,14 +75,18 @@ static int plain_truth(PyObject *o) {
     return -1;
 }
 
+/* the route entry of one queue in the LaneState's cache (oneway._targets): the queue, its
+ * SendTarget and oneway SendTarget, and their templates' pieces (the frame's literal bytes) */
+enum { RT_MQ, RT_TARGET, RT_ONEWAY_TARGET, RT_PIECES, RT_ONEWAY_PIECES, RT_N };
+
 /* the route of a plain message to ``topic`` from the LaneState's cache: -1 (nothing drawn: the
  * caller's Python decides) when it is not there (or not of the cache's shape), else 0 with the
- * round robin drawn, *mq the queue, *target its SendTarget and *addr the master's address, or
- * NULL when the client knows none; *info (when asked) the route. All borrowed. Shared by
- * send_async's put and send()'s ``sync``. */
+ * round robin drawn, *mq the queue, *t its entry (RT_*) and *addr the master's address, or NULL
+ * when the client knows none; *info (when asked) the route. All borrowed. Shared by
+ * send_async's put, send_oneway's and send()'s ``sync``. */
 static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
-                      PyObject **target_out) {
-    /* the route: the LaneState's (info, [(mq, SendTarget)]) while info is the client's route */
+                      PyObject **t_out) {
+    /* the route: the LaneState's (info, [entry]) while info is the client's route */
     PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
     if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
         || PyTuple_GET_ITEM(r, 0) != info)
@@ -87,7 +99,7 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
     Py_DECREF(k);
     if (i < 0) return -1;
     PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
-    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != 2) return -1;
+    if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != RT_N) return -1;
     PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
     if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) return -1;
     /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
@@ -96,8 +108,31 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
     if (PyErr_Occurred()) return -1;
     if (info_out) *info_out = info;
     *mq_out = mq;
-    *target_out = PyTuple_GET_ITEM(t, 1);
+    *t_out = t;
     return 0;
+}
+
+/* a new segment's marker is in the client's deque: its drain asked for unless it is already
+ * (``if not inst._drain_scheduled: inst._drain_scheduled = True;
+ * inst.loop.call_soon_threadsafe(inst._drain_submitted)``): 0, or -1 with an exception */
+static int plan_drain(plan *self) {
+    PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
+    int scheduled = ds ? PyObject_IsTrue(ds) : -1;
+    Py_XDECREF(ds);
+    if (scheduled == 0) {
+        PyObject *loop = NULL, *fn = NULL, *res = NULL;
+        self->lane->marker_unseen = 0;  /* (before the call: a thread switch there may put again) */
+        if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
+            (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
+            res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
+        Py_XDECREF(loop);
+        Py_XDECREF(fn);
+        Py_XDECREF(res);
+        scheduled = res ? 1 : -1;
+    } else if (scheduled == 1) {
+        self->lane->marker_unseen = 0;
+    }
+    return scheduled < 0 ? -1 : 0;
 }
 
 /* the route, address, template and put of a plain message (its fields held by the caller): the
@@ -108,43 +143,25 @@ static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *
     if (!hook) goto python;
     Py_DECREF(hook);
     if (hook != Py_None) Py_RETURN_NONE;
-    PyObject *mq, *addr, *target;
-    if (plan_route(self, topic, NULL, &mq, &addr, &target) || !addr) goto python;
-    Py_INCREF(addr);
-    Py_INCREF(mq);
-    Py_INCREF(target);
-    PyObject *tpl = PyObject_GetAttr(target, str_template);
-    PyObject *pieces = tpl && tpl != Py_None ? PyObject_GetAttr(tpl, str_pieces) : NULL;
-    Py_XDECREF(tpl);
-    Py_DECREF(target);
-    PyObject *w = NULL;
-    if (pieces) {
-        PyObject *vals[11] = {addr, pieces, flag, tags, body, msg, self->producer, cb, mq, timeout, self->left};
+    PyObject *mq, *addr, *t;
+    if (plan_route(self, topic, NULL, &mq, &addr, &t) || !addr) goto python;
+    PyObject *entry = Py_NewRef(t), *w;  /* (holds the queue and the pieces) */
+    {
+        PyObject *vals[11] = {addr, PyTuple_GET_ITEM(t, RT_PIECES), flag, tags, body, msg, self->producer, cb, mq,
+                              timeout, self->left};
+        Py_INCREF(addr);
         w = lane_async(self->lane, vals);
-        Py_DECREF(pieces);
+        Py_DECREF(addr);
     }
-    Py_DECREF(addr);
-    Py_DECREF(mq);
+    Py_DECREF(entry);
     if (!w || PyLong_CheckExact(w)) {  /* nothing written */
         Py_XDECREF(w);
         goto python;
     }
-    if (self->lane->last_direct) return w;  /* written by this thread (lane_direct.c): no drain */
+    /* written by this thread (lane_direct.c), or into a segment whose drain was asked for */
+    if (self->lane->last_direct || !self->lane->marker_unseen) return w;
     /* the frame is in the lane: its segment's marker is in the deque; its drain may have run */
-    PyObject *ds = PyObject_GetAttr(self->inst, str_drain_scheduled);
-    int scheduled = ds ? PyObject_IsTrue(ds) : -1;
-    Py_XDECREF(ds);
-    if (scheduled == 0) {
-        PyObject *loop = NULL, *fn = NULL, *res = NULL;
-        if (!PyObject_SetAttr(self->inst, str_drain_scheduled, Py_True) &&
-            (loop = PyObject_GetAttr(self->inst, str_loop)) && (fn = PyObject_GetAttr(self->inst, str_drain_submitted)))
-            res = PyObject_CallMethodOneArg(loop, str_call_soon_threadsafe, fn);
-        Py_XDECREF(loop);
-        Py_XDECREF(fn);
-        Py_XDECREF(res);
-        scheduled = res ? 1 : -1;
-    }
-    if (scheduled < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
+    if (plan_drain(self) < 0) {  /* as send_async's `except Exception as e: return _done(callback, e)` */
         Py_DECREF(w);
         if (!PyErr_ExceptionMatches(PyExc_Exception)) return NULL;
         PyObject *et, *e, *tb;
@@ -211,14 +228,14 @@ static PyObject *plan_call(plan *self, PyObject *const *a, size_t nargsf, PyObje
  * drawn (addr None: the client knows no master for the queue). What client/sync_send.send_plain
  * needs before its C call, by the same rule and cache as a send_async (one rule, not two). */
 static PyObject *plan_sync(plan *self, PyObject *msg) {
-    PyObject *f[4], *info, *mq, *addr, *target;
+    PyObject *f[4], *info, *mq, *addr, *t;
     if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
     PyObject *out = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
     if (hook) {
         Py_DECREF(hook);
-        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &target)) {
-            PyObject *tpl = PyObject_GetAttr(target, str_template);
+        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &t)) {
+            PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, RT_TARGET), str_template);
             if (tpl) {
                 out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
                 Py_DECREF(tpl);
@@ -232,7 +249,60 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
     return out;  /* NULL: the exception a look-up raised (the Python path's _plain_route meets it too) */
 }
 
+/* plan.oneway(msg) -> True or None: ``send_oneway(msg)`` of a plain message whole, as
+ * oneway.send_plain does it step for step: the plain rule, the route from the cache with the
+ * round robin drawn, the master address (none: the message dropped, True, as there), the queue's
+ * oneway template, the lane's put (a LOOK or FULL answer waits in wait_room, an EMONTH rolls
+ * the ids, and the put is made again; an error those raise, RemotingTimeout, is raised), the
+ * drain asked for when the put opened a segment. None (nothing drawn, nothing written): not
+ * plain or not certainly so, a request hook, a route not in the cache; the Python method
+ * decides it from the start. */
+static PyObject *plan_oneway(plan *self, PyObject *msg) {
+    PyObject *f[4], *mq, *addr, *t;
+    if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
+    PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
+    PyObject *out = NULL, *pieces = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
+    if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], NULL, &mq, &addr, &t)) {
+        PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
+        out = Py_NewRef(Py_None);
+        goto done;
+    }
+    if (!addr) {  /* as send_oneway: dropped, the caller asked not to hear */
+        out = Py_NewRef(Py_True);
+        goto done;
+    }
+    Py_INCREF(addr);
+    pieces = Py_NewRef(PyTuple_GET_ITEM(t, RT_ONEWAY_PIECES));
+    PyObject *vals[6] = {addr, pieces, zero, f[3], f[2], f[1]};
+    long st;
+    for (;;) {
+        PyObject *r = lane_oneway(self->lane, vals);
+        if (!r) goto fail;
+        st = PyLong_AsLong(r);
+        Py_DECREF(r);
+        if (st <= ST_NEW) break;
+        if (st & ST_UNSUPPORTED) {  /* (tags plan_plain let by but the writer refuses: Python's) */
+            out = Py_NewRef(Py_None);
+            goto fail;
+        }
+        PyObject *w = st & ST_EMONTH ? PyObject_CallNoArgs(self->roll)
+                                     : PyObject_CallFunctionObjArgs(self->wait_room, self->inst, addr, self->timeout, NULL);
+        if (!w) goto fail;
+        Py_DECREF(w);
+    }
+    if (!self->lane->last_direct && self->lane->marker_unseen && plan_drain(self) < 0) goto fail;
+    out = Py_NewRef(Py_True);
+fail:
+    Py_DECREF(addr);
+    Py_DECREF(pieces);
+done:
+    for (int i = 0; i < 4; i++) Py_DECREF(held[i]);
+    return out;  /* NULL: the exception a wait or the drain's call raised */
+}
+
 static PyMethodDef plan_methods[] = {
+    {"oneway", (PyCFunction)plan_oneway, METH_O,
+     "oneway(msg) -> True (a plain send_oneway made, or dropped for want of an address), or None"},
     {"sync", (PyCFunction)plan_sync, METH_O,
      "sync(msg) -> (info, mq, addr, template, flag, tags, body) of a plain send(), the round robin drawn; or None"},
     {NULL, NULL, 0, NULL},
@@ -240,28 +310,31 @@ static PyMethodDef plan_methods[] = {
 
 static int plan_init(plan *self, PyObject *args, PyObject *kw) {
     (void)kw;
-    PyObject *lane, *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *cls, *timeout, *left, *done;
+    PyObject *lane, *inst, *publish, *addrs, *sendable, *rr, *routes, *producer, *cls, *timeout, *left, *done, *wait,
+        *roll;
     Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "O!OO!O!O!OO!OO!OOOn:AsyncPlain", &shmq_lane_type, &lane, &inst, &PyDict_Type,
+    if (!PyArg_ParseTuple(args, "O!OO!O!O!OO!OO!OOOnOO:AsyncPlain", &shmq_lane_type, &lane, &inst, &PyDict_Type,
                           &publish, &PyDict_Type, &addrs, &PySet_Type, &sendable, &rr, &PyDict_Type, &routes,
-                          &producer, &PyType_Type, &cls, &timeout, &left, &done, &limit))
+                          &producer, &PyType_Type, &cls, &timeout, &left, &done, &limit, &wait, &roll))
         return -1;
     /* the struct this reads is hot_message.h's: a subclass that adds nothing to MessageBase */
     if (((PyTypeObject *)cls)->tp_basicsize != (Py_ssize_t)sizeof(shmq_message)) {
         PyErr_SetString(PyExc_TypeError, "AsyncPlain: the Message class is not MessageBase's layout");
         return -1;
     }
-    PyObject *o[12] = {lane, inst, publish, addrs, sendable, rr, routes, producer, cls, timeout, left, done};
-    PyObject **f[12] = {(PyObject **)&self->lane, &self->inst, &self->publish, &self->addrs, &self->sendable, &self->rr,
-                        &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done};
-    for (int i = 0; i < 12; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
+    PyObject *o[14] = {lane, inst, publish, addrs, sendable, rr, routes, producer, cls, timeout, left, done, wait, roll};
+    PyObject **f[14] = {(PyObject **)&self->lane, &self->inst, &self->publish, &self->addrs, &self->sendable, &self->rr,
+                        &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done,
+                        &self->wait_room, &self->roll};
+    for (int i = 0; i < 14; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
     self->limit = limit;
     self->vectorcall = (vectorcallfunc)plan_call;
     return 0;
 }
 
 #define PLAN_EACH(X) X(self->lane); X(self->inst); X(self->publish); X(self->addrs); X(self->sendable); \
-    X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done)
+    X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done); \
+    X(self->wait_room); X(self->roll)
 
 static int plan_traverse(plan *self, visitproc visit, void *arg) {
     PLAN_EACH(Py_VISIT);
@@ -285,7 +358,7 @@ static PyTypeObject plan_type = {
     .tp_basicsize = sizeof(plan),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL,
     .tp_doc = "AsyncPlain(lane, inst, publish, broker_addrs, sendable, rr, routes, producer, Message, timeout, left, "
-              "done, limit)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
+              "done, limit, wait_room, roll)(msg, callback, timeout): a plain send_async whole, or None (async_plain.c)",
     .tp_vectorcall_offset = offsetof(plan, vectorcall),
     .tp_call = PyVectorcall_Call,
     .tp_methods = plan_methods,

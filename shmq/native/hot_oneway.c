@@ -79,6 +79,7 @@ static void lane_dealloc(Lane *self) {
     Py_XDECREF(self->direct_conn);
     Py_XDECREF(self->direct_after);
     PyMem_Free(self->scratch);
+    PyMem_Free(self->spare);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -98,16 +99,21 @@ static seg *lane_seg(Lane *self, PyObject *addr, PyObject *timeout, int *status)
     }
     seg *s = PyMem_Calloc(1, sizeof(seg));
     if (!s) return (seg *)PyErr_NoMemory();
+    if (self->spare) {  /* the last taken segment's buffer (lane_take) */
+        s->buf = self->spare, s->cap = self->spare_cap;
+        self->spare = NULL, self->spare_cap = 0;
+    }
     PyObject *job = Py_BuildValue("(OOOi)", addr, self->mark, Py_None, 0);
     PyObject *r = job ? PyObject_CallOneArg(self->append, job) : NULL;
     Py_XDECREF(job);
-    if (!r) { PyMem_Free(s); return NULL; }
+    if (!r) { PyMem_Free(s->buf); PyMem_Free(s); return NULL; }
     Py_DECREF(r);
     Py_INCREF(addr);
     s->addr = addr;
     if (self->tail) self->tail->next = s; else self->head = s;
     self->tail = s;
     self->tail_open = 1;
+    self->marker_unseen = 1;
     *status |= ST_NEW;
     return s;
 }
@@ -139,11 +145,15 @@ static int scratch_reserve(Lane *self, Py_ssize_t most) {
  * born ms, flag, properties, opaque; tags: None or a str) written into the lane, or FULL /
  * EMONTH / UNSUPPORTED with nothing written */
 static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
-    sf_pieces pc;
     if (na != 6 || !PyBytes_CheckExact(a[5])) {
         PyErr_SetString(PyExc_TypeError, "put(addr, pieces: 6 bytes, sysflag, flag, tags, body: bytes)");
         return NULL;
     }
+    return lane_oneway(self, a);
+}
+
+PyObject *lane_oneway(Lane *self, PyObject *const *a) {
+    sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
     if (!f_uniq) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
@@ -200,6 +210,43 @@ static PyObject *lane_put(Lane *self, PyObject *const *a, Py_ssize_t na) {
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
     if (as_bind(arg)) return NULL;
     Py_RETURN_NONE;
+}
+
+/* AsyncSend.result(timeout=None), its common case in C: a send answered SUCCESS (the state
+ * _OK, 1, the SendResult in _value) is its value, as SendFuture.result returns it; any other
+ * state (pending: wait; failed: raise) is SendFuture.result's own Python, called as is. The
+ * caller of a windowed async sender calls it once per send: its Python frame was ~400
+ * instructions of a ~16k send. */
+static PyObject *result_slow;  /* SendFuture.result (the Python function) */
+
+static PyObject *as_result(PyObject *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) {
+    PyObject *st = AS_SLOT(self, AS_STATE), *v = AS_SLOT(self, AS_VALUE);
+    if (nargs <= 1 && !kwnames && st && PyLong_CheckExact(st) && v && PyLong_AsLong(st) == 1)
+        return Py_NewRef(v);
+    PyErr_Clear();  /* (an odd state: the Python method says what it is) */
+    PyObject *call[3] = {NULL, self, nargs ? args[0] : NULL};
+    if (kwnames || nargs > 1) {  /* the Python method binds and refuses them */
+        PyObject *full[8];
+        Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+        if (nargs + k > 7) { PyErr_SetString(PyExc_TypeError, "result(timeout=None)"); return NULL; }
+        full[0] = NULL, full[1] = self;
+        for (Py_ssize_t i = 0; i < nargs + k; i++) full[2 + i] = args[i];
+        return PyObject_Vectorcall(result_slow, full + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
+                                   kwnames);
+    }
+    return PyObject_Vectorcall(result_slow, call + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+}
+
+static PyMethodDef as_result_def = {"result", (PyCFunction)(void (*)(void))as_result, METH_FASTCALL | METH_KEYWORDS,
+                                    "result(timeout=None): the SendResult, waiting up to timeout s (SendFuture.result)"};
+
+/* bind_result(SendFuture.result) -> the method descriptor of AsyncSend (bind_async's class)
+ * that AsyncSend.result is set to */
+static PyObject *bind_result(PyObject *self, PyObject *fn) {
+    if (!as_type) { PyErr_SetString(PyExc_RuntimeError, "bind_async first"); return NULL; }
+    if (!PyFunction_Check(fn)) { PyErr_SetString(PyExc_TypeError, "bind_result(a Python function)"); return NULL; }
+    Py_XSETREF(result_slow, Py_NewRef(fn));
+    return PyDescr_NewMethod(as_type, &as_result_def);
 }
 
 /* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: AS_CALLBACK
@@ -314,6 +361,13 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
                        : NULL;
     Py_XDECREF(data);
+    /* its buffer kept for the next segment (the larger of two): a burst's segment is some
+     * hundred KiB, which malloc maps anew (page faults) and grows by reallocation every time */
+    if (s->buf && s->cap > self->spare_cap) {
+        PyMem_Free(self->spare);
+        self->spare = s->buf, self->spare_cap = s->cap;
+        s->buf = NULL;
+    }
     seg_free(s);
     return r;
 }
@@ -390,6 +444,8 @@ PyTypeObject shmq_lane_type = {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
     {"bind_async", (PyCFunction)bind_async, METH_O, "bind_async(AsyncSend): the waiter put_async makes"},
+    {"bind_result", (PyCFunction)bind_result, METH_O,
+     "bind_result(SendFuture.result) -> AsyncSend.result's C method (its answered case in C)"},
     {NULL, NULL, 0, NULL},
 };
 

@@ -1,10 +1,10 @@
 /*
  * shmq/native/hot_producer.c -- the C base of shmq.client.producer.Producer (exposed as
- * shmq.native._hot.ProducerBase): ``send``, ``send_batch`` and ``send_async`` themselves, whose
- * first step is the producer's local C send (``_hot`` / ``_hot_batch``: LocalSend and
- * LocalSend.batch, see hot_send.c) or its plain TCP async send (``_hot_async``: _oneway's
- * AsyncPlain, async_plain.c) and whose every other case is the Python method ``_send`` /
- * ``_send_batch`` / ``_send_async``.
+ * shmq.native._hot.ProducerBase): ``send``, ``send_batch``, ``send_async`` and ``send_oneway``
+ * themselves, whose first step is the producer's local C send (``_hot`` / ``_hot_batch``:
+ * LocalSend and LocalSend.batch, see hot_send.c) or its plain TCP async or oneway send
+ * (``_hot_async``: _oneway's AsyncPlain and its ``oneway``, async_plain.c) and whose every other
+ * case is the Python method ``_send`` / ``_send_batch`` / ``_send_async`` / ``_send_oneway``.
  *
  * Why: a local send() is one C call, and the Python frame of Producer.send around it (the frame,
  * the attribute lookup of _hot, the test of its answer) was a sixth of the send's instructions.
@@ -26,7 +26,7 @@ typedef struct {
     PyObject *hot_async;        /* send_async's: (msg, callback, timeout) -> its future, or None */
 } producer_base;
 
-static PyObject *str_send, *str_send_batch, *str_send_async, *str_callback, *str_timeout;
+static PyObject *str_send, *str_send_batch, *str_send_async, *str_send_oneway, *str_oneway, *str_callback, *str_timeout;
 
 /* hot(args[0]) when the call is (one positional argument); then the Python method name */
 static PyObject *first_hot(PyObject *self, PyObject *hot, PyObject *name, PyObject *const *args, size_t nargsf,
@@ -87,6 +87,29 @@ static PyObject *pb_send_async(PyObject *self, PyObject *const *args, size_t nar
     return r;
 }
 
+/* send_oneway(msg): hot_async's ``oneway(msg)`` (the plain case whole, async_plain.c) when the
+ * call is the message alone and hot_async has one, then, for its None, the Python method
+ * _send_oneway with the same arguments */
+static PyObject *pb_send_oneway(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    PyObject *hot = ((producer_base *)self)->hot_async;
+    Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+    if (hot && hot != Py_None && n == 1 && !kwnames && _PyType_Lookup(Py_TYPE(hot), str_oneway)) {
+        PyObject *call[2] = {hot, args[0]};
+        PyObject *r = PyObject_VectorcallMethod(str_oneway, call, 2, NULL);
+        if (!r) return NULL;
+        if (r != Py_None) {  /* sent (or dropped, as the Python method drops it): send_oneway's None */
+            Py_DECREF(r);
+            Py_RETURN_NONE;
+        }
+        Py_DECREF(r);
+    }
+    PyObject *m = PyObject_GetAttr(self, str_send_oneway);
+    if (!m) return NULL;
+    PyObject *r = PyObject_Vectorcall(m, args, n, kwnames);
+    Py_DECREF(m);
+    return r;
+}
+
 static int pb_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(((producer_base *)self)->hot);
     Py_VISIT(((producer_base *)self)->hot_batch);
@@ -116,6 +139,8 @@ static PyMethodDef pb_methods[] = {
     {"send_async", (PyCFunction)(void (*)(void))pb_send_async, METH_FASTCALL | METH_KEYWORDS,
      "send_async($self, msg, callback=None, timeout=None)\n--\n\nSend one message without waiting: a SendFuture "
      "of its SendResult; callback(result_or_exception) runs once when it is done (see _send_async)."},
+    {"send_oneway", (PyCFunction)(void (*)(void))pb_send_oneway, METH_FASTCALL | METH_KEYWORDS,
+     "send_oneway($self, msg)\n--\n\nSend one message with no answer (see _send_oneway)."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -145,6 +170,8 @@ int shmq_producer_add(PyObject *m) {
     if ((!str_send && !(str_send = PyUnicode_InternFromString("_send"))) ||
         (!str_send_batch && !(str_send_batch = PyUnicode_InternFromString("_send_batch"))) ||
         (!str_send_async && !(str_send_async = PyUnicode_InternFromString("_send_async"))) ||
+        (!str_send_oneway && !(str_send_oneway = PyUnicode_InternFromString("_send_oneway"))) ||
+        (!str_oneway && !(str_oneway = PyUnicode_InternFromString("oneway"))) ||
         (!str_callback && !(str_callback = PyUnicode_InternFromString("callback"))) ||
         (!str_timeout && !(str_timeout = PyUnicode_InternFromString("timeout"))) ||
         PyType_Ready(&producer_base_type))

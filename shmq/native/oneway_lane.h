@@ -37,12 +37,22 @@ typedef struct {
     long long gap_ns, last_ns;
     int quiet;  /* the last put came gap_ns or more after the one before it */
     int last_direct;
+    /* a segment's marker was appended to the deque and no C put has since asked for its drain
+     * (async_plain.c's plan_drain clears it once it has: a put into a segment already open
+     * needs no look at _drain_scheduled, the drain that takes its marker takes it) */
+    int marker_unseen;
     unsigned long long direct_frames;
     char *scratch;
     size_t scap;
+    char *spare;  /* a taken segment's buffer, for the next segment (lane_take) */
+    size_t spare_cap;
 } Lane;
 
 extern PyTypeObject shmq_lane_type;
+
+/* Lane.put's work: a[0..5] = addr, pieces, sysflag, flag, tags, body (bytes); the status bits
+ * (NEW; LOOK / FULL / EMONTH / UNSUPPORTED: nothing written), or NULL with an exception */
+PyObject *lane_oneway(Lane *self, PyObject *const *a);
 
 /* Lane.put_async's work: a[0..10] = addr, pieces, flag, tags, body (bytes), msg, producer,
  * callback, mq, timeout, left; the AsyncSend (new reference), a status int (FULL / EMONTH /

@@ -20,7 +20,8 @@
  * path's own. Incomplete frames and bad length words are left to shmq.protocol.frame.
  *
  * What is not defined here: how the header's JSON is scanned (remoting_header.h, the one C reader
- * of it, which the client's remote_answer.c shares), the header's field names (the letters, passed in from
+ * of it, which the client's remote_answer.c shares; a producer's later headers are read by the
+ * layout learnt from one scanned, remoting_learnt.c, which says why that is the scan's reading), the header's field names (the letters, passed in from
  * shmq.protocol.headers.SEND_V2_LETTERS), the answer's JSON (pieces cut by Python from
  * shmq.protocol.command's own encoding of an answer), the CLUSTER pair and the msgId prefix. The
  * stored properties are properties.stored_properties' (every WAIT and CLUSTER pair dropped, this
@@ -50,6 +51,7 @@ typedef struct { Sends *s; header *h; } reading;
 static int ext_member(rh_cur *c, const span *k, void *ctx) {
     reading *r = ctx;
     span v = {0};
+    const uint8_t *t0 = c->p;
     if (rh_str(c, &v)) return -1;
     for (int i = 0; i < K_N; i++) {
         /* the first byte before the call: the keys are one letter each (SEND_V2_LETTERS) */
@@ -57,6 +59,8 @@ static int ext_member(rh_cur *c, const span *k, void *ctx) {
                 && memcmp(k->p, r->s->keys[i], k->n) == 0) {
             if (r->h->f[i].set) return -1;  /* a duplicate: Python's */
             r->h->f[i] = v;
+            int slot = rs_ext_slot(i);  /* where its token is, for a learnt layout (remoting_learnt.c) */
+            if (slot >= 0) r->h->tok[slot][0] = t0, r->h->tok[slot][1] = c->p;
             return 0;
         }
     }
@@ -84,10 +88,17 @@ static int top_member(rh_cur *c, const span *k, void *ctx) {
         return h->code == r->s->code || (h->code == r->s->code_batch && r->s->code_batch) ||
                (r->s->pl && (h->code == r->s->code_pull || h->code == r->s->code_lite_pull)) ? 0 : -1;
     }
-    if (rh_is(k, "flag")) { if (h->have_flag++) return -1; return rh_int(c, &h->flag, NULL); }
+    const uint8_t *t0 = c->p;
+    if (rh_is(k, "flag")) {
+        if (h->have_flag++ || rh_int(c, &h->flag, NULL)) return -1;
+        h->tok[HS_TFLAG][0] = t0, h->tok[HS_TFLAG][1] = c->p;
+        return 0;
+    }
     if (rh_is(k, "opaque")) {  /* echoed as written: "-0" (Python writes 0) is Python's */
         if (h->opaque.set) return -1;
-        return rh_int(c, &v, &h->opaque) || (v == 0 && h->opaque.n != 1) ? -1 : 0;
+        if (rh_int(c, &v, &h->opaque) || (v == 0 && h->opaque.n != 1)) return -1;
+        h->tok[HS_OPAQUE][0] = t0, h->tok[HS_OPAQUE][1] = c->p;
+        return 0;
     }
     if (rh_is(k, "version")) { if (h->have_version++) return -1; return rh_int(c, &v, NULL); }
     if (rh_is(k, "extFields")) { if (h->have_ext++) return -1; return rh_object(c, ext_member, r); }
@@ -244,7 +255,8 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     }
     header h;
     int64_t v[K_N];
-    int used = parse_header(s, f + 4, hl, &h);
+    int used = rt_match(s, f + 4, hl, &h), scanned = used < 0;  /* a learnt layout's, or the scan's */
+    if (scanned) used = parse_header(s, f + 4, hl, &h);
     if (used < 0) return 0;
     if (s->pl && (h.code == s->code_pull || h.code == s->code_lite_pull)) {
         *pull = 1;
@@ -271,6 +283,7 @@ static int one_frame(Sends *s, const uint8_t *f, uint32_t total, PyObject *topic
     int rc = rs_append(s->put, s->w, e->slot, &m, f + 4 + hl, total - 4 - hl, props, plen, &r);
     if (rc) return 0;  /* nothing stored: the Python path repeats it and maps, raises or answers */
     s->end = r.end;
+    if (scanned) rt_learn(s, f + 4, hl, &h);  /* the next of this producer's sends reads faster */
     if (h.flag & s->f_oneway) return 1;
     char id[96];  /* prefix (at most 64) + 16 */
     size_t id_len = rs_offset_id(s, id, r.phys_offset);
@@ -425,6 +438,7 @@ static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
     sends_clear_table(s);
     rb_clear(s);
     rp_free(s);
+    rt_free(s);
     return 0;
 }
 
@@ -436,6 +450,7 @@ static PyObject *sends_clear(Sends *s, PyObject *unused) {
 
 static void sends_dealloc(Sends *s) {
     sends_clear_table(s);
+    rt_free(s);
     rp_free(s);
     Py_CLEAR(s->held);
     rb_clear(s);
@@ -470,6 +485,16 @@ static PyMethodDef sends_methods[] = {
     {NULL, NULL, 0, NULL},
 };
 
+static PyObject *sends_learnt_hits(Sends *s, void *unused) {
+    (void)unused;
+    return PyLong_FromUnsignedLongLong(s->rt_hits);
+}
+
+static PyGetSetDef sends_getset[] = {
+    {"learnt_hits", (getter)sends_learnt_hits, NULL, "headers read by a learnt layout (remoting_learnt.c)", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
 static PyTypeObject SendsType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmq.native._rsend.Sends",
@@ -480,6 +505,7 @@ static PyTypeObject SendsType = {
     .tp_init = (initproc)sends_init,
     .tp_dealloc = (destructor)sends_dealloc,
     .tp_methods = sends_methods,
+    .tp_getset = sends_getset,
 };
 
 static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, .m_name = "shmq.native._rsend", .m_size = -1};

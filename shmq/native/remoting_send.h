@@ -51,6 +51,45 @@ typedef struct {
 
 typedef struct rp_state rp_state;  /* remoting_pull.c's: the learnt pulls and their answer */
 
+/* the slots of a learnt header layout (remoting_learnt.c): the value tokens that differ between
+ * a producer's sends to one topic */
+enum { HS_QID, HS_SYSFLAG, HS_BORN, HS_FLAG, HS_PROPS, HS_TFLAG, HS_OPAQUE, HS_N };
+
+/* a request's header as read (remoting_send.c's parse_header); tok: where the scan found each
+ * slot's value token (its first byte and the byte after it; NULL: not seen) */
+typedef struct {
+    int64_t code, flag;
+    span opaque;
+    span f[K_N];
+    span pf[P_N];
+    int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
+    const uint8_t *tok[HS_N][2];
+} header;
+
+/* one learnt layout: the header's bytes, its slots in the order of their place (their kinds,
+ * first bytes and ends), and what the scan read of it (its other spans into ``bytes``) */
+typedef struct {
+    uint8_t *bytes;
+    uint32_t len;  /* 0: none */
+    uint8_t slot[HS_N];
+    uint32_t at[HS_N], end[HS_N];
+    header h;
+} learnt;
+
+#define RT_N 4  /* layouts kept per worker, the most recent tried first */
+
+/* which slot an extFields field (K_*) is, or -1 */
+static inline int rs_ext_slot(int k) {
+    switch (k) {
+        case K_QID: return HS_QID;
+        case K_SYSFLAG: return HS_SYSFLAG;
+        case K_BORN: return HS_BORN;
+        case K_FLAG: return HS_FLAG;
+        case K_PROPS: return HS_PROPS;
+        default: return -1;
+    }
+}
+
 typedef struct {
     PyObject_HEAD
     put_fn put;
@@ -91,16 +130,12 @@ typedef struct {
     PyObject *held;
     int sent, pulled;
     int no_mix;                        /* SYNC_FLUSH: a run is sends or pulls, not both */
+    /* learnt header layouts (remoting_learnt.c), the next place to fill, headers read by one */
+    learnt rt[RT_N];
+    uint32_t rt_next;
+    unsigned long long rt_hits;
 } Sends;
 
-/* a request's header as read (remoting_send.c's parse_header) */
-typedef struct {
-    int64_t code, flag;
-    span opaque;
-    span f[K_N];
-    span pf[P_N];
-    int have_code, have_flag, have_ext, have_lang, have_remark, have_version, have_stype;
-} header;
 
 /* One append through put (s->put or s->put_batch): tried first with the GIL held, the store's
  * lock taken only if it is free (or frees within the core's spin), since it nearly always is and
@@ -152,6 +187,12 @@ static inline size_t rs_offset_id(const Sends *s, char *out, int64_t phys) {
     for (int i = 14; i >= 0; i -= 2, x >>= 8) memcpy(d + i, hex2 + 2 * (x & 0xFF), 2);
     return s->prefix_len + 16;
 }
+
+/* remoting_learnt.c: a SEND_MESSAGE_V2 header read by a learnt layout (the scratch used, or -1:
+ * scan it), a stored send's header learnt, the layouts freed */
+int rt_match(Sends *s, const uint8_t *p, uint32_t n, header *h);
+void rt_learn(Sends *s, const uint8_t *p, uint32_t n, const header *h);
+void rt_free(Sends *s);
 
 /* remoting_pull.c */
 /* a PULL_MESSAGE (its code checked) whose header is h: 1 served (answered into s->out, or held:

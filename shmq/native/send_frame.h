@@ -45,16 +45,27 @@ static inline int sf_pieces_of(PyObject *t, sf_pieces *out) {
     return 0;
 }
 
-/* the decimal text of v at p (at most 20 characters); returns its length */
+/* the decimal text of v at p (at most 20 characters); returns its length. Two digits a step
+ * from a table (a born time's 13 digits a digit a step were ~130 instructions of every frame) */
 static inline size_t sf_put_int(char *p, long long v) {
-    char tmp[24];
-    size_t n = 0;
+    static const char d2[] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
+    char tmp[24], *e = tmp + sizeof tmp, *q = e;
     unsigned long long u = v < 0 ? 0ULL - (unsigned long long)v : (unsigned long long)v;
-    do { tmp[n++] = (char)('0' + u % 10); u /= 10; } while (u);
-    size_t k = 0;
+    while (u >= 100) {
+        unsigned r = (unsigned)(u % 100);
+        u /= 100;
+        q -= 2;
+        memcpy(q, d2 + 2 * r, 2);
+    }
+    if (u >= 10) q -= 2, memcpy(q, d2 + 2 * u, 2);
+    else *--q = (char)('0' + u);
+    size_t k = 0, n = (size_t)(e - q);
     if (v < 0) p[k++] = '-';
-    while (n) p[k++] = tmp[--n];
-    return k;
+    memcpy(p + k, q, n);
+    return k + n;
 }
 
 /* a frame's 8 length bytes at f: total (4 + header + body) and the header length, big-endian,

@@ -15,7 +15,7 @@ from shmq.client.remote_send import AsyncSend
 from shmq.client.route import TopicPublishInfo
 from shmq.client.send_future import SendFuture
 from shmq.errors import RemotingError
-from shmq.protocol.command import decode_command
+from shmq.protocol.command import decode_command, json_text
 
 from .test_oneway_lane import TAGS, _frames
 
@@ -229,7 +229,7 @@ def test_sync_route_is_the_python_rule_and_round_robin(prod):
     _taken(p)
     s = p._lane_state
     plan = s.plan
-    templates = {mq: t.template for mq, t in s.routes["T"][1]}  # the cache both read
+    templates = {mq: t.template for mq, t, *_ in s.routes["T"][1]}  # the cache both read
     last = None
     for tags in TAGS:
         for flag in (0, 7):
@@ -249,3 +249,114 @@ def test_sync_route_is_the_python_rule_and_round_robin(prod):
     del p.instance.broker_addrs["b"]
     a = plan.sync(Message("T", b"x"))
     assert a[2] is None and a[1].queue_id == (last + 2) % 4
+
+
+def _lane_frames(p) -> list[bytes]:
+    """Every frame put in the lane since the last call (oneways: no waiters), in order."""
+    lane, out = p.instance.oneway_lane, []
+    for _, data, waiters, _ in iter(lane.take, None):
+        assert waiters is None
+        out += _frames(data)
+    p.instance._submitted.clear()
+    return out
+
+
+def _oneway_general_frame(p, raw: bytes, mq) -> bytes:
+    """The general path's frame of the oneway send in ``raw`` (its Message rebuilt from the frame:
+    the same UNIQ_KEY, tags, flag and body), with the frame's own born time and opaque."""
+    from shmq.protocol.headers import decode_send_header
+    cmd = decode_command(raw[4:])
+    h = decode_send_header(cmd.code, cmd.ext_fields)
+    target = p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True)
+    return target.template.frame(h.sysFlag, h.bornTimestamp, h.flag, json_text(h.properties), cmd.body, cmd.opaque)
+
+
+def test_the_c_oneway_writes_the_python_paths_frames_and_shares_the_round_robin(prod):
+    """``send_oneway`` of a plain message is one C call (AsyncPlain.oneway, from ProducerBase's
+    send_oneway): each frame is the one its Python form (oneway.send_plain) writes, byte for byte
+    but for the UNIQ_KEY, born time and opaque each send draws, to the queue the one round robin
+    gives next; what it does not take goes to the Python method with nothing written or drawn."""
+    from shmq.client.oneway import send_plain
+    from shmq.protocol.command import decode_command as dc
+    p = prod
+    p.send_oneway(Message("T", b"first"))  # the Python method makes the plan and the route cache
+    _lane_frames(p)
+    assert p._hot_async.__class__ is AsyncPlain
+    queues = []
+    for i, tags in enumerate(TAGS):
+        for flag in (0, 7):
+            m = Message("T", b"o%d" % i * (i + 1), tags=tags, flag=flag)
+            assert p._hot_async.oneway(m) is True  # C
+            assert send_plain(p, m) is True        # Python
+            fc, fp = _lane_frames(p)
+            a, b = dc(fc[4:]), dc(fp[4:])
+            assert a.flag == b.flag and a.flag & 2  # oneway
+            qa, qb = int(a.ext_fields["e"]), int(b.ext_fields["e"])
+            assert qb == (qa + 1) % 4  # each drew one step of the producer's round robin, in turn
+            queues += [qa, qb]
+            for raw, cmd in ((fc, a), (fp, b)):
+                mq = MessageQueue("T", "b", int(cmd.ext_fields["e"]))
+                assert raw == _oneway_general_frame(p, raw, mq)  # the template path's frame
+            strip = lambda c: {k: v for k, v in c.ext_fields.items() if k not in "gie"}  # noqa: E731
+            assert strip(a) == strip(b) and a.body == b.body == m.body
+            pa, pb = a.ext_fields["i"], b.ext_fields["i"]
+            assert pa.split("UNIQ_KEY")[0] == pb.split("UNIQ_KEY")[0]  # the same tags, another id
+    assert queues == [(queues[0] + i) % 4 for i in range(len(queues))]
+    # not plain: None from C, nothing written, nothing drawn; the public method sends it anyway
+    for m in (Message("T", b"x", keys="k"), Message("T", b"x", properties={"a": "1"}), Message("T", b"x", delay_level=2),
+              Message("T", b"x", tags="a\nb"), MyMessage("T", b"x"), Message("U", b"x")):
+        before = p.instance.oneway_lane.queued
+        assert p._hot_async.oneway(m) is None and p.instance.oneway_lane.queued == before
+    m = Message("T", b"x")
+    assert p._hot_async.oneway(m) is True
+    assert int(dc(_lane_frames(p)[0][4:]).ext_fields["e"]) == (queues[-1] + 1) % 4  # nothing drawn meanwhile
+    # no master address: dropped by both, as the caller asked not to hear (the round robin drawn)
+    del p.instance.broker_addrs["b"]
+    assert p._hot_async.oneway(Message("T", b"x")) is True and send_plain(p, Message("T", b"x")) is True
+    assert p.send_oneway(Message("T", b"x")) is None and _lane_frames(p) == []
+
+
+def test_the_c_oneway_waits_for_room_and_rolls_the_ids_as_python_does(prod):
+    """A put the lane answers LOOK (every 32nd) or FULL waits in oneway.wait_room and is made
+    again; RemotingTimeout when the lane stays full: the C call raises it as the Python one does."""
+    from shmq.errors import RemotingTimeout
+    p = prod
+    p.send_oneway(Message("T", b"first"))
+    _lane_frames(p)
+    for _ in range(70):  # past two LOOK answers: each frame is written once
+        p.send_oneway(Message("T", b"y"))
+    assert len(_lane_frames(p)) == 70
+    lane = p.instance.oneway_lane
+    lane.charge(1 << 40)  # the bound reached: nothing is taken while it lasts
+    p.send_timeout = 0.05  # (a new LaneState: the next send is Python's, then C's)
+    for _ in range(2):
+        with pytest.raises(RemotingTimeout):
+            p.send_oneway(Message("T", b"z"))
+    lane.charge(-(1 << 40))
+    assert _lane_frames(p) == []
+
+
+def test_an_async_sends_result_is_send_futures_in_every_state(prod):
+    """AsyncSend.result's answered case is C (hot_oneway.c as_result); pending, failed, a
+    keyword timeout and a bad call are SendFuture.result's own Python, as before."""
+    import threading
+    p = prod
+    p.send_async(Message("T", b"first"))
+    _taken(p)
+    w = p.send_async(Message("T", b"x"))
+    assert AsyncSend.result is not SendFuture.result and w.__class__ is AsyncSend
+    with pytest.raises(TimeoutError):
+        w.result(0.01)
+    with pytest.raises(TimeoutError):
+        w.result(timeout=0.01)
+    with pytest.raises(TypeError):
+        w.result(1, 2)
+    with pytest.raises(TypeError):
+        w.result(bogus=1)
+    threading.Timer(0.05, w._resolve, ("done",)).start()  # (SendFuture.set_result)
+    assert w.result() == "done" and w.result(0) == "done" and w.result(timeout=None) == "done"
+    f = p.send_async(Message("T", b"y"))
+    SendFuture.set_exception(f, RemotingError("lost"))  # (AsyncSend.set_exception would retry)
+    with pytest.raises(RemotingError):
+        f.result()
+    _taken(p)

@@ -300,3 +300,27 @@ def test_two_threads_each_keep_their_order():
         p.shutdown()
         p._ns.close()
         sink.close()
+
+
+def test_the_frames_numbers_are_written_as_python_writes_them():
+    """sysflag and flag over every length of decimal, both signs and the 64-bit ends (send_frame.h
+    sf_put_int, the one C decimal writer of the frames and answers): the template path's frame."""
+    import random
+    p = Producer("pg", local="never")
+    mq = MessageQueue("T", "b", 0)
+    lane = Lane([].append, "mark", 1 << 30, 1 << 20)
+    t = p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True).template
+    rnd = random.Random(5)
+    values = [0, 1, 9, 10, 11, 99, 100, 101, 999, 1000, -1, -9, -10, -99, -100, 2**63 - 1, -(2**63) + 1, -(2**63)]
+    values += [10 ** k + d for k in range(1, 19) for d in (-1, 0, 1)] + [-(10 ** k) for k in range(1, 19)]
+    values += [rnd.randrange(-(2**63), 2**63) for _ in range(300)]
+    for v in values:
+        assert _put(lane, "127.0.0.1:1", t.pieces, v, -v if v > -(2**63) else v, None, b"x") in (0, NEW)
+    frames = _frames(lane.take()[1])
+    for raw, v in zip(frames, values, strict=True):
+        cmd = decode_command(raw[4:])
+        flag = -v if v > -(2**63) else v
+        assert (int(cmd.ext_fields["f"]), int(cmd.ext_fields["h"])) == (v, flag)
+        req = p._remote(mq, flag, b"x", cmd.ext_fields["i"], v, batch=False, oneway=True)
+        req.born_ms = int(cmd.ext_fields["g"])
+        assert raw == req.frame(cmd.opaque)
