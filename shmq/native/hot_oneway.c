@@ -322,7 +322,9 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     int status = 0;
     seg *s = lane_seg(self, a[0], a[9], &status);
     if (!s || seg_reserve(s, most)) goto fail;
-    if (!s->waiters && !(s->waiters = PyDict_New())) goto fail;
+    /* made at the size the last taken segment's grew to: a burst's segment holds some hundred
+     * waiters, which a dict made empty reached through ~6 resizes, each entry hashed again */
+    if (!s->waiters && !(s->waiters = _PyDict_NewPresized(self->wait_hint))) goto fail;
     /* registered, then written (nothing after the write can fail): a frame in the lane always
      * has its waiter */
     if (PyDict_SetItem(s->waiters, key, w)) goto fail;
@@ -358,6 +360,7 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     self->frames -= s->frames;
     PyObject *data = PyBytes_FromStringAndSize(s->buf, (Py_ssize_t)s->len);
     int some = s->waiters && PyDict_GET_SIZE(s->waiters);
+    if (some) self->wait_hint = Py_MIN(PyDict_GET_SIZE(s->waiters), 8192);  /* (one large burst: one large dict) */
     PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
                        : NULL;
     Py_XDECREF(data);

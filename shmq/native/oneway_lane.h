@@ -46,6 +46,7 @@ typedef struct {
     size_t scap;
     char *spare;  /* a taken segment's buffer, for the next segment (lane_take) */
     size_t spare_cap;
+    Py_ssize_t wait_hint;  /* the last taken segment's waiter count: the next one's dict made that size */
 } Lane;
 
 extern PyTypeObject shmq_lane_type;

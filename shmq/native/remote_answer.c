@@ -115,7 +115,7 @@ static int resolve_future(PyObject *w, PyObject *result) {
 
 /* The answer of one frame to its AsyncSend waiter ``w`` (in ``pending`` under ``key``):
  * 1 done, 0 not this path's (nothing changed), -1 an error raised. */
-static int complete(PyObject *pending, PyObject *key, PyObject *w, const header *h) {
+static int complete(PyObject *pending, PyObject *key, Py_hash_t hash, PyObject *w, const header *h) {
     PyObject *state = AS_SLOT(w, AS_STATE), *mq = AS_SLOT(w, AS_MQ), *uniq = AS_SLOT(w, AS_UNIQ);
     if (!is_pending(state) || !mq || !uniq) return 0;  /* done already: the Python path drops it */
     long qid = -1;
@@ -135,7 +135,7 @@ static int complete(PyObject *pending, PyObject *key, PyObject *w, const header 
     PyObject *result = PyObject_Vectorcall(result_type, args, 5, NULL);
     if (!result) goto out;
     Py_INCREF(w);  /* the dict's reference goes; this frame still needs the waiter */
-    if (PyDict_DelItem(pending, key)) { Py_DECREF(w); Py_DECREF(result); goto out; }
+    if (_PyDict_DelItem_KnownHash(pending, key, hash)) { Py_DECREF(w); Py_DECREF(result); goto out; }
     rc = resolve_future(w, result) ? -1 : 1;
     Py_DECREF(w);
 out:
@@ -198,10 +198,12 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         PyObject *key = PyLong_FromLongLong(h.opaque);
         if (!key) { err = 1; break; }
-        PyObject *w = PyDict_GetItemWithError(pending, key);  /* borrowed */
+        /* the key hashed once for the look-up and the delete (an int's hash cannot fail) */
+        Py_hash_t hash = PyObject_Hash(key);
+        PyObject *w = _PyDict_GetItem_KnownHash(pending, key, hash);  /* borrowed */
         int rc = 0;
         if (w && Py_TYPE(w) == as_type) {
-            if (!body && !h.code && h.has_ext) rc = complete(pending, key, w, &h);
+            if (!body && !h.code && h.has_ext) rc = complete(pending, key, hash, w, &h);
         } else if (w && pull_waiter(w)) {  /* a PushConsumer's pull (pull_answer.c) */
             rc = pull_answer(pending, key, w, &h, (const uint8_t *)data + pos + 4 + total - body, body);
         }
