@@ -45,7 +45,19 @@ typedef struct {
      * generator's roll() at a new month */
     PyObject *wait_room, *roll;
     Py_ssize_t limit;  /* the largest body the lane takes (LaneState.limit) */
+    /* plan_route's last look-ups (the route of c_topic, the address of c_bname), each valid
+     * while the dicts it read are unchanged: a dict's version tag changes with every change of
+     * that dict and is never reused by another, and each entry holds what it read, so a hit is
+     * what the look-ups would find (a send is 4 look-ups otherwise, ~500 instructions) */
+    PyObject *c_topic, *c_r, *c_info, *c_bname, *c_ba, *c_addr;
+    uint64_t c_routes_v, c_publish_v, c_addrs_v, c_ba_v;
 } plan;
+
+/* the version tag of a dict (CPython 3.11's; later ones deprecate it: no cache there) */
+#if PY_VERSION_HEX < 0x030C0000
+#define ROUTE_CACHE 1
+#define DICT_V(d) (((PyDictObject *)(d))->ma_version_tag)
+#endif
 
 static PyObject *str_rpc_hook, *str_drain_scheduled, *str_loop, *str_call_soon_threadsafe, *str_drain_submitted,
     *str_template, *str_pieces, *zero;
@@ -87,10 +99,26 @@ enum { RT_MQ, RT_TARGET, RT_ONEWAY_TARGET, RT_PIECES, RT_ONEWAY_PIECES, RT_N };
 static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject **mq_out, PyObject **addr_out,
                       PyObject **t_out) {
     /* the route: the LaneState's (info, [entry]) while info is the client's route */
-    PyObject *r = PyDict_GetItemWithError(self->routes, topic), *info;
+    PyObject *r, *info;
+#ifdef ROUTE_CACHE
+    if (topic == self->c_topic && DICT_V(self->routes) == self->c_routes_v && DICT_V(self->publish) == self->c_publish_v) {
+        r = self->c_r, info = self->c_info;  /* (held by the cache: checked when they were stored) */
+    } else {
+#endif
+    r = PyDict_GetItemWithError(self->routes, topic);
     if (!r || !PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || !(info = PyDict_GetItemWithError(self->publish, topic))
         || PyTuple_GET_ITEM(r, 0) != info)
         return -1;
+#ifdef ROUTE_CACHE
+    /* the versions read before the old entries are released (that may run code that changes a
+     * dict: then the next send misses) */
+    self->c_routes_v = DICT_V(self->routes), self->c_publish_v = DICT_V(self->publish);
+    Py_INCREF(topic), Py_INCREF(r), Py_INCREF(info);
+    PyObject *old[3] = {self->c_topic, self->c_r, self->c_info};
+    self->c_topic = topic, self->c_r = r, self->c_info = info;
+    for (int j = 0; j < 3; j++) Py_XDECREF(old[j]);
+    }
+#endif
     PyObject *targets = PyTuple_GET_ITEM(r, 1);
     if (!PyList_CheckExact(targets) || !PyList_GET_SIZE(targets)) return -1;
     PyObject *k = PyIter_Next(self->rr);  /* next(s.rr) % len(targets) */
@@ -103,9 +131,25 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
     PyObject *mq = PyTuple_GET_ITEM(t, 0);  /* a MessageQueue: (topic, broker_name, queue_id) */
     if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) return -1;
     /* inst.broker_addrs.get(mq.broker_name, {}).get(0) */
-    PyObject *ba = PyDict_GetItemWithError(self->addrs, PyTuple_GET_ITEM(mq, 1));
+    PyObject *bname = PyTuple_GET_ITEM(mq, 1);
+#ifdef ROUTE_CACHE
+    if (bname == self->c_bname && DICT_V(self->addrs) == self->c_addrs_v && DICT_V(self->c_ba) == self->c_ba_v) {
+        *addr_out = self->c_addr;
+    } else {
+#endif
+    PyObject *ba = PyDict_GetItemWithError(self->addrs, bname);
     *addr_out = ba && PyDict_CheckExact(ba) ? PyDict_GetItemWithError(ba, zero) : NULL;
     if (PyErr_Occurred()) return -1;
+#ifdef ROUTE_CACHE
+    if (*addr_out) {  /* (no address: not kept, the general path's error) */
+        self->c_addrs_v = DICT_V(self->addrs), self->c_ba_v = DICT_V(ba);
+        Py_INCREF(bname), Py_INCREF(ba), Py_INCREF(*addr_out);
+        PyObject *old[3] = {self->c_bname, self->c_ba, self->c_addr};
+        self->c_bname = bname, self->c_ba = ba, self->c_addr = *addr_out;
+        for (int j = 0; j < 3; j++) Py_XDECREF(old[j]);
+    }
+    }
+#endif
     if (info_out) *info_out = info;
     *mq_out = mq;
     *t_out = t;
@@ -327,6 +371,8 @@ static int plan_init(plan *self, PyObject *args, PyObject *kw) {
                         &self->routes, &self->producer, &self->msg_cls, &self->timeout, &self->left, &self->done,
                         &self->wait_room, &self->roll};
     for (int i = 0; i < 14; i++) Py_XSETREF(*f[i], Py_NewRef(o[i]));
+    Py_CLEAR(self->c_topic); Py_CLEAR(self->c_r); Py_CLEAR(self->c_info);  /* (other dicts: nothing kept) */
+    Py_CLEAR(self->c_bname); Py_CLEAR(self->c_ba); Py_CLEAR(self->c_addr);
     self->limit = limit;
     self->vectorcall = (vectorcallfunc)plan_call;
     return 0;
@@ -334,7 +380,8 @@ static int plan_init(plan *self, PyObject *args, PyObject *kw) {
 
 #define PLAN_EACH(X) X(self->lane); X(self->inst); X(self->publish); X(self->addrs); X(self->sendable); \
     X(self->rr); X(self->routes); X(self->producer); X(self->msg_cls); X(self->timeout); X(self->left); X(self->done); \
-    X(self->wait_room); X(self->roll)
+    X(self->wait_room); X(self->roll); X(self->c_topic); X(self->c_r); X(self->c_info); X(self->c_bname); \
+    X(self->c_ba); X(self->c_addr)
 
 static int plan_traverse(plan *self, visitproc visit, void *arg) {
     PLAN_EACH(Py_VISIT);

@@ -360,3 +360,39 @@ def test_an_async_sends_result_is_send_futures_in_every_state(prod):
     with pytest.raises(RemotingError):
         f.result()
     _taken(p)
+
+
+def _addrs_taken(p) -> list:
+    """The address and queue of every async send put in the lane since the last call, in order."""
+    out = []
+    for addr, _, waiters, _ in iter(p.instance.oneway_lane.take, None):
+        out += [(addr, w.mq.broker_name) for w in (waiters or {}).values()]
+    p.instance._submitted.clear()
+    return out
+
+
+def test_a_route_or_address_changed_is_seen_by_the_next_c_send(prod):
+    """The C send keeps its last route and address look-ups while the dicts they came from are
+    unchanged: any change of them (an entry set again, an inner dict replaced or changed, a new
+    route) is seen by the very next send, as the look-ups would see it."""
+    p, inst = prod, prod.instance
+    p.send_async(Message("T", b"first"))  # the Python method makes the plan and the route cache
+    for _ in range(3):
+        p.send_async(Message("T", b"x"))
+    assert p._hot_async.__class__ is AsyncPlain
+    assert {a for a, _ in _addrs_taken(p)} == {"127.0.0.1:1"}
+    inst.broker_addrs["b"][0] = "127.0.0.1:2"  # the inner dict changed in place
+    p.send_async(Message("T", b"x"))
+    assert _addrs_taken(p) == [("127.0.0.1:2", "b")]
+    inst.broker_addrs["b"] = {0: "127.0.0.1:3"}  # a new inner dict
+    p.send_async(Message("T", b"x"))
+    assert _addrs_taken(p) == [("127.0.0.1:3", "b")]
+    inst.broker_addrs["c"] = {0: "127.0.0.1:4"}  # a new route to another broker
+    inst.publish["T"] = TopicPublishInfo("T", [MessageQueue("T", "c", q) for q in range(2)])
+    for _ in range(3):
+        p.send_async(Message("T", b"x"))
+    assert _addrs_taken(p) == [("127.0.0.1:4", "c")] * 3
+    inst.broker_addrs["c"] = {}  # no master address: the general path's (nothing in the lane)
+    with pytest.raises(Exception):
+        p.send_async(Message("T", b"x")).result(5)
+    assert all(a != "127.0.0.1:4" for a, _ in _addrs_taken(p))
