@@ -291,12 +291,7 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl), n;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     PyObject *key = PyLong_FromLongLong(-(long long)next);
-    /* the id's 32 hex digits as a str, made directly (PyUnicode_DecodeASCII, ~200 instructions,
-     * only for a byte >= 0x80, which uniq_id.py's hex prefix never has: its error then) */
-    uint8_t hi = 0;
-    for (int i = 0; i < 32; i++) hi |= (uint8_t)id[i];
-    PyObject *uniq = !key ? NULL : hi & 0x80 ? PyUnicode_DecodeASCII(id, 32, NULL) : PyUnicode_New(32, 127);
-    if (uniq && !(hi & 0x80)) memcpy(PyUnicode_1BYTE_DATA(uniq), id, 32);
+    PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
     PyObject *w = NULL;
     if (uniq) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};

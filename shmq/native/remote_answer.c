@@ -41,16 +41,7 @@
 static PyObject *resolve, *result_type, *send_ok, *invalid_state;
 static PyObject *s_pending, *s_set, *state_ok;  /* state_ok: SendFuture's _OK, 1 */
 
-/* a str of ASCII bytes, as PyUnicode_DecodeASCII makes it (its error for any other byte), made
- * directly (the msgId of every answer: DecodeASCII's general decoder was ~220 instructions) */
-static PyObject *text(span s) {
-    uint8_t hi = 0;
-    for (Py_ssize_t i = 0; i < (Py_ssize_t)s.n; i++) hi |= s.p[i];
-    if (hi & 0x80) return PyUnicode_DecodeASCII((const char *)s.p, s.n, NULL);
-    PyObject *u = PyUnicode_New(s.n, 127);
-    if (u && s.n) memcpy(PyUnicode_1BYTE_DATA(u), s.p, s.n);
-    return u;
-}
+static PyObject *text(span s) { return PyUnicode_DecodeASCII((const char *)s.p, s.n, NULL); }
 
 /* a string as the tests' decode makes it: UTF-8 (an escape may unescape to a non-ASCII byte) */
 static PyObject *utext(span s) { return PyUnicode_DecodeUTF8((const char *)s.p, s.n, NULL); }
