@@ -29,53 +29,29 @@ import psutil  # noqa: E402
 import tcp_paths as tp  # noqa: E402
 import vs_rocketmq  # noqa: E402
 from shmq import Message, Producer  # noqa: E402
-
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def run_ns(pids: dict[int, str]) -> dict[tuple[int, int], tuple]:
-    """(pid, tid) -> (process label, thread name, run ns, user ticks, system ticks, voluntary
-    switches) so far"""
-    out = {}
-    for pid, label in pids.items():
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                comm = open(f"{base}/comm").read().strip()
-                run = int(open(f"{base}/schedstat").read().split()[0])
-                st = open(f"{base}/stat").read().rsplit(")", 1)[1].split()
-                vol = [int(line.split()[1]) for line in open(f"{base}/status") if line.startswith("voluntary")][0]
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            out[(pid, int(tid))] = (label, comm, run, int(st[11]), int(st[12]), vol)
-    return out
+from thread_stats import TICK, snap  # noqa: E402
 
 
 def row(name: str, body, pids: dict[int, str]) -> None:
-    b = run_ns(pids)
+    b = snap(pids)
     t0 = time.perf_counter()
     rate = body()  # tcp_paths' own rate over (almost) the same window
     dt = time.perf_counter() - t0
     n = max(1, round(rate * dt))
-    a = run_ns(pids)
+    a = snap(pids)
     me = os.getpid()
     print(f"# {name}: {rate:,.0f} msgs/s (~{n:,} in {dt:.2f} s); load average {os.getloadavg()[0]:.2f}")
     print("| process | thread | share of a CPU | CPU µs/msg | user / system µs/msg | sleeps per 1,000 msgs |")
     print("|---|---|---:|---:|---|---:|")
-    for k in sorted(a, key=lambda k: -(a[k][2] - b.get(k, a[k])[2])):
+    for k in sorted(a, key=lambda k: -(a[k].run_ns - b.get(k, a[k]).run_ns)):
         if k not in b:
             continue
-        used = a[k][2] - b[k][2]
+        used = a[k].run_ns - b[k].run_ns
         if used < dt * 1e9 * 0.01:
             continue
-        who = a[k][1] + (" (caller)" if k[1] == me else "")
-        u, sy, v = (a[k][i] - b[k][i] for i in (3, 4, 5))
-        print(f"| {a[k][0]} | {k[1]} {who} | {used / (dt * 1e9) * 100:.0f} % | {used / n / 1e3:.2f} | "
+        who = a[k].comm + (" (caller)" if k[1] == me else "")
+        u, sy, v = (getattr(a[k], f) - getattr(b[k], f) for f in ("utime", "stime", "vol"))
+        print(f"| {pids[k[0]]} | {k[1]} {who} | {used / (dt * 1e9) * 100:.0f} % | {used / n / 1e3:.2f} | "
               f"{u / TICK / n * 1e6:.2f} / {sy / TICK / n * 1e6:.2f} | {v / n * 1e3:.1f} |")
 
 

@@ -36,11 +36,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-CG_C = r"""
-#include <valgrind/callgrind.h>
-void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
-void cg_stop(const char *label) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT(label); }
-"""
 BODY = b"x" * 100
 TOPIC = "AsyncInstr"
 WINDOW = 2000
@@ -135,12 +130,12 @@ def main() -> None:
     a = ap.parse_args()
     if a.child:
         return child(a)
+    import callgrind_marks
     import vs_rocketmq
     from shmq.bench.peers.shmq_client import create_topic
     tmp = Path(tempfile.mkdtemp(prefix="async-instr-"))
     try:
-        (tmp / "cg.c").write_text(CG_C)
-        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp / "cg.so"), str(tmp / "cg.c")], check=True)
+        cglib = callgrind_marks.build(tmp)
         pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", tmp / "store", 1)
         # One window a run: with --separate-threads=yes a client request's dump (and zero) is
         # the asking thread's alone; another thread's count is in its dump at the process's end
@@ -153,7 +148,7 @@ def main() -> None:
                 out.parent.mkdir()
                 cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--separate-threads=yes",
                        f"--callgrind-out-file={out}", sys.executable, __file__, a.path, "--child", "--namesrv",
-                       pair.namesrv, "--cglib", str(tmp / "cg.so"), "--n", str(k)]
+                       pair.namesrv, "--cglib", cglib, "--n", str(k)]
                 subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
                                env=dict(os.environ, PYTHONPATH=str(ROOT),
                                         SHMQ_CALLER_WRITE=os.environ.get("SHMQ_CALLER_WRITE", "0")))

@@ -32,24 +32,7 @@ import psutil  # noqa: E402
 import tcp_paths as tp  # noqa: E402
 import vs_rocketmq  # noqa: E402
 from shmq import Message, Producer  # noqa: E402
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def snap(pids: list[int]) -> dict:
-    out = {}
-    for pid in pids:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                comm = open(f"{base}/comm").read().strip()
-                cs = [int(line.split()[1]) for line in open(f"{base}/status") if "ctxt_switches" in line]
-                run = int(open(f"{base}/schedstat").read().split()[0])
-                st = open(f"{base}/stat").read().rsplit(")", 1)[1].split()
-            except FileNotFoundError:  # ended in the meantime
-                continue
-            out[(pid, int(tid))] = (comm, cs[0], cs[1], run, int(st[11]), int(st[12]), int(st[7]))
-    return out
+from thread_stats import TICK, snap  # noqa: E402
 
 
 def echo(n: int) -> None:

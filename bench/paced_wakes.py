@@ -32,9 +32,9 @@ import time
 from collections import defaultdict
 
 import psutil
+from thread_stats import TICK, snap  # (this script's directory)
 
 RATE = 10_000
-TICK = os.sysconf("SC_CLK_TCK")
 CALLS = ("futex", "epoll_wait", "epoll_pwait", "epoll_ctl", "sendto", "recvfrom", "read", "write",
          "sendmsg", "recvmsg", "writev", "select", "poll", "ppoll", "getpid", "clock_nanosleep", "nanosleep",
          "sched_yield", "mmap", "munmap", "madvise", "ioctl", "fcntl", "getsockopt", "setsockopt")
@@ -72,26 +72,6 @@ def procs_of(root: psutil.Process) -> dict[int, str]:
         r = role_of(p, spawned_pids)
         if r:
             out[p.pid] = r
-    return out
-
-
-def snap(pids) -> dict:
-    out = {}
-    for pid in pids:
-        try:
-            tids = os.listdir(f"/proc/{pid}/task")
-        except FileNotFoundError:
-            continue
-        for tid in tids:
-            base = f"/proc/{pid}/task/{tid}"
-            try:
-                comm = open(f"{base}/comm").read().strip()
-                cs = [int(line.split()[1]) for line in open(f"{base}/status") if "ctxt_switches" in line]
-                run = int(open(f"{base}/schedstat").read().split()[0])
-                st = open(f"{base}/stat").read().rsplit(")", 1)[1].split()
-            except (FileNotFoundError, ProcessLookupError):
-                continue
-            out[int(tid)] = (pid, comm, cs[0], cs[1], run, int(st[11]), int(st[12]))
     return out
 
 
@@ -220,10 +200,10 @@ def main() -> None:
           f"window {dt:.2f} s = {n:,.0f} messages at {rate:,.0f}/s; load {load:.2f} {row.get('note', '')}")
     per_proc: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
     lines = []
-    for tid, (pid, comm, v1, i1, r1, u1, s1) in sorted(after.items()):
-        if tid not in before:
+    for (pid, tid), (comm, v1, i1, r1, u1, s1, _) in sorted(after.items()):
+        if (pid, tid) not in before:
             continue
-        _, _, v0, i0, r0, u0, s0 = before[tid]
+        _, v0, i0, r0, u0, s0, _ = before[(pid, tid)]
         role = roles.get(pid, "?")
         c = {k: x * dt / max(1, nint) for k, x in counts.get(tid, {}).items()}  # to the /proc window's length
         d = {"vol": v1 - v0, "invol": i1 - i0, "cpu": (r1 - r0) / 1e3, "user": (u1 - u0) / TICK * 1e6,

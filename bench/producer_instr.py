@@ -31,11 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
-CG_C = r"""
-#include <valgrind/callgrind.h>
-void cg_start(void) { CALLGRIND_ZERO_STATS; CALLGRIND_START_INSTRUMENTATION; }
-void cg_stop(const char *label) { CALLGRIND_STOP_INSTRUMENTATION; CALLGRIND_DUMP_STATS_AT(label); }
-"""
 BODY = b"x" * 100
 TOPIC = "ProdInstr"
 
@@ -83,19 +78,19 @@ def main() -> None:
     a.n = a.n or ([300, 1300] if a.path == "send" else [60, 260])
     if a.child:
         return child(a)
+    import callgrind_marks
     import vs_rocketmq
     from shmq.bench.peers.shmq_client import create_topic
     tmp = Path(tempfile.mkdtemp(prefix="prod-instr-"))
     try:
-        (tmp / "cg.c").write_text(CG_C)
-        subprocess.run(["cc", "-O1", "-shared", "-fPIC", "-o", str(tmp / "cg.so"), str(tmp / "cg.c")], check=True)
+        cglib = callgrind_marks.build(tmp)
         pair = vs_rocketmq.ShmqPair("ASYNC_FLUSH", tmp / "store", 1)
         try:
             create_topic(pair.addr, pair.namesrv, TOPIC, 4)
             out = tmp / "cg.out"
             cmd = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}",
                    sys.executable, __file__, a.path, "--child", "--namesrv", pair.namesrv, "--cglib",
-                   str(tmp / "cg.so"), "--n", *map(str, a.n)] + (["--premade"] if a.premade else [])
+                   cglib, "--n", *map(str, a.n)] + (["--premade"] if a.premade else [])
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
                            env=dict(os.environ, PYTHONPATH=str(ROOT)))
         finally:
