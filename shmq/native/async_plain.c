@@ -307,8 +307,9 @@ static PyObject *plan_oneway(plan *self, PyObject *msg) {
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
     PyObject *out = NULL, *pieces = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
     if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], NULL, &mq, &addr, &t)) {
-        PyErr_Clear();  /* (the Python path meets the same error, if it is one, and decides it) */
-        out = Py_NewRef(Py_None);
+        /* an exception a look-up raised is raised (as plan_sync does: the round robin may have
+         * been drawn, and the Python path would draw again); else the Python path's */
+        if (!PyErr_Occurred()) out = Py_NewRef(Py_None);
         goto done;
     }
     if (!addr) {  /* as send_oneway: dropped, the caller asked not to hear */
@@ -341,7 +342,7 @@ fail:
     Py_DECREF(pieces);
 done:
     for (int i = 0; i < 4; i++) Py_DECREF(held[i]);
-    return out;  /* NULL: the exception a wait or the drain's call raised */
+    return out;  /* NULL: the exception a look-up, a wait or the drain's call raised */
 }
 
 static PyMethodDef plan_methods[] = {

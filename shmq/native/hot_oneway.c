@@ -224,17 +224,13 @@ static PyObject *as_result(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (nargs <= 1 && !kwnames && st && PyLong_CheckExact(st) && v && PyLong_AsLong(st) == 1)
         return Py_NewRef(v);
     PyErr_Clear();  /* (an odd state: the Python method says what it is) */
-    PyObject *call[3] = {NULL, self, nargs ? args[0] : NULL};
-    if (kwnames || nargs > 1) {  /* the Python method binds and refuses them */
-        PyObject *full[8];
-        Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
-        if (nargs + k > 7) { PyErr_SetString(PyExc_TypeError, "result(timeout=None)"); return NULL; }
-        full[0] = NULL, full[1] = self;
-        for (Py_ssize_t i = 0; i < nargs + k; i++) full[2 + i] = args[i];
-        return PyObject_Vectorcall(result_slow, full + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET,
-                                   kwnames);
-    }
-    return PyObject_Vectorcall(result_slow, call + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+    /* SendFuture.result(self, *args, **kw): the Python method binds (and refuses) the arguments */
+    PyObject *full[8];
+    Py_ssize_t k = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    if (nargs + k > 7) { PyErr_SetString(PyExc_TypeError, "result(timeout=None)"); return NULL; }
+    full[0] = NULL, full[1] = self;
+    for (Py_ssize_t i = 0; i < nargs + k; i++) full[2 + i] = args[i];
+    return PyObject_Vectorcall(result_slow, full + 1, (size_t)(1 + nargs) | PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
 }
 
 static PyMethodDef as_result_def = {"result", (PyCFunction)(void (*)(void))as_result, METH_FASTCALL | METH_KEYWORDS,

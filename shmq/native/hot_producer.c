@@ -28,6 +28,16 @@ typedef struct {
 
 static PyObject *str_send, *str_send_batch, *str_send_async, *str_send_oneway, *str_oneway, *str_callback, *str_timeout;
 
+/* the Python method ``name`` of self with the call's own arguments: every case the C step did
+ * not take */
+static PyObject *py_method(PyObject *self, PyObject *name, PyObject *const *args, Py_ssize_t n, PyObject *kwnames) {
+    PyObject *m = PyObject_GetAttr(self, name);
+    if (!m) return NULL;
+    PyObject *r = PyObject_Vectorcall(m, args, n, kwnames);
+    Py_DECREF(m);
+    return r;
+}
+
 /* hot(args[0]) when the call is (one positional argument); then the Python method name */
 static PyObject *first_hot(PyObject *self, PyObject *hot, PyObject *name, PyObject *const *args, size_t nargsf,
                            PyObject *kwnames) {
@@ -40,11 +50,7 @@ static PyObject *first_hot(PyObject *self, PyObject *hot, PyObject *name, PyObje
         if (r != Py_None) return r;   /* a SendResult, or NULL with the exception */
         Py_DECREF(r);
     }
-    PyObject *m = PyObject_GetAttr(self, name);
-    if (!m) return NULL;
-    PyObject *r = PyObject_Vectorcall(m, args, PyVectorcall_NARGS(nargsf), kwnames);
-    Py_DECREF(m);
-    return r;
+    return py_method(self, name, args, PyVectorcall_NARGS(nargsf), kwnames);
 }
 
 static PyObject *pb_send(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
@@ -80,11 +86,7 @@ static PyObject *pb_send_async(PyObject *self, PyObject *const *args, size_t nar
             Py_DECREF(r);
         }
     }
-    PyObject *m = PyObject_GetAttr(self, str_send_async);
-    if (!m) return NULL;
-    PyObject *r = PyObject_Vectorcall(m, args, n, kwnames);
-    Py_DECREF(m);
-    return r;
+    return py_method(self, str_send_async, args, n, kwnames);
 }
 
 /* send_oneway(msg): hot_async's ``oneway(msg)`` (the plain case whole, async_plain.c) when the
@@ -103,11 +105,7 @@ static PyObject *pb_send_oneway(PyObject *self, PyObject *const *args, size_t na
         }
         Py_DECREF(r);
     }
-    PyObject *m = PyObject_GetAttr(self, str_send_oneway);
-    if (!m) return NULL;
-    PyObject *r = PyObject_Vectorcall(m, args, n, kwnames);
-    Py_DECREF(m);
-    return r;
+    return py_method(self, str_send_oneway, args, n, kwnames);
 }
 
 static int pb_traverse(PyObject *self, visitproc visit, void *arg) {
