@@ -22,16 +22,18 @@ setup(
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's async answers and the consumer's pull answers, read from the read
                  # buffer (remote_answer.c and pull_answer.c say why)
-                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c"],
+                 Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c",
+                                                        "shmq/native/pending_table.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
-                                    "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                                    "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h",
+                                    "shmq/native/pending_table.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c",
                                                         "shmq/native/lane_direct.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/send_frame.h", "shmq/native/async_slots.h", "shmq/native/oneway_lane.h",
-                                    "shmq/native/hot_message.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                                    "shmq/native/hot_message.h", "shmq/native/pending_table.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # a TCP producer's sync send, whole, with the GIL released while it waits (sync_send.c says why)
                  Extension("shmq.native._sync", ["shmq/native/sync_send.c"], include_dirs=["shmq/native"],
                            depends=["shmq/native/send_frame.h", "shmq/native/send_answer.h", "shmq/native/remoting_header.h"],

@@ -22,13 +22,14 @@ a lost connection reaching each future once (``Connection.start_lane`` registers
 """
 from __future__ import annotations
 
-from shmq.native import _oneway
+from shmq.native import _answer, _oneway
 
 from .oneway import EMONTH, UNSUPPORTED, _UNIQ, lane_state, pick, plain, wait_room
 from .remote_send import AsyncSend
 from .send_future import SendFuture
 
 _oneway.bind_async(AsyncSend)
+_oneway.bind_pending(_answer.Pending, _answer.Run)  # a segment's waiters, the connection's table
 # the answered case of AsyncSend.result in C (hot_oneway.c as_result), the rest SendFuture's
 AsyncSend.result = _oneway.bind_result(SendFuture.result)
 _NONE: dict = {}

@@ -20,7 +20,7 @@ from shmq.errors import BrokerError, RemotingError
 from shmq.message.names import TAGS, UNIQ_KEY
 from shmq.message.properties import encode_properties
 from shmq.native import _answer
-from shmq.protocol import RemotingCommand, RequestCode
+from shmq.protocol import RemotingCommand, RequestCode, transport
 from shmq.protocol.codes import FLAG_ONEWAY
 from shmq.protocol.command import encode_command, json_text
 from shmq.protocol.headers import SendFrame, send_v2_ext
@@ -173,6 +173,7 @@ class AsyncSend(SendFuture):
 
 
 _answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError)
+transport.use_pending_table(_answer.Pending)  # a client connection's requests in flight: the C table
 _answer.bind_template(answer_pieces())  # this broker's SUCCESS answers are matched, not scanned
 #: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to
 #: AsyncSends matched, turned into SendResults (send_result's rules) and set, in C

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from shmq.errors import RemotingClosed
+from shmq.native._answer import Run
 from shmq.protocol import RemotingCommand, RequestCode
 from shmq.protocol.transport import SCATTER_BODY as _FRAME_BODY_MAX  # larger: sent as a RemotingCommand
 
@@ -16,9 +17,9 @@ log = logging.getLogger("shmq.client")
 
 def failed(waiter, e: Exception) -> None:
     """A submitted request that could not be sent: its waiter hears; a oneway one (no waiter) is
-    dropped, as a oneway send's caller asked not to hear about it. A dict: a lane segment's async
+    dropped, as a oneway send's caller asked not to hear about it. A Run: a lane segment's async
     sends by opaque, each hears."""
-    if waiter.__class__ is dict:
+    if waiter.__class__ is Run:
         for w in waiter.values():
             w.set_exception(e)
     elif waiter is not None:
@@ -73,11 +74,12 @@ def start_asyncs(conn, jobs: list, timers: dict) -> None:
     jobs.clear()
 
 
-def start_lane(conn, data: bytes, waiters: dict, timeout: float, timers: dict) -> None:
+def start_lane(conn, data: bytes, waiters: Run, timeout: float, timers: dict) -> None:
     """A lane segment with async sends in it (client/async_lane.py): their waiters registered
-    with ``conn`` before its frames are written, one timer for them."""
+    with ``conn`` before its frames are written, one timer for them (the Run stands for its
+    opaques in the timer's list: no int object a send)."""
     if conn.start_lane(data, waiters):
-        timers.setdefault((conn, RequestCode.SEND_MESSAGE_V2, timeout), []).extend(waiters)
+        timers.setdefault((conn, RequestCode.SEND_MESSAGE_V2, timeout), []).append(waiters)
     else:
         failed(waiters, RemotingClosed(f"connection to {conn.peer} is closed"))
 
@@ -102,9 +104,9 @@ def start_timers(loop, timers: dict) -> None:
 
 
 def expire(conn, opaques: list, code: int, timeout: float) -> None:
-    """``conn.expire`` of the requests of ``opaques`` still unanswered, in their order. By the
-    timer nearly all are answered: they are found by one set intersection in C, not a Python
-    call each (~400 instructions a send of a windowed async sender, on the loop thread)."""
-    left = conn._pending.keys() & opaques
+    """``conn.expire`` of the requests of ``opaques`` (ints and lane Runs) still unanswered, in
+    their order. By the timer nearly all are answered: they are found by one C loop over the
+    table (``Pending.left``), not a Python call each."""
+    left = conn._pending.left(opaques)
     if left:
-        conn.expire([o for o in opaques if o in left], code, timeout)
+        conn.expire(left, code, timeout)

@@ -22,7 +22,7 @@
  * Async sends (``put_async``, client/async_lane.py) take the same lane, so their frames keep
  * their place among the oneways and the other requests: the call also draws the frame's opaque
  * and makes its waiter (the caller's ``client.remote_send.AsyncSend``, its slots written here)
- * and puts it in its segment's waiters by opaque; ``take`` hands those to the loop thread, which
+ * and puts it in its segment's waiters (a Run, pending_table.h); ``take`` hands those to the loop thread, which
  * registers them with the connection before it writes the segment. Their opaques are negative
  * (-1, -2, ... as a Java client's counter runs after 2^31 requests), so they never meet the
  * positive ones the connection numbers its other requests with. A segment's async sends share
@@ -38,6 +38,10 @@
 #include "send_frame.h"
 #include "async_slots.h"
 #include "oneway_lane.h"
+#include "pending_table.h"
+
+/* _answer's Pending and Run (bind_pending): a segment's waiters are a Run, a connection's table a Pending */
+PyTypeObject *lane_pending_type, *lane_run_type;
 
 static void seg_free(seg *s) {
     Py_XDECREF(s->addr);
@@ -179,7 +183,7 @@ PyObject *lane_oneway(Lane *self, PyObject *const *a) {
         if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
             Py_ssize_t n = sf_write(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
                                     PyBytes_AS_STRING(a[5]), bl);
-            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, NULL, NULL, NULL) : 0;
+            r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, 0, NULL, NULL) : 0;
         }
         Py_DECREF(conn);
         if (r < 0) return NULL;
@@ -206,6 +210,19 @@ PyObject *lane_oneway(Lane *self, PyObject *const *a) {
 }
 
 /* ---- async sends: the waiter, an AsyncSend made here (async_slots.h) ---------------------- */
+/* bind_pending(Pending, Run): _answer's types (pending_table.c), once at import */
+static PyObject *bind_pending(PyObject *self, PyObject *args) {
+    PyObject *p, *r;
+    if (!PyArg_ParseTuple(args, "O!O!", &PyType_Type, &p, &PyType_Type, &r)) return NULL;
+    if (((PyTypeObject *)p)->tp_basicsize != sizeof(pt_table) || ((PyTypeObject *)r)->tp_basicsize != sizeof(pt_run)) {
+        PyErr_SetString(PyExc_TypeError, "bind_pending: not pending_table.h's types");
+        return NULL;
+    }
+    Py_XSETREF(lane_pending_type, (PyTypeObject *)Py_NewRef(p));
+    Py_XSETREF(lane_run_type, (PyTypeObject *)Py_NewRef(r));
+    Py_RETURN_NONE;
+}
+
 /* bind_async(AsyncSend): its slots' offsets, once at import */
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
     if (as_bind(arg)) return NULL;
@@ -273,7 +290,7 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
 PyObject *lane_async(Lane *self, PyObject *const *a) {
     sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
-    if (!f_uniq || !as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
+    if (!f_uniq || !as_type || !lane_run_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
     if (self->bytes > self->max_bytes || self->frames >= self->max_frames) return PyLong_FromLong(ST_FULL);
     long long flag = PyLong_AsLongLong(a[2]);
     if (flag == -1 && PyErr_Occurred()) return NULL;
@@ -286,8 +303,8 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     long long now = lane_now_ns(), born = now / 1000000;  /* (one clock read: the born ms and the gap) */
     Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl), n;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
-    PyObject *key = PyLong_FromLongLong(-(long long)next);
-    PyObject *uniq = key ? PyUnicode_DecodeASCII(id, 32, NULL) : NULL;
+    int64_t key = -(int64_t)next;  /* (no int object: the waiter's key in the Run and the Pending) */
+    PyObject *uniq = PyUnicode_DecodeASCII(id, 32, NULL);
     PyObject *w = NULL;
     if (uniq) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
@@ -304,33 +321,31 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
         if (!conn) goto fail;
         int r = conn == Py_None ? 0 : scratch_reserve(self, most);
         if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
-            n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
+            n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl);
             r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, key, w, a[9]) : 0;
         }
         Py_DECREF(conn);
         if (r < 0) goto fail;
         if (r) {
             self->last_direct = 1;
-            Py_DECREF(key);
             return w;
         }
     }
     int status = 0;
     seg *s = lane_seg(self, a[0], a[9], &status);
     if (!s || seg_reserve(s, most)) goto fail;
-    /* made at the size the last taken segment's grew to: a burst's segment holds some hundred
-     * waiters, which a dict made empty reached through ~6 resizes, each entry hashed again */
-    if (!s->waiters && !(s->waiters = _PyDict_NewPresized(self->wait_hint))) goto fail;
+    /* a Run (pending_table.h): the waiter and its opaque appended, no int or dict entry; its
+     * arrays made at the size the last taken segment's reached (a burst's holds some hundred) */
+    if (!s->waiters && !(s->waiters = lane_run_type->tp_alloc(lane_run_type, 0))) goto fail;
     /* registered, then written (nothing after the write can fail): a frame in the lane always
      * has its waiter */
-    if (PyDict_SetItem(s->waiters, key, w)) goto fail;
-    n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, -(long long)next, PyBytes_AS_STRING(a[4]), bl);
+    if (pt_run_add((pt_run *)s->waiters, key, w, self->wait_hint)) goto fail;
+    n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl);
     if (n < 0) {  /* (never, for a template's pieces: the header is far below 16 MiB) */
-        if (PyDict_DelItem(s->waiters, key)) PyErr_Clear();
+        pt_run_pop((pt_run *)s->waiters);
         PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
         goto fail;
     }
-    Py_DECREF(key);
     if (!s->timeout) s->timeout = Py_NewRef(a[9]);
     s->len += (size_t)n;
     s->frames++;
@@ -338,7 +353,6 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     self->frames++;
     return w;
 fail:
-    Py_XDECREF(key);
     Py_XDECREF(w);
     return NULL;
 }
@@ -355,8 +369,8 @@ static PyObject *lane_take(Lane *self, PyObject *unused) {
     self->bytes -= (Py_ssize_t)s->len;
     self->frames -= s->frames;
     PyObject *data = PyBytes_FromStringAndSize(s->buf, (Py_ssize_t)s->len);
-    int some = s->waiters && PyDict_GET_SIZE(s->waiters);
-    if (some) self->wait_hint = Py_MIN(PyDict_GET_SIZE(s->waiters), 8192);  /* (one large burst: one large dict) */
+    Py_ssize_t some = s->waiters ? ((pt_run *)s->waiters)->n : 0;
+    if (some) self->wait_hint = Py_MIN(some, 8192);  /* (one large burst: one large run) */
     PyObject *r = data ? PyTuple_Pack(4, s->addr, data, some ? s->waiters : Py_None, some ? s->timeout : Py_None)
                        : NULL;
     Py_XDECREF(data);
@@ -443,6 +457,7 @@ PyTypeObject shmq_lane_type = {
 static PyMethodDef methods[] = {
     {"bind", (PyCFunction)uniq_bind, METH_VARARGS, "bind(shmq_uniq_ids address, shmq_uniq address)"},
     {"bind_async", (PyCFunction)bind_async, METH_O, "bind_async(AsyncSend): the waiter put_async makes"},
+    {"bind_pending", (PyCFunction)bind_pending, METH_VARARGS, "bind_pending(Pending, Run): _answer's tables"},
     {"bind_result", (PyCFunction)bind_result, METH_O,
      "bind_result(SendFuture.result) -> AsyncSend.result's C method (its answered case in C)"},
     {NULL, NULL, 0, NULL},

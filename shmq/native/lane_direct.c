@@ -35,6 +35,7 @@
 #include <sys/socket.h>
 #include <time.h>
 #include "oneway_lane.h"
+#include "pending_table.h"
 
 static PyObject *s_out, *s_writing, *s_write_paused, *s_closed, *s_transport, *s_buffer, *s_sock, *s_closing,
     *s_conn_lost, *s_pending, *s_fileno, *s_empty;
@@ -67,13 +68,13 @@ static int attr_false(PyObject *o, PyObject *name) {
 
 /* the socket of conn (a protocol.transport.Connection on the standard loop's socket transport)
  * when nothing of it is queued, being written or closing: its fd, with *out (conn._out, empty)
- * and *pending (conn._pending) as new references; else -1, nothing set, no exception */
+ * and *pending (conn._pending, a Pending) as new references; else -1, nothing set, no exception */
 static int idle_fd(PyObject *conn, PyObject **out, PyObject **pending) {
     int fd = -1;
     PyObject *o = NULL, *p = NULL, *t = NULL, *b = NULL, *s = NULL, *f = NULL;
     if (!attr_false(conn, s_writing) || !attr_false(conn, s_write_paused) || !attr_false(conn, s_closed)) return -1;
     if (!(o = PyObject_GetAttr(conn, s_out)) || !PyList_CheckExact(o) || PyList_GET_SIZE(o)) goto end;
-    if (!(p = PyObject_GetAttr(conn, s_pending)) || !PyDict_CheckExact(p)) goto end;
+    if (!(p = PyObject_GetAttr(conn, s_pending)) || !lane_pending_type || !Py_IS_TYPE(p, lane_pending_type)) goto end;
     if (!(t = PyObject_GetAttr(conn, s_transport)) || t == Py_None) goto end;
     if (!attr_false(t, s_closing) || !attr_false(t, s_conn_lost)) goto end;
     /* the transport's buffer: a bytearray (3.11) or a deque (3.12+), empty */
@@ -99,9 +100,9 @@ PyObject *lane_direct_conn(Lane *self, PyObject *addr) {
     return PyObject_CallOneArg(self->direct_conn, addr);  /* ClientInstance._direct_conn */
 }
 
-int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
+int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, int64_t key, PyObject *w,
                      PyObject *timeout) {
-    PyObject *out = NULL, *pending = NULL, *rest = NULL;
+    PyObject *out = NULL, *pending = NULL, *rest = NULL, *okey = NULL;
     int rc = 0;
     /* ---- from the frame's writing (the caller's) to the end of the send, no Python code runs,
      * so no other thread does: the lane's scratch buffer is this put's, the checks still hold ---- */
@@ -110,14 +111,17 @@ int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n
     if (fd < 0) goto done;
     /* the frame's copy, first in conn._out before a byte is written: the rest of a partial write
      * (every allocation is made here, where a failure still leaves nothing written) */
-    if (!(rest = PyBytes_FromStringAndSize(frame, n)) || PyList_Append(out, rest)) goto fail;
-    if (w && PyDict_SetItem(pending, key, w)) {  /* registered before the answer can come */
+    if (!(rest = PyBytes_FromStringAndSize(frame, n)) || (w && !(okey = PyLong_FromLongLong(key)))
+        || PyList_Append(out, rest))
+        goto fail;
+    if (w && pt_put((pt_table *)pending, key, w)) {  /* registered before the answer can come */
         PyList_SetSlice(out, 0, 1, NULL);
         goto fail;
     }
     ssize_t r = send(fd, frame, (size_t)n, MSG_DONTWAIT | MSG_NOSIGNAL);
     if (r <= 0) {  /* nothing written (EAGAIN, or an error the loop's own write will meet and report) */
-        if (w && PyDict_DelItem(pending, key)) PyErr_Clear();
+        PyObject *back = w ? pt_take((pt_table *)pending, key) : NULL;
+        Py_XDECREF(back);  /* (w: still the caller's) */
         if (PyList_SetSlice(out, 0, 1, NULL)) PyErr_Clear();
         goto done;
     }
@@ -136,7 +140,7 @@ int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n
     self->direct_frames++;
     rc = 1;
     if (w || partial) {  /* DirectWrites.after: the async send's timer, the rest's flush */
-        PyObject *res = PyObject_CallFunctionObjArgs(self->direct_after, conn, w ? key : Py_None,
+        PyObject *res = PyObject_CallFunctionObjArgs(self->direct_after, conn, w ? okey : Py_None,
                                                      w ? timeout : Py_None, partial ? Py_True : Py_False, NULL);
         if (!res) PyErr_WriteUnraisable(self->direct_after);  /* the frame went: the send stands */
         Py_XDECREF(res);
@@ -146,6 +150,7 @@ fail:
     rc = -1;
 done:
     Py_XDECREF(rest);
+    Py_XDECREF(okey);
     Py_XDECREF(out);
     Py_XDECREF(pending);
     return rc;

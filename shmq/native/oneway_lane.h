@@ -18,7 +18,7 @@ typedef struct seg {
     char *buf;
     size_t len, cap;
     Py_ssize_t frames;
-    PyObject *waiters;  /* the async sends' waiters by opaque (a dict), or NULL */
+    PyObject *waiters;  /* the async sends' waiters by opaque (a Run, pending_table.h), or NULL */
     PyObject *timeout;  /* their timeout (s), with waiters */
 } seg;
 
@@ -72,8 +72,10 @@ PyObject *lane_direct_conn(Lane *self, PyObject *addr);
 /* write frame[0..n) on conn from this thread (frame written right before, with no Python code
  * since): 1 (on its way; w, an async send's waiter, registered under key with its timer asked
  * for), 0 (not written: the lane takes it), -1 (an exception, nothing written) */
-int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, PyObject *key, PyObject *w,
+int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n, int64_t key, PyObject *w,
                      PyObject *timeout);
+/* _answer's Pending and Run (pending_table.h), bound at import (hot_oneway.c bind_pending) */
+extern PyTypeObject *lane_pending_type, *lane_run_type;
 PyObject *lane_set_direct(Lane *self, PyObject *args);
 int lane_direct_init(void);
 

@@ -75,7 +75,7 @@ int pull_answer(PyObject *pending, PyObject *key, PyObject *w, const header *h, 
     if (!x) goto out;
     /* popped as the Python path pops it, then handed the answer; w's reference held for the call */
     Py_INCREF(w);
-    if (!PyDict_DelItem(pending, key)) {
+    if (!PyObject_DelItem(pending, key)) {  /* (the connection's table: pending_table.c) */
         PyObject *args[4] = {w, s, x, msgs};
         PyObject *r = PyObject_VectorcallMethod(s_pulled, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         rc = r ? 1 : -1;  /* _pulled catches what the answer's handling raises: an error here is fatal */

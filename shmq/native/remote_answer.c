@@ -32,6 +32,10 @@
 #include "send_answer.h"
 #include "async_slots.h"
 #include "pull_answer.h"
+#include "pending_table.h"
+
+extern PyTypeObject shmq_pending_type;
+int shmq_pending_add(PyObject *m);
 
 /* the largest frame read here: a pull's answer carries up to 256 KiB of records (the broker's
  * maxTransferBytes) or one larger record; far below the Python decoder's frame limit (16 MiB),
@@ -115,7 +119,7 @@ static int resolve_future(PyObject *w, PyObject *result) {
 
 /* The answer of one frame to its AsyncSend waiter ``w`` (in ``pending`` under ``key``):
  * 1 done, 0 not this path's (nothing changed), -1 an error raised. */
-static int complete(PyObject *pending, PyObject *key, Py_hash_t hash, PyObject *w, const header *h) {
+static int complete(pt_table *pending, int64_t key, PyObject *w, const header *h) {
     PyObject *state = AS_SLOT(w, AS_STATE), *mq = AS_SLOT(w, AS_MQ), *uniq = AS_SLOT(w, AS_UNIQ);
     if (!is_pending(state) || !mq || !uniq) return 0;  /* done already: the Python path drops it */
     long qid = -1;
@@ -124,6 +128,7 @@ static int complete(PyObject *pending, PyObject *key, Py_hash_t hash, PyObject *
     span msg_id;
     int64_t offset;
     if (qid < 0 || success_fields(h, qid, &msg_id, &offset)) { PyErr_Clear(); return 0; }
+    Py_INCREF(w);  /* the table's reference may go while the result is made (an allocation may collect) */
     Py_INCREF(mq);
     Py_INCREF(uniq);
     PyObject *mid = text(msg_id), *off = mid ? PyLong_FromLongLong(offset) : NULL;
@@ -134,11 +139,18 @@ static int complete(PyObject *pending, PyObject *key, Py_hash_t hash, PyObject *
     PyObject *args[5] = {send_ok, truthy ? uniq : mid, mid, mq, off};
     PyObject *result = PyObject_Vectorcall(result_type, args, 5, NULL);
     if (!result) goto out;
-    Py_INCREF(w);  /* the dict's reference goes; this frame still needs the waiter */
-    if (_PyDict_DelItem_KnownHash(pending, key, hash)) { Py_DECREF(w); Py_DECREF(result); goto out; }
+    /* taken out of the table by its key again: code run meanwhile may have moved its slot */
+    PyObject *got = pt_take(pending, key);
+    if (got != w) {  /* taken meanwhile (expired, the connection lost): the Python path's, as before */
+        if (got) Py_XDECREF(pt_store(pending, key, got));  /* (back where it was: room is there) */
+        Py_DECREF(result);
+        rc = 0;
+        goto out;
+    }
+    Py_DECREF(got);  /* (w is still held above) */
     rc = resolve_future(w, result) ? -1 : 1;
-    Py_DECREF(w);
 out:
+    Py_DECREF(w);
     Py_DECREF(mq);
     Py_DECREF(uniq);
     Py_XDECREF(mid);
@@ -180,7 +192,11 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
     if (pos < 0 && PyErr_Occurred()) return NULL;
     PyObject *pending = PyObject_GetAttr(args[0], s_pending);
     if (!pending) return NULL;
-    if (!PyDict_Check(pending)) { Py_DECREF(pending); PyErr_SetString(PyExc_TypeError, "pending"); return NULL; }
+    if (!Py_IS_TYPE(pending, &shmq_pending_type)) {  /* not this module's table: the Python path's */
+        Py_DECREF(pending);
+        return Py_BuildValue("nOO", pos, Py_None, Py_False);
+    }
+    pt_table *t = (pt_table *)pending;
     Py_buffer b;
     if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE)) { Py_DECREF(pending); return NULL; }
     const char *data = b.buf;
@@ -196,19 +212,17 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         } else {
             body = 0;
         }
-        PyObject *key = PyLong_FromLongLong(h.opaque);
-        if (!key) { err = 1; break; }
-        /* the key hashed once for the look-up and the delete (an int's hash cannot fail) */
-        Py_hash_t hash = PyObject_Hash(key);
-        PyObject *w = _PyDict_GetItem_KnownHash(pending, key, hash);  /* borrowed */
+        Py_ssize_t i = pt_find(t, h.opaque);
+        PyObject *w = i >= 0 ? t->slots[i].val : NULL;  /* borrowed */
         int rc = 0;
         if (w && Py_TYPE(w) == as_type) {
-            if (!body && !h.code && h.has_ext) rc = complete(pending, key, hash, w, &h);
+            if (!body && !h.code && h.has_ext) rc = complete(t, h.opaque, w, &h);
         } else if (w && pull_waiter(w)) {  /* a PushConsumer's pull (pull_answer.c) */
-            rc = pull_answer(pending, key, w, &h, (const uint8_t *)data + pos + 4 + total - body, body);
+            PyObject *key = PyLong_FromLongLong(h.opaque);
+            rc = key ? pull_answer(pending, key, w, &h, (const uint8_t *)data + pos + 4 + total - body, body) : -1;
+            Py_XDECREF(key);
         }
-        Py_DECREF(key);
-        if (rc < 0 || (!w && PyErr_Occurred())) { err = 1; break; }
+        if (rc < 0) { err = 1; break; }
         if (!rc) break;
         stop = 0;
         pos += 4 + total;
@@ -250,5 +264,7 @@ PyMODINIT_FUNC PyInit__answer(void) {
     if (!(s_pending = PyUnicode_InternFromString("_pending")) || !(s_set = PyUnicode_InternFromString("set"))
         || !(state_ok = PyLong_FromLong(1)))
         return NULL;
-    return PyModule_Create(&module);
+    PyObject *m = PyModule_Create(&module);
+    if (m && shmq_pending_add(m) < 0) Py_CLEAR(m);
+    return m;
 }

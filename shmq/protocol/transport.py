@@ -94,6 +94,19 @@ class Limits:
 READ_SIZE = 64 * 1024
 
 
+#: What ``Connection._pending`` is made of: a dict, or the C table the client's answer path reads
+#: (``shmq.native._answer.Pending``, native/pending_table.h: the same dict protocol, no int object
+#: or dict entry per request), which the client registers with :func:`use_pending_table` (this
+#: package may not import the C core). One table a connection either way.
+_pending_table: Callable[[], Any] = dict
+
+
+def use_pending_table(factory: Callable[[], Any]) -> None:
+    """Connections made from now on keep their requests in flight in ``factory()``."""
+    global _pending_table
+    _pending_table = factory
+
+
 class Connection(ReadPath, asyncio.Protocol):
     """One TCP connection speaking remoting.
 
@@ -122,7 +135,9 @@ class Connection(ReadPath, asyncio.Protocol):
         # the loop's clock, as a C call where it is time.monotonic (asyncio's loop.time() is a Python
         # method around it): read per read and per frame written
         self._now = time.monotonic if type(loop).time is asyncio.BaseEventLoop.time else loop.time
-        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        # the requests in flight by opaque: every reader (answers, connection_lost, timers, busy)
+        # looks here; a client's is the C table (use_pending_table), a dict otherwise
+        self._pending: Any = _pending_table()
         self._next_opaque = 0
         self._tasks: dict[asyncio.Task[Any], int] = {}
         self._deferred = 0  # Deferred answers not given yet (see "answer later")
@@ -421,8 +436,9 @@ class Connection(ReadPath, asyncio.Protocol):
         self.last_activity = self._now()
         return started
 
-    def start_lane(self, data: bytes, waiters: dict) -> bool:
-        """Framed requests (client/async_lane.py): ``waiters`` by opaque, then ``data``; False when closed."""
+    def start_lane(self, data: bytes, waiters) -> bool:
+        """Framed requests (client/async_lane.py): ``waiters`` by opaque (a Run, moved into the
+        table in C), then ``data``; False when closed."""
         if self.closed or self._transport is None:
             return False
         self._pending.update(waiters)
