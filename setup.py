@@ -27,7 +27,7 @@ setup(
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
                                     "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h",
-                                    "shmq/native/pending_table.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                                    "shmq/native/pending_table.h", "shmq/native/hot_result.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c",
                                                         "shmq/native/lane_direct.c"],

@@ -28,10 +28,11 @@ typedef struct {
         *store_host, *recall_handle;
     int64_t phys, qoff;   /* the raw offsets while R_OFFID / R_QOFF */
     unsigned raw;         /* R_*: which field is still only its raw form (its PyObject * is NULL) */
-    char id[32];          /* the raw id while R_ID */
+    char id[32];          /* the raw id while R_ID, or the offset msgId's text while R_OFFTXT */
 } result;
 
-enum { R_ID = 1, R_OFFID = 2, R_QOFF = 4 };
+/* R_OFFTXT: a TCP answer's offset msgId, its 32 ASCII characters in id (shmq_result_tcp) */
+enum { R_ID = 1, R_OFFID = 2, R_QOFF = 4, R_OFFTXT = 8 };
 
 static PyObject *send_ok;       /* SendStatus.SEND_OK */
 static PyObject *offset_fn;     /* msgid.offset_msg_id(store_host: bytes, phys: int) -> str */
@@ -83,6 +84,36 @@ PyObject *shmq_result_new(const char *ids, Py_ssize_t n, int64_t phys, int64_t q
     return (PyObject *)r;
 }
 
+/* SEND_OK's result of a TCP async send's answer (remote_answer.c, through the capsule
+ * _hot._result_tcp): msg_id the send's UNIQ_KEY ``uniq`` (NULL: the offset msgId, as
+ * send_result's ``uniq or msgId``), offset_msg_id the answer's msgId text (mid, n bytes, ASCII:
+ * the header scanner refuses any other byte), queue_offset qoff, the queue mq. The offset msgId
+ * of 32 characters and the queue offset are kept raw, made a str and an int when first read:
+ * most callers read neither (the producer's loop thread made both for every answer, ~300
+ * instructions). Equal to SendResult(SEND_OK, uniq or msgId, msgId, mq, qoff). */
+static PyObject *result_tcp(PyObject *uniq, const char *mid, Py_ssize_t n, int64_t qoff, PyObject *mq) {
+    if (!send_ok) { PyErr_SetString(PyExc_RuntimeError, "bind_result first"); return NULL; }
+    PyObject *text = NULL;
+    if ((!uniq || n != 32) && !(text = PyUnicode_FromStringAndSize(mid, n))) return NULL;
+    result *r;
+    if (n_free) PyObject_Init((PyObject *)(r = free_list[--n_free]), &shmq_result_type);
+    else if (!(r = PyObject_GC_New(result, &shmq_result_type))) { Py_XDECREF(text); return NULL; }
+    r->status = Py_NewRef(send_ok);
+    r->msg_id = Py_NewRef(uniq ? uniq : text);
+    r->offset_msg_id = text;  /* (NULL while R_OFFTXT) */
+    r->queue = Py_NewRef(mq);
+    r->queue_offset = NULL;
+    r->transaction_id = Py_NewRef(Py_None);
+    r->local_transaction_state = Py_NewRef(Py_None);
+    r->store_host = Py_NewRef(empty_bytes);
+    r->recall_handle = Py_NewRef(Py_None);
+    r->qoff = qoff;
+    r->raw = R_QOFF | (text ? 0 : R_OFFTXT);
+    if (!text) memcpy(r->id, mid, 32);
+    PyObject_GC_Track(r);
+    return (PyObject *)r;
+}
+
 /* ---- the lazy fields ------------------------------------------------------------------------ */
 static PyObject *unset(const char *name) {
     PyErr_Format(PyExc_AttributeError, "'SendResult' object has no attribute '%s'", name);
@@ -105,6 +136,10 @@ static PyObject *get_msg_id(result *r, void *unused) {
 }
 
 static PyObject *get_offset_msg_id(result *r, void *unused) {
+    if (r->raw & R_OFFTXT) {
+        if (!(r->offset_msg_id = PyUnicode_FromStringAndSize(r->id, 32))) return NULL;
+        r->raw &= ~R_OFFTXT;
+    }
     if ((r->raw & R_OFFID) || (r->offset_msg_id && PyLong_CheckExact(r->offset_msg_id))) {
         if (!offset_fn) { PyErr_SetString(PyExc_RuntimeError, "bind_result first"); return NULL; }
         if (!r->store_host) return unset("_store_host");
@@ -135,7 +170,7 @@ static int set_field(PyObject **field, result *r, unsigned raw, PyObject *v) {
 }
 static int set_msg_id(result *r, PyObject *v, void *unused) { return set_field(&r->msg_id, r, R_ID, v); }
 static int set_offset_msg_id(result *r, PyObject *v, void *unused) {
-    return set_field(&r->offset_msg_id, r, R_OFFID, v);
+    return set_field(&r->offset_msg_id, r, R_OFFID | R_OFFTXT, v);
 }
 static int set_queue_offset(result *r, PyObject *v, void *unused) {
     return set_field(&r->queue_offset, r, R_QOFF, v);
@@ -318,5 +353,7 @@ static PyMethodDef module_methods[] = {
 int shmq_result_add(PyObject *m) {
     if (!empty_bytes && !(empty_bytes = PyBytes_FromStringAndSize("", 0))) return -1;
     if (PyType_Ready(&shmq_result_type)) return -1;
+    PyObject *cap = PyCapsule_New((void *)result_tcp, SHMQ_RESULT_TCP_CAPSULE, NULL);
+    if (!cap || PyModule_AddObject(m, "_result_tcp", cap)) { Py_XDECREF(cap); return -1; }
     return PyModule_AddFunctions(m, module_methods) ? -1 : PyModule_AddObjectRef(m, "SendResult", (PyObject *)&shmq_result_type);
 }

@@ -15,6 +15,11 @@ extern PyTypeObject shmq_result_type;
  * made a Python object when read). NULL with an exception set when out of memory. */
 PyObject *shmq_result_new(const char *ids, Py_ssize_t n, int64_t phys, int64_t qoff, PyObject *mq, PyObject *host);
 
+/* the capsule _hot._result_tcp holds a shmq_result_tcp_fn (hot_result.c result_tcp): the SEND_OK
+ * result of a TCP answer, for remote_answer.c (another shared object) */
+typedef PyObject *(*shmq_result_tcp_fn)(PyObject *uniq, const char *mid, Py_ssize_t n, int64_t qoff, PyObject *mq);
+#define SHMQ_RESULT_TCP_CAPSULE "shmq.native._hot._result_tcp"
+
 /* bind_result was called (SEND_OK and the offset msgId's formatter are known) */
 int shmq_result_bound(void);
 

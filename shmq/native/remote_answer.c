@@ -33,6 +33,7 @@
 #include "async_slots.h"
 #include "pull_answer.h"
 #include "pending_table.h"
+#include "hot_result.h"
 
 extern PyTypeObject shmq_pending_type;
 int shmq_pending_add(PyObject *m);
@@ -43,6 +44,7 @@ int shmq_pending_add(PyObject *m);
 #define MAX_TAKEN (1 << 20)
 
 static PyObject *resolve, *result_type, *send_ok, *invalid_state;
+static shmq_result_tcp_fn result_tcp;  /* hot_result.c's, from _hot's capsule (bind) */
 static PyObject *s_pending, *s_set, *state_ok;  /* state_ok: SendFuture's _OK, 1 */
 
 static PyObject *text(span s) { return PyUnicode_DecodeASCII((const char *)s.p, s.n, NULL); }
@@ -131,13 +133,13 @@ static int complete(pt_table *pending, int64_t key, PyObject *w, const header *h
     Py_INCREF(w);  /* the table's reference may go while the result is made (an allocation may collect) */
     Py_INCREF(mq);
     Py_INCREF(uniq);
-    PyObject *mid = text(msg_id), *off = mid ? PyLong_FromLongLong(offset) : NULL;
-    int rc = -1, truthy = off ? PyObject_IsTrue(uniq) : -1;
+    int rc = -1, truthy = PyObject_IsTrue(uniq);
     if (truthy < 0) goto out;
     /* the result first: a failure to make it (memory) changes nothing, the read fails and the
-     * connection's close fails every waiter still pending, this one included */
-    PyObject *args[5] = {send_ok, truthy ? uniq : mid, mid, mq, off};
-    PyObject *result = PyObject_Vectorcall(result_type, args, 5, NULL);
+     * connection's close fails every waiter still pending, this one included. It is
+     * SendResult(SEND_OK, uniq or msgId, msgId, mq, queueOffset) with the msgId and the offset
+     * kept raw until read (hot_result.c result_tcp) */
+    PyObject *result = result_tcp(truthy ? uniq : NULL, (const char *)msg_id.p, msg_id.n, offset, mq);
     if (!result) goto out;
     /* taken out of the table by its key again: code run meanwhile may have moved its slot */
     PyObject *got = pt_take(pending, key);
@@ -153,8 +155,6 @@ out:
     Py_DECREF(w);
     Py_DECREF(mq);
     Py_DECREF(uniq);
-    Py_XDECREF(mid);
-    Py_XDECREF(off);
     return rc;
 }
 
@@ -239,6 +239,7 @@ static PyObject *a_bind(PyObject *self, PyObject *args) {
     PyObject *t, *res, *r, *ok, *inv;
     if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &t, &res, &r, &ok, &inv)) return NULL;
     if (as_bind(t)) return NULL;
+    if (!(result_tcp = (shmq_result_tcp_fn)PyCapsule_Import(SHMQ_RESULT_TCP_CAPSULE, 0))) return NULL;
     Py_XSETREF(resolve, Py_NewRef(res));
     Py_XSETREF(result_type, Py_NewRef(r));
     Py_XSETREF(send_ok, Py_NewRef(ok));
