@@ -44,6 +44,8 @@ static PyObject *listed(pt_table *t, int what) {
     Py_ssize_t n = 0;
     for (size_t i = 0; t->slots && i <= t->mask; i++)
         if (t->slots[i].val) e[n++] = t->slots[i];
+    /* held while the list is made: an allocation below may collect, and a finalizer change the table */
+    for (Py_ssize_t i = 0; i < n; i++) Py_INCREF(e[i].val);
     qsort(e, (size_t)n, sizeof(pt_slot), by_order);
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
@@ -57,6 +59,7 @@ static PyObject *listed(pt_table *t, int what) {
         if (!x) Py_CLEAR(out);
         else PyList_SET_ITEM(out, i, x);
     }
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(e[i].val);
     PyMem_Free(e);
     return out;
 }
@@ -283,6 +286,11 @@ static PyObject *r_listed(pt_run *r, int what) {
     Py_ssize_t n = what && !r->vals ? 0 : r->n;
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
+        if (what && (!r->vals || i >= r->n)) {  /* moved meanwhile (code an allocation ran) */
+            PyErr_SetString(PyExc_RuntimeError, "Run changed while listed");
+            Py_CLEAR(out);
+            break;
+        }
         PyObject *k = what == 1 ? NULL : PyLong_FromLongLong(r->keys[i]), *x;
         if (what == 0) x = k;
         else if (what == 1) x = Py_NewRef(r->vals[i]);
