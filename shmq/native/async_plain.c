@@ -59,6 +59,21 @@ typedef struct {
 #define DICT_V(d) (((PyDictObject *)(d))->ma_version_tag)
 #endif
 
+/* itertools.count's object as CPython 3.11 and 3.12 lay it out (Modules/itertoolsmodule.c): while
+ * cnt is not PY_SSIZE_T_MAX (its "fast mode": an int start, a step of 1) next() answers cnt and
+ * adds one. plan_route draws the round robin so, with no int made (the producer's count is the
+ * one its Python path draws from too); rr_type is NULL (next() called) when the type's size is
+ * not this struct's, or on another CPython */
+#if PY_VERSION_HEX >= 0x030B0000 && PY_VERSION_HEX < 0x030D0000
+#define RR_PEEK 1
+typedef struct {
+    PyObject_HEAD
+    Py_ssize_t cnt;
+    PyObject *long_cnt, *long_step;
+} count_mirror;
+static PyTypeObject *rr_type;
+#endif
+
 static PyObject *str_rpc_hook, *str_drain_scheduled, *str_loop, *str_call_soon_threadsafe, *str_drain_submitted,
     *str_template, *str_pieces, *zero;
 
@@ -121,10 +136,19 @@ static int plan_route(plan *self, PyObject *topic, PyObject **info_out, PyObject
 #endif
     PyObject *targets = PyTuple_GET_ITEM(r, 1);
     if (!PyList_CheckExact(targets) || !PyList_GET_SIZE(targets)) return -1;
-    PyObject *k = PyIter_Next(self->rr);  /* next(s.rr) % len(targets) */
-    if (!k) return -1;
-    Py_ssize_t i = PyLong_AsSsize_t(k);
-    Py_DECREF(k);
+    Py_ssize_t i;  /* next(s.rr) % len(targets) */
+#ifdef RR_PEEK
+    count_mirror *c = (count_mirror *)self->rr;
+    if (rr_type && Py_IS_TYPE(self->rr, rr_type) && c->cnt != PY_SSIZE_T_MAX) {
+        i = c->cnt++;  /* (count_next's fast mode, step for step) */
+    } else
+#endif
+    {
+        PyObject *k = PyIter_Next(self->rr);
+        if (!k) return -1;
+        i = PyLong_AsSsize_t(k);
+        Py_DECREF(k);
+    }
     if (i < 0) return -1;
     PyObject *t = PyList_GET_ITEM(targets, i % PyList_GET_SIZE(targets));
     if (!PyTuple_CheckExact(t) || PyTuple_GET_SIZE(t) != RT_N) return -1;
@@ -425,6 +449,14 @@ int shmq_async_plain_add(PyObject *m) {
     for (int i = 0; i < 7; i++)
         if (!*strs[i] && !(*strs[i] = PyUnicode_InternFromString(names[i]))) return -1;
     if (!zero && !(zero = PyLong_FromLong(0))) return -1;
+#ifdef RR_PEEK
+    PyObject *it = PyImport_ImportModule("itertools"), *ct = it ? PyObject_GetAttrString(it, "count") : NULL;
+    Py_XDECREF(it);
+    if (!ct) return -1;
+    if (PyType_Check(ct) && ((PyTypeObject *)ct)->tp_basicsize == (Py_ssize_t)sizeof(count_mirror))
+        rr_type = (PyTypeObject *)Py_NewRef(ct);
+    Py_DECREF(ct);
+#endif
     if (PyType_Ready(&plan_type) < 0) return -1;
     return PyModule_AddObjectRef(m, "AsyncPlain", (PyObject *)&plan_type);
 }

@@ -287,6 +287,17 @@ static PyObject *lane_put_async(Lane *self, PyObject *const *a, Py_ssize_t na) {
     return lane_async(self, a);
 }
 
+/* the 32 characters of a UNIQ_KEY (hex: ASCII) as a str: PyUnicode_DecodeASCII's result, made
+ * without its decoder (a compact ASCII str filled in place, the bytes checked 8 at a time) */
+static PyObject *ascii32(const char *id) {
+    uint64_t w[4];
+    memcpy(w, id, 32);
+    if ((w[0] | w[1] | w[2] | w[3]) & 0x8080808080808080ULL) return PyUnicode_DecodeASCII(id, 32, NULL);  /* (its error) */
+    PyObject *s = PyUnicode_New(32, 127);
+    if (s) memcpy(PyUnicode_1BYTE_DATA(s), id, 32);
+    return s;
+}
+
 PyObject *lane_async(Lane *self, PyObject *const *a) {
     sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
@@ -304,7 +315,7 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     Py_ssize_t bl = PyBytes_GET_SIZE(a[4]), most = sf_most(&pc, tags, tj, id, bl), n;
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     int64_t key = -(int64_t)next;  /* (no int object: the waiter's key in the Run and the Pending) */
-    PyObject *uniq = PyUnicode_DecodeASCII(id, 32, NULL);
+    PyObject *uniq = ascii32(id);
     PyObject *w = NULL;
     if (uniq) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};

@@ -3,6 +3,7 @@ native/async_plain.c's AsyncPlain): what it writes and the future it returns are
 path's (async_lane.send_plain_async) byte for byte, but for the UNIQ_KEY, born time and opaque
 each send draws; anything it does not take exactly goes to the Python method with nothing
 written, and a changed producer setting is seen by the next send."""
+import itertools
 import socket
 
 import pytest
@@ -94,6 +95,18 @@ def test_the_round_robin_is_the_producers_own_on_both_paths(prod):
              for i in range(12)]
     q = [w.mq.queue_id for w in sends]
     assert q == [(q[0] + i) % 4 for i in range(12)]
+
+
+def test_the_round_robin_is_drawn_as_next_draws_it_in_and_out_of_the_counts_fast_mode(prod):
+    """plan_route advances the producer's itertools.count in place in its fast mode (an int start,
+    a step of 1: no int made) and calls next() in any other: the queues and the count are next()'s
+    either way, whichever path draws."""
+    p = prod
+    for start, step in ((5, 1), (5, 3)):  # fast mode, then the count's slow mode
+        p._rr = itertools.count(start, step)  # (drops the LaneState: the next send makes a new plan)
+        sends = [p.send_async(Message("T", b"x")) for _ in range(6)]
+        assert [w.mq.queue_id for w in sends] == [(start + i * step) % 4 for i in range(6)]
+        assert next(p._rr) == start + 6 * step
 
 
 def _not_taken(p, m) -> None:
