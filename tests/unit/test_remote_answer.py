@@ -410,3 +410,39 @@ def test_pieces_the_scanner_does_not_read_as_a_success_answer_are_refused():
     with pytest.raises(ValueError):
         _answer.bind_template(bad[0])
     assert _answer.match(answer(3)[4:]) == (3, MID, "1", "1234")  # the binding before is kept
+
+
+def test_the_c_answers_sendresult_is_the_python_paths_in_every_view():
+    """The C answer's SendResult keeps the offset msgId and the queue offset raw until read
+    (hot_result.c result_tcp): read, compared, printed, pickled, set or deleted, it is the
+    SendResult the Python path makes (the msgId of another length than 32, and a send with no
+    UNIQ_KEY, included)."""
+    import copy
+    import pickle
+
+    from shmq.client.message import SendResult
+    other = "7F0000010000"  # a msgId of another length: made a str at once
+    frames = [answer(1, offset=1001), answer(2, offset=2**40), answer(3, ext=send_ext(other, 1, 7)), answer(6)]
+    for attr in (None, "msg_id", "offset_msg_id", "queue_offset"):
+        async def go():
+            conn = Connection({}, Limits())
+            conn.fast = answers
+            conn.connection_made(_Transport())
+            futs = {o: AsyncSend(NO_RETRY, None, MQ, None, "UNIQ%d" % o if o % 3 else "", 3) for o in (1, 2, 3, 6)}
+            conn._pending.update(futs)
+            conn.data_received(b"".join(frames))
+            return {o: f.result(0) for o, f in futs.items()}
+        got = asyncio.run(go())
+        for o, off, mid in ((1, 1001, MID), (2, 2**40, MID), (3, 7, other), (6, 1234, MID)):
+            r, py = got[o], SendResult(SendStatus.SEND_OK, "UNIQ%d" % o if o % 3 else mid, mid, MQ, off)
+            if attr is not None:
+                getattr(r, attr)  # one field read first: the others still raw
+            assert r == py and repr(r) == repr(py)
+            assert (r.msg_id, r.offset_msg_id, r.queue_offset, r.queue_id) == (py.msg_id, mid, off, 1)
+            assert pickle.loads(pickle.dumps(r)) == py and copy.copy(r) == py
+        r = got[1]
+        r.offset_msg_id = "X"
+        assert r.offset_msg_id == "X" and r != got[2]
+        del got[2].queue_offset
+        with pytest.raises(AttributeError):
+            got[2].queue_offset
