@@ -78,14 +78,15 @@ def answers(n: int) -> None:
         k = min(2000, n - done)
         futs = [lane.put_async("a", t.template.pieces, 0, None, m.body, m, p, None, mq, 3.0, 0) for _ in range(k)]
         _, _, waiters, _ = lane.take()
-        conn._pending = waiters
+        conn._pending = _answer.Pending()  # the connection's table (native/pending_table.c)
+        conn._pending.update(waiters)  # the segment's Run moved in, as Connection.start_lane does
         data = b"".join(frame(o, done + j) for j, o in enumerate(waiters))
         pos = 0
         while pos < len(data):
             used, _, stop = _answer.answers(conn, data[pos:pos + 65536], 0)
             assert not stop, "an answer the C reader did not take"
             pos += used
-        assert not waiters and all(f.done() for f in futs)
+        assert not conn._pending and all(f.done() for f in futs)
         done += k
 
 
