@@ -21,6 +21,11 @@ from shmq.native import ffi, lib
 
 from .config import StoreConfig
 
+#: A queue slot's next_offset and min_offset, adjacent at its start (layout.h shmq_queue_slot),
+#: read in one native-order unpack per used slot (each an aligned 8-byte load, as cffi's is)
+_NEXT_MIN = struct.Struct("qq")
+assert (ffi.offsetof("shmq_queue_slot", "next_offset"), ffi.offsetof("shmq_queue_slot", "min_offset")) == (0, 8)
+
 
 def segment_name(root: str) -> str:
     """The shm name of a store: derived from its absolute path, so every process that names
@@ -180,36 +185,39 @@ class ControlBlock:
     def min_pos(self) -> int:
         return self.ctl.pos.min_pos
 
-    def _used_slots(self, first, cap: int) -> bytes:
+    def _used_slots(self, first, cap: int) -> tuple[bytes, int, int]:
         """The state bytes of a slot table (``first``: its slot 0), one a slot, in one strided
-        copy: a walk of every slot through cffi took ~5 ms for the 16,384 queue slots, which
-        the flush thread paid every second on an idle broker, the metrics tail every pass."""
+        copy (a walk of every slot through cffi took ~5 ms for the 16,384 queue slots, which
+        the flush thread paid every second on an idle broker, the metrics tail every pass);
+        and where slot 0 starts in the mapping, and a slot's size."""
         size = ffi.sizeof(first)
-        at = int(ffi.cast("uintptr_t", ffi.addressof(first, "state"))) - int(ffi.cast("uintptr_t", self._buf))
+        start = int(ffi.cast("uintptr_t", ffi.addressof(first))) - int(ffi.cast("uintptr_t", self._buf))
+        at = start + ffi.offsetof(ffi.typeof(first), "state")
         with memoryview(self._mm) as mv, mv[at:at + cap * size:size] as states:
-            return states.tobytes()
+            return states.tobytes(), start, size
 
     def iter_queue_slots(self):
         """(index, topic, queue id, next offset, min offset) of every used slot. A slot is
         never freed, and its topic and queue id are written before its state byte says used
-        (shmq_queue_create): they are read once and kept."""
+        (shmq_queue_create): they are read once and kept; the two offsets are read each time."""
         c = self.ctl
-        states = self._used_slots(c.queues[0], c.header.queue_capacity)
-        names = self._queue_names
+        states, start, size = self._used_slots(c.queues[0], c.header.queue_capacity)
+        names, mm, unpack = self._queue_names, self._mm, _NEXT_MIN.unpack_from
         i = states.find(1)
         while i >= 0:
-            s = c.queues[i]
             nm = names.get(i)
             if nm is None:
+                s = c.queues[i]
                 nm = names[i] = (ffi.unpack(s.topic, s.topic_len).decode(), s.queue_id)
-            yield i, nm[0], nm[1], s.next_offset, s.min_offset
+            nxt, mn = unpack(mm, start + i * size)
+            yield i, nm[0], nm[1], nxt, mn
             i = states.find(1, i + 1)
 
     def iter_offset_slots(self):
         """(index, key, queue id, offset) of every used consumer-offset slot (kept as the
         queue slots are: shmq_offset_create)."""
         t = self.offsets
-        states = self._used_slots(t[0], self.ctl.header.offset_capacity)
+        states = self._used_slots(t[0], self.ctl.header.offset_capacity)[0]
         names = self._offset_names
         i = states.find(1)
         while i >= 0:
