@@ -23,11 +23,13 @@ row's own and ends with it."""
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 
@@ -36,14 +38,16 @@ import psutil
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from thread_stats import TICK, snap  # noqa: E402
 
+RES = tempfile.mktemp(suffix=".json", prefix="supervisor-cpu-")  # the shmq-bench rows' results
+
 ROWS = {
     "consumer": lambda d: [sys.executable, "bench/tcp_consumer_row.py", "0", "1", str(d)],
     "sync": lambda d: [sys.executable, "bench/tcp_sync_row.py", "--rounds", "1", "--duration", str(d)],
     "oneway": lambda d: [sys.executable, "-m", "shmq.cli.bench", "e2e", "--transport", "tcp", "--peers", "none",
                          "--shmq", "shmq", "--send-mode", "oneway", "--duration", str(d), "--warmup", "1",
-                         "--no-progress", "--workers", "1"],
+                         "--no-progress", "--workers", "1", "--json", RES],
     "local": lambda d: [sys.executable, "-m", "shmq.cli.bench", "produce", "--transport", "local", "--peers", "none",
-                        "--shmq", "shmq", "--duration", str(d), "--warmup", "1", "--no-progress"],
+                        "--shmq", "shmq", "--duration", str(d), "--warmup", "1", "--no-progress", "--json", RES],
 }
 
 
@@ -91,7 +95,7 @@ def main() -> None:
     ap.add_argument("--perf", metavar="FILE", help="perf record -g the supervisor over the window into FILE "
                     "(perf report --sort tid,sym -i FILE; the thread ids are in the table)")
     a = ap.parse_args()
-    dur = a.window + (12.0 if a.spy or a.perf else 6.0)
+    dur = a.window + (14.0 if a.spy or a.perf else 10.0)  # room for a slow start: the window must end before the row
     run = subprocess.Popen(ROWS[a.row](dur), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     root = psutil.Process(run.pid)
     found = None
@@ -130,6 +134,15 @@ def main() -> None:
     out = run.communicate(timeout=300)[0]
     n = max(1, m1 - m0)
     tail = " | ".join(line.strip() for line in out.splitlines()[-2:])
+    if os.path.exists(RES):  # a shmq-bench row: its own figures instead of its legend
+        try:
+            r = json.load(open(RES))["results"][0]
+            lu = r.get("latency_us") or {}
+            tail = (f"delivered {r.get('msgs_per_s', 0):,.0f}/s, sent {r.get('send_msgs_per_s', 0):,.0f}/s, "
+                    f"p50 {lu.get('p50', '-')} µs, p99 {lu.get('p99', '-')} µs")
+        except (OSError, ValueError, KeyError, IndexError) as e:
+            tail = f"(no result: {e})"
+        os.unlink(RES)
     print(f"# {time.strftime('%H:%M:%S UTC', time.gmtime())} row {a.row}: {n:,} messages in {dt:.2f} s "
           f"({n / dt:,.0f}/s); load {load:.2f}; row said: {tail[-300:]}")
     rows = []
