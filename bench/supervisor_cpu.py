@@ -69,9 +69,16 @@ def find_broker(root: psutil.Process) -> tuple[psutil.Process, str] | None:
 def puts(addr: str) -> int:
     from shmq.protocol import RequestCode, SyncRemotingClient, request
     from shmq.protocol.bodies import KVTable, decode_json
-    with SyncRemotingClient(addr, timeout=5) as c:
-        body = c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body
-    return int(decode_json(body, KVTable).table["msgPutTotalTodayNow"])
+    for i in range(3):  # a worker busy with the row may answer late
+        try:
+            with SyncRemotingClient(addr, timeout=5) as c:
+                body = c.invoke(request(RequestCode.GET_BROKER_RUNTIME_INFO)).body
+            return int(decode_json(body, KVTable).table["msgPutTotalTodayNow"])
+        except Exception as e:  # noqa: BLE001 - said, then tried again
+            print(f"# GET_BROKER_RUNTIME_INFO to {addr} failed: {e!r}", file=sys.stderr)
+            if i == 2:
+                raise
+            time.sleep(0.2)
 
 
 def thread_names(pid: int, show: bool) -> dict[int, str]:
