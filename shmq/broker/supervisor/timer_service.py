@@ -115,7 +115,9 @@ class TimerService(ThreadService):
             time.sleep(self.min_wait)
 
     def interrupt(self) -> None:
-        lib.shmq_wake_timer(self.store.cb.ctl)  # the sleep ends at once (its round finds nothing new)
+        ctl = self.store.cb.ctl
+        if ctl is not None:  # (None once the store is closed: a stop after it has nothing to end)
+            lib.shmq_wake_timer(ctl)  # the sleep ends at once (its round finds nothing new)
 
     # ---- expiry ----------------------------------------------------------------------------
     def guard(self, phys_end: int) -> bool:
