@@ -109,6 +109,7 @@ void shmq_pull_signal_clear(shmq_ctl *ctl, int bit);
 int shmq_wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
                      int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns, int64_t now);
 uint32_t shmq_wait_timer(shmq_ctl *ctl, uint32_t seen, int64_t timeout_ns);
+void shmq_wake_timer(shmq_ctl *ctl);
 int shmq_wait_flushed(shmq_ctl *ctl, int64_t target, int64_t timeout_ns);
 int64_t shmq_flusher_wait(shmq_ctl *ctl, int64_t timeout_ns);
 int64_t shmq_group_commit(shmq_ctl *ctl, uint8_t *base, int64_t file_start, int64_t file_end, int64_t interval_ns,

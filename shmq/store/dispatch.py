@@ -21,14 +21,25 @@ from .index_service import IndexService
 log = logging.getLogger("shmq.store.index")
 _SLICE = 4 << 20  # bytes of records per C run
 #: The index may lag the append by this much under load. Only query-by-key reads it, and a
-#: poll is a wake-up of this thread competing with producers and consumers for the CPU: at
-#: 1 ms it was most of the broker's CPU at 10,000 msgs/s; one C run indexes 5 ms of
-#: appends (thousands of records) in well under a millisecond.
-BUSY_POLL_S = 0.005
+#: poll is a wake-up of this thread competing with producers and consumers for the CPU: in the
+#: busy TCP rows a wake-up costs this thread ~240 µs of CPU whatever it finds (a cold Python
+#: round on a CPU the row's processes keep busy; bench/supervisor_cpu.py), so at 5 ms (200 a
+#: second) the polls were ~3 µs of every message at 10-17k msgs/s and the C indexing itself
+#: ~0.2. At 50 ms one C run indexes a few hundred records. An idle store is not polled: its
+#: next append wakes this thread at once (the futex below), so a query soon after a lone send
+#: finds it.
+BUSY_POLL_S = 0.05
 #: Idle (no append for BUSY_FOR_S): sleep on the store's "new data" futex, this long at most.
 IDLE_WAIT_S = 0.1
 BUSY_FOR_S = 0.02
-FLUSH_EVERY_S = 1.0
+#: How often the index files are msynced (and so how far the checkpoint's index_flushed may
+#: lag). Each msync write-protects every page it writes, so the next put into a hash slot's
+#: page takes a write fault and dirties it again: at 1 s the ~5,000 hash-table pages of a busy
+#: index were faulted and written again every second (~1 µs of this thread's system time a
+#: message). The lag costs nothing at recovery: after a crash the newest index file is rebuilt
+#: from its beginning whenever anything was indexed since its last flush (truncate_after), and
+#: the kernel writes dirty pages back within ~30 s anyway.
+FLUSH_EVERY_S = 10.0
 RETRY_AFTER_FAILURE_S = 0.1
 #: While the disk is full: how often the next IndexFile is tried again.
 DISK_FULL_RETRY_S = 1.0

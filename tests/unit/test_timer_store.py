@@ -309,3 +309,39 @@ def test_timer_service_sleeps_through_plain_appends_and_wakes_for_a_timer(store_
             t.join()
         svc.stop()
         s.close()
+
+
+def test_timer_service_stop_and_wake_end_its_sleep(store_root):
+    """With nothing due the service sleeps max_wait on the timer futex (no polling); stop() and
+    wake() end that sleep through shmq_wake_timer instead of waiting it out (30 s here)."""
+    import time
+
+    from shmq.broker.supervisor.timer_service import TimerService
+    s = MessageStore.open(small_config(store_root), tag_code=DEFAULT_LEVELS.tag_code)
+    p = PutPipeline(s, "C")
+    rounds = []
+
+    class Counted(TimerService):
+        def round(self):
+            rounds.append(time.monotonic())
+            return super().round()
+
+    svc = Counted(s, p, max_wait=30.0)
+    svc.start()
+    try:
+        deadline = time.monotonic() + 5
+        while not rounds and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert len(rounds) == 1  # asleep, not polling
+        svc.wake()
+        deadline = time.monotonic() + 10
+        while len(rounds) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert len(rounds) >= 2
+        t0 = time.monotonic()
+        assert svc.stop(timeout=10)
+        assert time.monotonic() - t0 < 10
+    finally:
+        svc.stop()
+        s.close()
