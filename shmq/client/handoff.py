@@ -9,8 +9,11 @@ only queues the task and counts the wake-up it owes; its selector pays the owed 
 the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
 GIL released), so the woken thread finds the GIL free: one switch per hand-over. And one
 thread per turn, not per task: the tasks of one turn (a read with several queues' answers)
-wake one thread, which takes the next task when it ends one; whatever is still queued 1 ms
-later gets a thread of its own (a slow listener's neighbours).
+wake one thread, which takes the next task when it ends one, and none while a thread woken
+before has not looked at the queue yet; whatever is still queued 1 ms later gets a thread of
+its own if no task was taken meanwhile (a blocked listener's neighbours), else is looked at
+again 1 ms later (a backlog the awake thread is working through: another thread would only
+wait on the GIL).
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
 takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
@@ -37,6 +40,9 @@ from shmq.native import ffi, lib
 
 log = logging.getLogger("shmq.client.push")
 
+# the least time between a look's mark and the look itself that tells a stuck thread from one
+# that had no CPU or GIL to take a task yet: half of native/handoff.c's SPREAD_US
+_LOOK_MIN_S = 0.0005
 MAX_POOLS = 8       # pools of one client loop whose wake-ups wait for its sleep; more post at once
 EPOLL_BATCH = 64    # native/handoff.c's; level-triggered, the rest comes at the next select
 IDLE_WAIT_MS = 1000  # a consume thread looks at its stop flag at least this often
@@ -84,7 +90,9 @@ class HandoffSelector(selectors.EpollSelector):
                 n = len(pool._tasks)
                 if not n:
                     h.spare = 0
-                elif pool.taken != pool.mark:
+                elif pool.taken != pool.mark or _monotonic() - pool.marked < _LOOK_MIN_S:
+                    # (the second: the mark was late, the GIL held by the thread taking the
+                    # tasks, so the look came too soon after it to tell)
                     pool.mark = pool.taken
                     h.spare = n if n < spare else spare
                     h.due = 0
@@ -98,6 +106,7 @@ class HandoffSelector(selectors.EpollSelector):
         for h, pool in zip(self._keep, self._pools):
             if h.spare:
                 pool.mark = pool.taken
+                pool.marked = _monotonic()
 
     def detach(self, h) -> None:
         for i, kept in enumerate(self._keep):
@@ -284,6 +293,7 @@ class ConsumePool:
         # HandoffSelector.respread's sign of threads stuck in a listener (no atomics: a count a
         # race loses now and then only wakes a thread the look did not need)
         self.taken = self.mark = 0
+        self.marked = 0.0  # when mark was set (monotonic)
         self._selector = selector if selector is not None and selector.attach(self._h, self) else None
         self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
         self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
