@@ -78,7 +78,7 @@ class HandoffSelector(selectors.EpollSelector):
     def respread(self) -> None:
         """The look at the spare tasks (handoff.c's ``shmq_handoff_epoll``), SPREAD_US after the
         first of them. While the awake consume threads are stuck (no task taken since the look
-        was set, ``marks``: a listener that blocks), each spare task still queued gets a thread
+        was set: the queue's head is the one ``marks`` noted; a listener that blocks), each spare task still queued gets a thread
         woken at the C wait about to run. While they are taking tasks (a backlog behind
         listeners that use the CPU: the GIL lets one of them run at a time, so another thread
         would only wait on it, then find the queue empty and sleep again; perf on the sync +
@@ -87,13 +87,14 @@ class HandoffSelector(selectors.EpollSelector):
         for h, pool in zip(self._keep, self._pools):
             spare = h.spare
             if spare:
-                n = len(pool._tasks)
+                tasks = pool._tasks
+                n = len(tasks)
                 if not n:
                     h.spare = 0
-                elif pool.taken != pool.mark or _monotonic() - pool.marked < _LOOK_MIN_S:
+                elif tasks[0] is not pool.mark or _monotonic() - pool.marked < _LOOK_MIN_S:
                     # (the second: the mark was late, the GIL held by the thread taking the
                     # tasks, so the look came too soon after it to tell)
-                    pool.mark = pool.taken
+                    pool.mark = tasks[0]
                     h.spare = n if n < spare else spare
                     h.due = 0
                 else:
@@ -101,11 +102,14 @@ class HandoffSelector(selectors.EpollSelector):
                     h.spare = 0
 
     def marks(self) -> None:
-        """A look at spare tasks was set by the last C wait (``*spread`` 3): the tasks taken so
-        far, which ``respread`` compares with at the look."""
+        """A look at spare tasks was set by the last C wait (``*spread`` 3): the task at the
+        queue's head now, which ``respread`` compares with at the look (tasks are taken from the
+        head and added at the tail, each a new tuple, held here: a task taken meanwhile shows as
+        another head; no count a task, which would cost every task a few hundred instructions)."""
         for h, pool in zip(self._keep, self._pools):
             if h.spare:
-                pool.mark = pool.taken
+                tasks = pool._tasks
+                pool.mark = tasks[0] if tasks else None
                 pool.marked = _monotonic()
 
     def detach(self, h) -> None:
@@ -289,11 +293,10 @@ class ConsumePool:
         # than the struct's attribute (submit from the loop thread, once per pulled batch)
         self._posts = ffi.addressof(self._h[0], "posts")
         self._stopping = False
-        # tasks taken by the threads so far, and its value when the spare tasks' look was set:
-        # HandoffSelector.respread's sign of threads stuck in a listener (no atomics: a count a
-        # race loses now and then only wakes a thread the look did not need)
-        self.taken = self.mark = 0
-        self.marked = 0.0  # when mark was set (monotonic)
+        # the queue's head when the spare tasks' look was set, and when (monotonic): the same
+        # head at the look is HandoffSelector.respread's sign of threads stuck in a listener
+        self.mark: tuple | None = None
+        self.marked = 0.0
         self._selector = selector if selector is not None and selector.attach(self._h, self) else None
         self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
         self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
@@ -323,7 +326,6 @@ class ConsumePool:
                 fn, args = pop()
             except IndexError:  # another thread took it first
                 continue
-            self.taken += 1
             try:
                 fn(*args)
             except Exception:  # noqa: BLE001 - one task's failure must not stop a consume thread

@@ -57,15 +57,23 @@ def test_the_look_wakes_threads_for_stuck_listeners_only():
     sel = HandoffSelector()
     try:
         h = ffi.new("shmq_handoff *")
-        pool = SimpleNamespace(_tasks=deque([1, 2, 3]), taken=7, mark=7, marked=0.0)
+        a, b, c = (print, ()), (print, ()), (print, ())
+        pool = SimpleNamespace(_tasks=deque([a, b, c]), mark=None, marked=0.0)
         assert sel.attach(h, pool)
-        h.spare, h.due = 2, 123
-        sel.respread()  # no task taken since the look was set: stuck, a thread for each spare task
+        h.spare = 2
+        sel.marks()  # the look set: the head noted
+        assert pool.mark is a
+        h.due, pool.marked = 123, pool.marked - 1  # (as if set a while ago)
+        sel.respread()  # the same head at the look: stuck, a thread for each spare task
         assert (h.force, h.spare) == (2, 0)
         h.force, h.spare, h.due = 0, 5, 123
-        pool.taken = 9  # tasks taken meanwhile: no thread woken, the look set again (due 0)
+        pool._tasks.popleft()  # a task taken meanwhile: no thread woken, the look set again (due 0)
         sel.respread()
-        assert (h.force, h.spare, h.due, pool.mark) == (0, 3, 0, 9)
+        assert (h.force, h.spare, h.due) == (0, 2, 0) and pool.mark is b
+        h.spare, h.due = 2, 123
+        pool.marked = time.monotonic()  # a look right after its mark (a late mark): set again
+        sel.respread()
+        assert (h.force, h.spare, h.due) == (0, 2, 0)
         pool._tasks.clear()
         sel.respread()  # all taken: nothing spare any more
         assert (h.force, h.spare) == (0, 0)
@@ -144,7 +152,7 @@ def test_the_count_of_threads_on_their_way_back_returns_to_zero():
         deadline = time.monotonic() + 5
         while pool._h.waiters < 20 and time.monotonic() < deadline:
             time.sleep(0.005)
-        assert pool._h.woken == 0 and pool.taken == total
+        assert pool._h.woken == 0 and n[0] == total
     finally:
         pool.shutdown()
         loop.call_soon_threadsafe(loop.stop)
