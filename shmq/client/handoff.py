@@ -78,12 +78,13 @@ class HandoffSelector(selectors.EpollSelector):
     def respread(self) -> None:
         """The look at the spare tasks (handoff.c's ``shmq_handoff_epoll``), SPREAD_US after the
         first of them. While the awake consume threads are stuck (no task taken since the look
-        was set: the queue's head is the one ``marks`` noted; a listener that blocks), each spare task still queued gets a thread
-        woken at the C wait about to run. While they are taking tasks (a backlog behind
-        listeners that use the CPU: the GIL lets one of them run at a time, so another thread
-        would only wait on it, then find the queue empty and sleep again; perf on the sync +
-        PushConsumer row: a fifth of the loop's wake-ups were these, 3 threads each), the look is
-        made again SPREAD_US later instead (``due`` 0: the C wait sets it anew)."""
+        was set: the queue's head is still the one ``marks`` noted; a listener that blocks),
+        each spare task still queued gets a thread woken at the C wait about to run. While they
+        are taking tasks (a backlog behind listeners that use the CPU: the GIL lets one of them
+        run at a time, so another thread would only wait on it, then find the queue empty and
+        sleep again; perf on the sync + PushConsumer row: a fifth of the loop's wake-up calls
+        were these, 3 threads each), the look is set again SPREAD_US later instead (``due`` 0:
+        the C wait sets it anew)."""
         for h, pool in zip(self._keep, self._pools):
             spare = h.spare
             if spare:

@@ -89,15 +89,16 @@ static int64_t now_us(void) {
  * while a thread an earlier turn (or another poster) woke has not yet come back from its futex
  * wait (woken > 0): that thread has not looked at the queue yet, so it finds these tasks too,
  * which are spare as well. On two busy CPUs a woken thread often waits for a CPU past the next
- * answer's turn, and a second thread woken then found the queue empty and slept again (perf on
- * the sync + PushConsumer row: 1.4 futex waits a post; bench/RESULTS.md, session 12). (Not none while a
- * thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
+ * answer's turn, and a second thread woken then found the queue empty and slept again (a
+ * timeline of the sync + PushConsumer row's futex calls: bench/RESULTS.md, session 12).
+ * (Not none while a thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
  * and the traced hand-over hop's p50 rose, median 322 -> 402 µs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
  * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
- * spare tasks wait for their look; 3 when this call set one, so handoff.py notes the tasks taken
- * by then): a thread is woken for each spare task still queued if none was taken since (the
- * threads are stuck in listeners), else the look is set again (handoff.py's respread). seq is bumped by every pay, a wake or not: a consume
- * thread on its way to sleep then finds the new task (handoff.c's rule above). */
+ * spare tasks wait for their look; 3 when this call set one, so handoff.py notes the queue's
+ * head by then): a thread is woken for each spare task still queued if none was taken since
+ * (the threads are stuck in listeners), else the look is set again (handoff.py's respread).
+ * seq is bumped by every pay, a wake or not: a consume thread on its way to sleep then finds
+ * the new task (handoff.c's rule above). */
 int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
                        int32_t *spread) {
     int64_t now = 0, left = -1;  /* µs until the first spare look, -1: none */
