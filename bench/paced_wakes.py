@@ -15,7 +15,8 @@ message of the window at the row's pace (10,000/s; a run that fell behind: at it
 rate; the row's own delivered rate and p50 are printed so such a run can be told).
 ``--mode row`` runs tcp_paths' unpaced sync ``send()`` + PushConsumer row instead
 (``bench/tcp_consumer_row.py``), per message at its own rate. perf's tracepoints cost each system
-call something, so the rows run slower under it than alone (the consumer row ~2x). ``--threads`` prints each thread's line too.
+call something, so the rows run slower under it than alone (the consumer row ~2x): ``--no-perf`` leaves
+perf out (/proc's switches and CPU only, the row at its own pace). ``--threads`` prints each thread's line too.
 Needs perf and root (or perf_event_paranoid <= 1). The processes are the harness's; they end
 with it; the store is the harness's temp dir.
 """
@@ -136,6 +137,7 @@ def main() -> None:
     ap.add_argument("--window", type=float, default=3.0)
     ap.add_argument("--threads", action="store_true")
     ap.add_argument("--workers", type=int, default=1)
+    ap.add_argument("--no-perf", action="store_true", help="/proc's figures only (no system calls): the row at its own pace")
     a = ap.parse_args()
     dur = a.window + 5.0
     with tempfile.NamedTemporaryFile(suffix=".json") as res:
@@ -163,7 +165,7 @@ def main() -> None:
         roles = procs_of(root)  # (every thread made by now: perf follows those it attached to)
         if a.mode == "row":
             roles[run.pid] = "producer"
-        perf, perf_out = perf_start(list(roles))
+        perf, perf_out = (None, None) if a.no_perf else perf_start(list(roles))
         perf_started = time.monotonic()
         time.sleep(2.5)  # perf's attach, the harness's warm-up second
         started = time.monotonic()
@@ -174,11 +176,13 @@ def main() -> None:
         dt = time.monotonic() - t0
         load = os.getloadavg()[0]
         out, err = run.communicate(timeout=300)
-        perf.send_signal(2)
-        perf.wait(30)
-        # perf's intervals: the ones that lie in the window (1 s each from its start, which came
-        # before the sending did; the start is not known to the ms, so whole seconds are skipped)
-        counts, nint = perf_counts(perf_out, skip=int(started - perf_started) + 1, take=int(a.window) - 1)
+        counts, nint = {}, 1
+        if perf is not None:
+            perf.send_signal(2)
+            perf.wait(30)
+            # perf's intervals: the ones that lie in the window (1 s each from its start, which came
+            # before the sending did; the start is not known to the ms, so whole seconds are skipped)
+            counts, nint = perf_counts(perf_out, skip=int(started - perf_started) + 1, take=int(a.window) - 1)
         rate = RATE
         if a.mode == "row":  # per message at the row's own rate
             m = re.search(r" ([\d,]+)/s (p50 .*)$", out or "", re.M)

@@ -9,8 +9,11 @@ only queues the task and counts the wake-up it owes; its selector pays the owed 
 the same C call that then sleeps in epoll_wait (``native/handoff.c``, called by cffi with the
 GIL released), so the woken thread finds the GIL free: one switch per hand-over. And one
 thread per turn, not per task: the tasks of one turn (a read with several queues' answers)
-wake one thread, which takes the next task when it ends one; whatever is still queued 1 ms
-later gets a thread of its own (a slow listener's neighbours).
+wake one thread, which takes the next task when it ends one, and none while a thread woken
+before has not looked at the queue yet; whatever is still queued 1 ms later gets a thread of
+its own if no task was taken meanwhile (a blocked listener's neighbours), else is looked at
+again 1 ms later (a backlog the awake thread is working through: another thread would only
+wait on the GIL).
 
 ``HandoffSelector`` is the client loop's selector (an ``EpollSelector`` whose ``select``
 takes the C path only in a turn that owes wake-ups); ``ClientLoop`` is the loop over it, every
@@ -37,6 +40,9 @@ from shmq.native import ffi, lib
 
 log = logging.getLogger("shmq.client.push")
 
+# the least time between a look's mark and the look itself that tells a stuck thread from one
+# that had no CPU or GIL to take a task yet: half of native/handoff.c's SPREAD_US
+_LOOK_MIN_S = 0.0005
 MAX_POOLS = 8       # pools of one client loop whose wake-ups wait for its sleep; more post at once
 EPOLL_BATCH = 64    # native/handoff.c's; level-triggered, the rest comes at the next select
 IDLE_WAIT_MS = 1000  # a consume thread looks at its stop flag at least this often
@@ -52,7 +58,7 @@ class HandoffSelector(selectors.EpollSelector):
         # every word ever attached stays referenced here, and a slot is never reused: the loop
         # thread may be reading a slot (in C, without the GIL) while another thread detaches it
         self._keep: list = []
-        self._queues: list = []  # each kept word's pool's task deque (the spare tasks' look)
+        self._pools: list = []  # each kept word's ConsumePool (the spare tasks' look)
         self._spread = ffi.new("int32_t[1]")  # set by the C wait: spare tasks to look at (respread)
         self._fds = ffi.new(f"int[{EPOLL_BATCH}]")
         self._evs = ffi.new(f"uint32_t[{EPOLL_BATCH}]")
@@ -60,25 +66,52 @@ class HandoffSelector(selectors.EpollSelector):
         self._epfd = self._selector.fileno()  # the stdlib's epoll object's, fixed for its life
         self.owed = False  # some pool's posts > 0 (set by ConsumePool.submit, on the loop thread)
 
-    def attach(self, h, tasks: collections.deque) -> bool:
-        """Let ``h``'s owed wake-ups (of the pool whose queue is ``tasks``) wait for this loop's
-        next sleep; False when full."""
+    def attach(self, h, pool: "ConsumePool") -> bool:
+        """Let ``h``'s owed wake-ups (``pool``'s) wait for this loop's next sleep; False when full."""
         if len(self._keep) == MAX_POOLS:
             return False
         self._slots[len(self._keep)] = h
         self._keep.append(h)
-        self._queues.append(tasks)
+        self._pools.append(pool)
         return True
 
     def respread(self) -> None:
-        """The spare tasks (handoff.c's ``shmq_handoff_epoll``) still queued now get a thread
-        woken each at the C wait about to run; the rest were taken by the thread woken for them."""
-        for h, tasks in zip(self._keep, self._queues):
+        """The look at the spare tasks (handoff.c's ``shmq_handoff_epoll``), SPREAD_US after the
+        first of them. While the awake consume threads are stuck (no task taken since the look
+        was set: the queue's head is still the one ``marks`` noted; a listener that blocks),
+        each spare task still queued gets a thread woken at the C wait about to run. While they
+        are taking tasks (a backlog behind listeners that use the CPU: the GIL lets one of them
+        run at a time, so another thread would only wait on it, then find the queue empty and
+        sleep again; perf on the sync + PushConsumer row: a fifth of the loop's wake-up calls
+        were these, 3 threads each), the look is set again SPREAD_US later instead (``due`` 0:
+        the C wait sets it anew)."""
+        for h, pool in zip(self._keep, self._pools):
             spare = h.spare
             if spare:
+                tasks = pool._tasks
                 n = len(tasks)
-                h.force = n if n < spare else spare
-                h.spare = 0
+                if not n:
+                    h.spare = 0
+                elif tasks[0] is not pool.mark or _monotonic() - pool.marked < _LOOK_MIN_S:
+                    # (the second: the mark was late, the GIL held by the thread taking the
+                    # tasks, so the look came too soon after it to tell)
+                    pool.mark = tasks[0]
+                    h.spare = n if n < spare else spare
+                    h.due = 0
+                else:
+                    h.force = n if n < spare else spare
+                    h.spare = 0
+
+    def marks(self) -> None:
+        """A look at spare tasks was set by the last C wait (``*spread`` 3): the task at the
+        queue's head now, which ``respread`` compares with at the look (tasks are taken from the
+        head and added at the tail, each a new tuple, held here: a task taken meanwhile shows as
+        another head; no count a task, which would cost every task a few hundred instructions)."""
+        for h, pool in zip(self._keep, self._pools):
+            if h.spare:
+                tasks = pool._tasks
+                pool.mark = tasks[0] if tasks else None
+                pool.marked = _monotonic()
 
     def detach(self, h) -> None:
         for i, kept in enumerate(self._keep):
@@ -86,11 +119,13 @@ class HandoffSelector(selectors.EpollSelector):
                 self._slots[i] = ffi.NULL
 
     def select(self, timeout=None):
-        spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later)
+        spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later, 3 set)
         if not self.owed and not spread:
             return super().select(timeout)
         if spread == 1:
             self.respread()
+        elif spread == 3:
+            self.marks()
         self.owed = False
         # This runs once per pulled message of a caught-up TCP consumer: no min / max / ceil
         # calls (a builtin's argument parsing is ~800 instructions), and the usual single event
@@ -169,8 +204,11 @@ class ClientLoop(asyncio.SelectorEventLoop):
         # _process_events inline over what it returned
         sel = self.handoff
         sel.owed = False
-        if sel._spread[0] == 1:  # (2: spare tasks whose look is not due yet)
+        spread = sel._spread[0]
+        if spread == 1:  # (2: spare tasks whose look is not due yet; 3: one just set)
             sel.respread()
+        elif spread == 3:
+            sel.marks()
         if timeout is None:
             ms = -1
         elif timeout <= 0:
@@ -256,7 +294,11 @@ class ConsumePool:
         # than the struct's attribute (submit from the loop thread, once per pulled batch)
         self._posts = ffi.addressof(self._h[0], "posts")
         self._stopping = False
-        self._selector = selector if selector is not None and selector.attach(self._h, self._tasks) else None
+        # the queue's head when the spare tasks' look was set, and when (monotonic): the same
+        # head at the look is HandoffSelector.respread's sign of threads stuck in a listener
+        self.mark: tuple | None = None
+        self.marked = 0.0
+        self._selector = selector if selector is not None and selector.attach(self._h, self) else None
         self._loop_ident = loop_thread.ident if loop_thread is not None and self._selector is not None else None
         self._threads = [threading.Thread(target=self._run, name=f"{name}_{i}", daemon=True) for i in range(n)]
         for t in self._threads:

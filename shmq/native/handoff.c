@@ -31,18 +31,40 @@ int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms) {
     __atomic_add_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&h->seq, __ATOMIC_SEQ_CST) == seen) {
         struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-        if (syscall(SYS_futex, &h->seq, FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? NULL : &ts, NULL, 0) < 0)
+        if (syscall(SYS_futex, &h->seq, FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? NULL : &ts, NULL, 0) < 0) {
             r = -errno;
+        } else {
+            /* woken by a post, which counted this thread in woken before its FUTEX_WAKE: taken
+             * back here, before the caller looks at the queue (the loop's pay in
+             * shmq_handoff_epoll relies on that order); never below 0 (a wake-up no post
+             * counted takes nothing). */
+            int32_t w = __atomic_load_n(&h->woken, __ATOMIC_SEQ_CST);
+            while (w > 0 && !__atomic_compare_exchange_n(&h->woken, &w, w - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+                ;
+        }
     }
     __atomic_sub_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
     return r;
 }
 
+/* Wake up to n of the threads asleep (seq already bumped). woken is raised before the
+ * FUTEX_WAKE and lowered by the ones it did not wake after it, so a woken thread's own
+ * decrement (shmq_handoff_wait) always finds its count there: woken is never short of the
+ * threads still on their way back, only over, by the ones being woken right now. */
+static void wake(shmq_handoff *h, int n) {
+    int w = n > 0 ? __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST) : 0;
+    if (w <= 0)  /* no thread asleep, or none to wake: no system call */
+        return;
+    int k = n < w ? n : w;
+    __atomic_add_fetch(&h->woken, k, __ATOMIC_SEQ_CST);
+    long r = syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, k, NULL, NULL, 0);
+    if (r < k)
+        __atomic_sub_fetch(&h->woken, k - (r > 0 ? (int)r : 0), __ATOMIC_SEQ_CST);
+}
+
 void shmq_handoff_post(shmq_handoff *h, int n) {
     __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
-    int w = n > 0 ? __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST) : 0;
-    if (w > 0)  /* no thread asleep, or none to wake: no system call */
-        syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, n < w ? n : w, NULL, NULL, 0);
+    wake(h, n);
 }
 
 /* How long spare tasks wait at most for a thread of their own (HandoffSelector.respread, at the
@@ -63,16 +85,24 @@ static int64_t now_us(void) {
  * A consume thread takes the next queued task when it ends one, so a thread woken per task
  * is a wake-up too many when several tasks came in one turn (the four
  * queues' answers of one read: four threads woken, three of them then waiting on the GIL the
- * first holds). So: one thread is woken a turn, and the rest are "spare". (Not none while a
- * thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
+ * first holds). So: one thread is woken a turn, and the rest are "spare". Nor is one woken
+ * while a thread an earlier turn (or another poster) woke has not yet come back from its futex
+ * wait (woken > 0): that thread has not looked at the queue yet, so it finds these tasks too,
+ * which are spare as well. On two busy CPUs a woken thread often waits for a CPU past the next
+ * answer's turn, and a second thread woken then found the queue empty and slept again (a
+ * timeline of the sync + PushConsumer row's futex calls: bench/RESULTS.md, session 12).
+ * (Not none while a thread is awake: the task then waited for that thread's current task, or for it to get a CPU,
  * and the traced hand-over hop's p50 rose, median 322 -> 402 µs: bench/RESULTS.md, session 11.) SPREAD_US after the first of them, the loop's next turn looks (*spread is 1 when it
  * is time: this call does not sleep then, and it sleeps no longer than that before; 2 while
- * spare tasks wait for their look): a thread is
- * woken for each spare task still queued. seq is bumped by every pay, a wake or not: a consume
- * thread on its way to sleep then finds the new task (handoff.c's rule above). */
+ * spare tasks wait for their look; 3 when this call set one, so handoff.py notes the queue's
+ * head by then): a thread is woken for each spare task still queued if none was taken since
+ * (the threads are stuck in listeners), else the look is set again (handoff.py's respread).
+ * seq is bumped by every pay, a wake or not: a consume thread on its way to sleep then finds
+ * the new task (handoff.c's rule above). */
 int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
                        int32_t *spread) {
     int64_t now = 0, left = -1;  /* µs until the first spare look, -1: none */
+    int set = 0;                 /* a look set by this call (handoff.py's marks) */
     for (int i = 0; i < nh; i++) {
         shmq_handoff *h = hs[i];
         if (h == NULL)
@@ -85,8 +115,13 @@ int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int 
         if (h->posts > 0) {
             int n = h->posts;
             h->posts = 0;
-            h->spare += n - 1;
-            shmq_handoff_post(h, 1);
+            __atomic_add_fetch(&h->seq, 1, __ATOMIC_SEQ_CST);
+            if (__atomic_load_n(&h->woken, __ATOMIC_SEQ_CST) > 0) {
+                h->spare += n;  /* a thread woken before has not looked at the queue yet */
+            } else {
+                h->spare += n - 1;
+                wake(h, 1);
+            }
         }
         if (h->spare <= 0) {
             h->due = 0;
@@ -94,13 +129,16 @@ int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int 
         }
         if (!now)
             now = now_us();
-        if (!h->due)
+        if (!h->due) {
             h->due = now + SPREAD_US;
+            set = 1;
+        }
         int64_t l = h->due > now ? h->due - now : 0;
         if (left < 0 || l < left)
             left = l;
     }
-    *spread = left < 0 ? 0 : left == 0 ? 1 : 2;  /* none / look now / later (still the C wait's turn) */
+    /* none / look now / later (still the C wait's turn) / later, a look set now */
+    *spread = left < 0 ? 0 : left == 0 ? 1 : set ? 3 : 2;
     if (left >= 0) {
         int ms = (int)((left + 999) / 1000);  /* epoll's ms, rounded up: never before the look is due */
         if (timeout_ms < 0 || timeout_ms > ms)

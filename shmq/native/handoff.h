@@ -9,14 +9,15 @@
 
 /* CDEF-BEGIN */
 /* seq: bumped by every post (the futex word); waiters: consume threads inside
- * shmq_handoff_wait. The loop thread's own fields (only
+ * shmq_handoff_wait; woken: threads a post woke that have not yet come back from their futex
+ * wait (so have not yet looked at the task queue). The loop thread's own fields (only
  * that thread reads or writes them, in Python or in shmq_handoff_epoll): posts: tasks it
  * handed over since its last sleep; spare: those of them it woke no thread for (the one
  * thread woken a turn takes them in turn); due: when spare tasks still
  * queued get a thread each (CLOCK_MONOTONIC µs; 0: no spare); force: wake-ups to pay at once
  * (HandoffSelector.respread's, for those). */
 typedef struct shmq_handoff {
-    uint32_t seq; int32_t waiters; int32_t posts; int32_t spare; int32_t force; int32_t pad; int64_t due;
+    uint32_t seq; int32_t waiters; int32_t posts; int32_t spare; int32_t force; int32_t woken; int64_t due;
 } shmq_handoff;
 int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms);
 void shmq_handoff_post(shmq_handoff *h, int n);
