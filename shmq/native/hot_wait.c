@@ -60,20 +60,26 @@ static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *
                             int64_t t0);
 
 /* Under a flood the pull thread delivers back to back, and each wake-up took what one queue had
- * gathered since the last (RESULTS, "Session 12, localrow": 6.6-17 messages a wake-up in the local
- * send() row, whose ~15,800-instruction wake-up, one Python turn and listener call per queue read,
- * then made the consumer's CPU per message 3-4x its batch-32 cost, on the two CPUs the producer
- * needs). So a wait that answers a queue with fewer than half a read's worth of new entries, when
- * the previous wait with news started less than LINGER_GAP_NS before it (the thread is turning
- * back to back: a backlog, or news within a short spin), first sleeps LINGER_NS (a timed sleep
- * with the GIL dropped: no futex wait, so no append pays a wake for it) and the read then takes
- * what came meanwhile. One linger a round of the queues (the others gathered during it too).
- * A paced stream (the local e2e row: 100 us gaps) never lingers, nor a read of one message
- * (pull batch 1), nor a queue whose read is already half full; the answer is the same queue,
- * only later. linger_tune() changes both times (tests). */
+ * gathered since its last read (RESULTS, "Session 12, localrow": 7-13 messages a wake-up in the
+ * local send() row, whose ~15,800-instruction wake-up, one Python turn and listener call per queue
+ * read, made the consumer's CPU per message 3-4x its batch-32 cost, on the two CPUs the producer
+ * needs too). So a wait that answers a queue with fewer than half a read's worth of new entries
+ * first sleeps LINGER_NS, and the read then takes what came meanwhile, when both:
+ * - the thread is turning back to back: the previous wait with news started less than
+ *   LINGER_GAP_NS before this one;
+ * - the queue's news comes at one entry per LINGER_NS or faster: its new entries since its last
+ *   answer, over the time since then (so a backlog left by a stall of a slow stream, read back to
+ *   back, does not linger: its entries are old).
+ * The sleep is a timed one with the GIL dropped, not a futex wait, so no append pays a wake for
+ * it; one linger a round of the queues (the others gathered during it too). The answer is the same
+ * queue, only later. A paced stream below 1/LINGER_NS a queue (the local e2e row: 2,500/s a queue)
+ * never lingers, nor a read of one message (pull batch 1), nor a queue whose read is half full.
+ * linger_tune() changes both times (tests). */
 #define LINGER_GAP_NS 30000LL
 #define LINGER_NS 50000LL
+#define LINGER_QUEUES 64                /* queue indexes whose last answer is remembered */
 static int64_t linger_gap = LINGER_GAP_NS, linger_ns = LINGER_NS;
+static __thread int64_t answered_at[LINGER_QUEUES];  /* the start of the wait that last answered queue i */
 static __thread int linger_skip;        /* answers left in this round before the next linger */
 static __thread long long lingers;      /* this thread's lingers (linger_tune's answer) */
 
@@ -91,21 +97,24 @@ static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs,
     int flood = news_start != NO_NEWS && news_start && t0 - news_start < linger_gap;
     if (news_start == NO_NEWS || (news_start && t0 - news_start > spin + spin / 2)) spin = 0;
     int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil, t0);
-    if (i >= 0) {
-        news_start = t0;
-        if (flood && i != hold && next[i] && __atomic_load_n(next[i], __ATOMIC_ACQUIRE) - offs[i] < want) {
-            if (linger_skip > 0) {
-                linger_skip--;
-            } else {
-                linger();
-                linger_skip = n - 1;
-                /* loaded before the read, as the wait's own load (the queue hold's rule) */
-                *seen = __atomic_load_n(&ctl->pos.commit_pos, __ATOMIC_ACQUIRE);
-            }
-        }
-    } else if (i == -1) {
-        news_start = NO_NEWS;
+    if (i == -1) news_start = NO_NEWS;
+    if (i < 0) return i;
+    news_start = t0;
+    if (i >= LINGER_QUEUES) return i;
+    int64_t last = answered_at[i];
+    answered_at[i] = t0;
+    if (!flood || !last || i == hold || !next[i]) return i;
+    int64_t fresh = __atomic_load_n(next[i], __ATOMIC_ACQUIRE) - offs[i];
+    if (fresh >= want || fresh * linger_ns < t0 - last) return i;
+    if (linger_skip > 0) {
+        linger_skip--;
+        return i;
     }
+    linger();
+    linger_skip = n - 1;
+    answered_at[i] = t0 + linger_ns;
+    /* loaded before the read, as the wait's own load (the rule of the queue it holds) */
+    *seen = __atomic_load_n(&ctl->pos.commit_pos, __ATOMIC_ACQUIRE);
     return i;
 }
 
