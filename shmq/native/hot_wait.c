@@ -60,7 +60,7 @@ static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *
                             int64_t t0);
 
 /* Under a flood the pull thread delivers back to back, and each wake-up took what one queue had
- * gathered since its last read (RESULTS, "Session 12, localrow": 7-13 messages a wake-up in the
+ * gathered since its last read (RESULTS, "Session 12, localrow": 5-7 messages a wake-up in the
  * local send() row, whose ~15,800-instruction wake-up, one Python turn and listener call per queue
  * read, made the consumer's CPU per message 3-4x its batch-32 cost, on the two CPUs the producer
  * needs too). So a wait that answers a queue with fewer than half a read's worth of new entries
