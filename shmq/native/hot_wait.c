@@ -59,13 +59,62 @@ static int wait_queues_once(shmq_ctl *ctl, int64_t *const *next, const int64_t *
                             int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil,
                             int64_t t0);
 
+/* Under a flood the pull thread delivers back to back, and each wake-up took what one queue had
+ * gathered since its last read (RESULTS, "Session 12, localrow": 5-7 messages a wake-up in the
+ * local send() row, whose ~15,800-instruction wake-up, one Python turn and listener call per queue
+ * read, made the consumer's CPU per message 3-4x its batch-32 cost, on the two CPUs the producer
+ * needs too). So a wait that answers a queue with fewer than half a read's worth of new entries
+ * first sleeps LINGER_NS, and the read then takes what came meanwhile, when both:
+ * - the thread is turning back to back: the previous wait with news started less than
+ *   LINGER_GAP_NS before this one;
+ * - the queue's news comes at one entry per LINGER_NS or faster: its new entries since its last
+ *   answer, over the time since then (so a backlog left by a stall of a slow stream, read back to
+ *   back, does not linger: its entries are old).
+ * The sleep is a timed one with the GIL dropped, not a futex wait, so no append pays a wake for
+ * it; one linger a round of the queues (the others gathered during it too). The answer is the same
+ * queue, only later. A paced stream below 1/LINGER_NS a queue (the local e2e row: 2,500/s a queue)
+ * never lingers, nor a read of one message (pull batch 1), nor a queue whose read is half full.
+ * linger_tune() changes both times (tests). */
+#define LINGER_GAP_NS 30000LL
+#define LINGER_NS 50000LL
+#define LINGER_QUEUES 64                /* queue indexes whose last answer is remembered */
+static int64_t linger_gap = LINGER_GAP_NS, linger_ns = LINGER_NS;
+static __thread int64_t answered_at[LINGER_QUEUES];  /* the start of the wait that last answered queue i */
+static __thread int linger_skip;        /* answers left in this round before the next linger */
+static __thread long long lingers;      /* this thread's lingers (linger_tune's answer) */
+
+static void linger(void) {
+    struct timespec ts = {(time_t)(linger_ns / 1000000000LL), (long)(linger_ns % 1000000000LL)};
+    Py_BEGIN_ALLOW_THREADS
+    clock_nanosleep(CLOCK_MONOTONIC, 0, &ts, NULL);  /* EINTR: read what is there */
+    Py_END_ALLOW_THREADS
+    lingers++;
+}
+
 static int wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
                        int hold, const int32_t *poke, int32_t poked, int64_t spin, int64_t timeout, int keep_gil,
-                       int64_t t0) {
+                       int64_t t0, int64_t want) {
+    int flood = news_start != NO_NEWS && news_start && t0 - news_start < linger_gap;
     if (news_start == NO_NEWS || (news_start && t0 - news_start > spin + spin / 2)) spin = 0;
     int i = wait_queues_once(ctl, next, offs, n, start, seen, hold, poke, poked, spin, timeout, keep_gil, t0);
-    if (i >= 0) news_start = t0;
-    else if (i == -1) news_start = NO_NEWS;
+    if (i == -1) news_start = NO_NEWS;
+    if (i < 0) return i;
+    news_start = t0;
+    if (i >= LINGER_QUEUES) return i;
+    int64_t last = answered_at[i];
+    answered_at[i] = t0;
+    if (!flood || !last || i == hold || !next[i]) return i;
+    int64_t fresh = __atomic_load_n(next[i], __ATOMIC_ACQUIRE) - offs[i];
+    if (fresh >= want || fresh * linger_ns < t0 - last) return i;
+    if (linger_skip > 0) {
+        linger_skip--;
+        return i;
+    }
+    linger();
+    linger_skip = n - 1;
+    answered_at[i] = t0 + linger_ns;
+    /* loaded before the read, as the wait's own load (the rule of the queue it holds) */
+    *seen = __atomic_load_n(&ctl->pos.commit_pos, __ATOMIC_ACQUIRE);
     return i;
 }
 
@@ -129,7 +178,7 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     int64_t t0 = mono_ns();
     int i = look > 0 && t0 >= look ? -3
             : wait_queues(ctl, next, offs, (int)n, (int)start, seen, (int)hold, poke, (int32_t)poked, spin, timeout,
-                          keep_gil, t0);
+                          keep_gil, t0, max_count / 2);
     PyObject *read = NULL;
     if (i >= 0 && i < n && PyList_GET_ITEM(states, i) != Py_None) {
         read = shmq_read_queue(PyList_GET_ITEM(states, i), offs[i], max_count);
@@ -140,7 +189,19 @@ static PyObject *hot_wait_read(PyObject *self, PyObject *const *args, Py_ssize_t
     return tuple_of(PyLong_FromLong(i), read, NULL, 2);
 }
 
+/* linger_tune(gap_ns, linger_ns) -> this thread's lingers so far; 0 for either: keep it, -1: its default */
+static PyObject *hot_linger_tune(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 2) { PyErr_SetString(PyExc_TypeError, "linger_tune(gap_ns, linger_ns)"); return NULL; }
+    long long gap = PyLong_AsLongLong(args[0]), ln = PyLong_AsLongLong(args[1]);
+    if (PyErr_Occurred()) return NULL;
+    if (gap) linger_gap = gap < 0 ? LINGER_GAP_NS : gap;
+    if (ln) linger_ns = ln < 0 ? LINGER_NS : ln;
+    return PyLong_FromLongLong(lingers);
+}
+
 static PyMethodDef wait_methods[] = {
+    {"linger_tune", (PyCFunction)(void (*)(void))hot_linger_tune, METH_FASTCALL,
+     "linger_tune(gap_ns, linger_ns) -> this thread's lingers (0: keep, -1: the default)"},
     {"bind_wait", (PyCFunction)hot_bind_wait, METH_O, "bind_wait(address of shmq_wait_queues)"},
     {"wait_read", (PyCFunction)(void (*)(void))hot_wait_read, METH_FASTCALL,
      "wait_read(ctl, next, offs, n, start, seen, hold, poke, poked, spin_ns, timeout_ns, states, max_count, keep_gil, "

@@ -266,3 +266,58 @@ def test_wait_read_answers_changed_at_once_from_its_look_time_and_waits_before_i
         assert r == (-1, None) and took >= 0.09    # before it: the timeout, as with none
     finally:
         store.close()
+
+
+def test_a_wait_read_under_a_flood_lingers_so_its_read_takes_what_came_meanwhile(store_root):
+    """native/hot_wait.c's linger: a wait that answers a queue with fewer than half a read's worth
+    of news, right after another answer (back to back) and with that queue's news coming at one
+    entry per linger or faster, first sleeps the linger with the GIL dropped: what another thread
+    appends meanwhile is in the same read. Half a read or more, a read of one message, or slow news
+    (few entries over a long time): no linger. The answers are the same queue either way."""
+    from shmq.native import _hot, wait_read
+    store = MessageStore.open(small_config(store_root))
+    out = {}
+    try:
+        store.put("T", 0, b"a", {})
+        reader = store.queue_reader("T", 0, "b1")
+        reader.read(0, 1)  # mapped: wait_read reads from then on
+        ptrs, offs = ffi.new("int64_t *[]", 1), ffi.new("int64_t[]", [0])
+        ptrs[0] = store.max_offset_watch("T", 0)
+        seen, poke = ffi.new("int64_t[1]", [0]), ffi.new("int32_t[1]")
+
+        def wait(max_count=32):  # (bodies, lingers of this thread after it)
+            i, got = wait_read(_addr(store.cb.ctl), _addr(ptrs), _addr(offs), 1, 0, _addr(seen), -1, _addr(poke),
+                               0, 0, int(5e9), [reader.st], max_count, False, 0)
+            assert i == 0 and got is not None
+            offs[0] = got[1]
+            return [m.body for m in got[0]], _hot.linger_tune(0, 0)
+
+        def waits():  # a fresh thread: the gaps and the lingers are counted per thread
+            _hot.linger_tune(int(10e9), int(0.3e9))  # back to back: within 10 s; linger 300 ms
+            out["first"] = wait()  # the queue's first answer: nothing to measure its news by
+            store.put("T", 0, b"b", {})
+            threading.Timer(0.05, store.put, ("T", 0, b"c", {})).start()
+            out["lingered"] = wait()  # 1 new entry < 16: sleeps 300 ms, and c comes meanwhile
+            for k in range(20):
+                store.put("T", 0, b"d%d" % k, {})
+            out["half_full"] = wait()  # 20 >= 16: read at once
+            store.put("T", 0, b"e", {})
+            out["one_at_a_time"] = wait(max_count=1)  # a read of one: never lingers
+            _hot.linger_tune(0, 1000)  # a 1 us linger: one entry in the 50 ms since is slow news
+            time.sleep(0.05)
+            store.put("T", 0, b"f", {})
+            out["slow"] = wait()
+
+        t = threading.Thread(target=waits)
+        try:
+            t.start()
+            t.join(30)
+        finally:
+            _hot.linger_tune(-1, -1)
+        assert out["first"] == ([b"a"], 0), out
+        assert out["lingered"] == ([b"b", b"c"], 1), out
+        assert out["half_full"] == ([b"d%d" % k for k in range(20)], 1), out
+        assert out["one_at_a_time"] == ([b"e"], 1), out
+        assert out["slow"] == ([b"f"], 1), out
+    finally:
+        store.close()
