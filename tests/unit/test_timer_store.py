@@ -259,12 +259,8 @@ def test_batch_with_timer_properties_is_refused(env):
         p.put(PutRequest("T", body, {tr.P_TIMER_DELAY_MS: "500"}, queue_id=0, write_queues=1, batch=True))
 
 
-def test_timer_service_sleeps_through_plain_appends_and_wakes_for_a_timer(store_root):
-    """The timer service sleeps on the timer topic's own futex word: a stream of plain appends
-    (a local producer's) wakes it not once, and a timer appended meanwhile is still taken in at
-    once and fires on time (max_wait is 3 s here, so only that wake-up explains a delivery
-    within 2 s)."""
-    import threading
+def _counted_timer_service(store_root, max_wait):
+    """A started TimerService on a fresh store that notes the time of each of its rounds."""
     import time
 
     from shmq.broker.supervisor.timer_service import TimerService
@@ -277,8 +273,20 @@ def test_timer_service_sleeps_through_plain_appends_and_wakes_for_a_timer(store_
             rounds.append(time.monotonic())
             return super().round()
 
-    svc = Counted(s, p, max_wait=3.0)
+    svc = Counted(s, p, max_wait=max_wait)
     svc.start()
+    return s, p, svc, rounds
+
+
+def test_timer_service_sleeps_through_plain_appends_and_wakes_for_a_timer(store_root):
+    """The timer service sleeps on the timer topic's own futex word: a stream of plain appends
+    (a local producer's) wakes it not once, and a timer appended meanwhile is still taken in at
+    once and fires on time (max_wait is 3 s here, so only that wake-up explains a delivery
+    within 2 s)."""
+    import threading
+    import time
+
+    s, p, svc, rounds = _counted_timer_service(store_root, max_wait=3.0)
     stop = threading.Event()
 
     def plain():
@@ -316,18 +324,7 @@ def test_timer_service_stop_and_wake_end_its_sleep(store_root):
     wake() end that sleep through shmq_wake_timer instead of waiting it out (30 s here)."""
     import time
 
-    from shmq.broker.supervisor.timer_service import TimerService
-    s = MessageStore.open(small_config(store_root), tag_code=DEFAULT_LEVELS.tag_code)
-    p = PutPipeline(s, "C")
-    rounds = []
-
-    class Counted(TimerService):
-        def round(self):
-            rounds.append(time.monotonic())
-            return super().round()
-
-    svc = Counted(s, p, max_wait=30.0)
-    svc.start()
+    s, p, svc, rounds = _counted_timer_service(store_root, max_wait=30.0)
     try:
         deadline = time.monotonic() + 5
         while not rounds and time.monotonic() < deadline:
