@@ -113,6 +113,14 @@ class HandoffSelector(selectors.EpollSelector):
                 pool.mark = tasks[0] if tasks else None
                 pool.marked = _monotonic()
 
+    def look(self, spread: int) -> None:
+        """What the last C wait asked of the spare tasks (``*spread``): 1 their look now, 3 a
+        look just set (its mark), 2 a look not due yet (nothing)."""
+        if spread == 1:
+            self.respread()
+        elif spread == 3:
+            self.marks()
+
     def detach(self, h) -> None:
         for i, kept in enumerate(self._keep):
             if kept == h:
@@ -122,10 +130,8 @@ class HandoffSelector(selectors.EpollSelector):
         spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later, 3 set)
         if not self.owed and not spread:
             return super().select(timeout)
-        if spread == 1:
-            self.respread()
-        elif spread == 3:
-            self.marks()
+        if spread:
+            self.look(spread)
         self.owed = False
         # This runs once per pulled message of a caught-up TCP consumer: no min / max / ceil
         # calls (a builtin's argument parsing is ~800 instructions), and the usual single event
@@ -205,10 +211,8 @@ class ClientLoop(asyncio.SelectorEventLoop):
         sel = self.handoff
         sel.owed = False
         spread = sel._spread[0]
-        if spread == 1:  # (2: spare tasks whose look is not due yet; 3: one just set)
-            sel.respread()
-        elif spread == 3:
-            sel.marks()
+        if spread:
+            sel.look(spread)
         if timeout is None:
             ms = -1
         elif timeout <= 0:

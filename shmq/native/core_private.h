@@ -172,11 +172,15 @@ SHMQ_HIDDEN int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, in
  * the one word the supervisor's timer service sleeps on (shmq_wait_timer): every other append
  * (thousands a second in a busy store) wakes no timer thread. Bumped after the publish, so a
  * timer service that loaded timer_seq before it read the timer queue misses no entry. */
+static inline void wake_timer(shmq_ctl *c) {
+    ADD_SC(&c->pos.timer_seq, 1);
+    if (LOAD_SC(&c->pos.timer_waiters)) futex_wake(&c->pos.timer_seq, INT_MAX);
+}
+
 static inline void notify_timer(shmq_ctl *c, const shmq_queue_slot *qs) {
     if (qs->topic_len != SHMQ_PROP_LEN(SHMQ_TIMER_TOPIC) || memcmp(qs->topic, SHMQ_TIMER_TOPIC, qs->topic_len))
         return;
-    ADD_SC(&c->pos.timer_seq, 1);
-    if (LOAD_SC(&c->pos.timer_waiters)) futex_wake(&c->pos.timer_seq, INT_MAX);
+    wake_timer(c);
 }
 
 static inline void fault(shmq_writer *w, int point) {

@@ -147,10 +147,7 @@ uint32_t shmq_wait_timer(shmq_ctl *c, uint32_t seen, int64_t timeout_ns) {
 /* Ends a shmq_wait_timer at once (the timer service's stop and wake, a cleanup's roll request):
  * the bump an append into the timer topic makes (notify_timer), so the service just runs a round
  * that finds nothing new. Lets that service sleep until its next due time instead of polling. */
-void shmq_wake_timer(shmq_ctl *c) {
-    ADD_SC(&c->pos.timer_seq, 1);
-    if (LOAD_SC(&c->pos.timer_waiters)) futex_wake(&c->pos.timer_seq, INT_MAX);
-}
+void shmq_wake_timer(shmq_ctl *c) { wake_timer(c); }
 
 int shmq_wait_flushed(shmq_ctl *c, int64_t target, int64_t timeout_ns) {
     shmq_positions *p = &c->pos;
