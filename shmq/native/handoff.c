@@ -31,35 +31,30 @@ int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms) {
     __atomic_add_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
     if (__atomic_load_n(&h->seq, __ATOMIC_SEQ_CST) == seen) {
         struct timespec ts = {timeout_ms / 1000, (long)(timeout_ms % 1000) * 1000000L};
-        if (syscall(SYS_futex, &h->seq, FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? NULL : &ts, NULL, 0) < 0) {
+        if (syscall(SYS_futex, &h->seq, FUTEX_WAIT_PRIVATE, seen, timeout_ms < 0 ? NULL : &ts, NULL, 0) < 0)
             r = -errno;
-        } else {
-            /* woken by a post, which counted this thread in woken before its FUTEX_WAKE: taken
-             * back here, before the caller looks at the queue (the loop's pay in
-             * shmq_handoff_epoll relies on that order); never below 0 (a wake-up no post
-             * counted takes nothing). */
-            int32_t w = __atomic_load_n(&h->woken, __ATOMIC_SEQ_CST);
-            while (w > 0 && !__atomic_compare_exchange_n(&h->woken, &w, w - 1, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
-                ;
-        }
+        /* back from the futex, however: this thread looks at the queue next, so the mark a
+         * post's wake-up set is cleared here, before that look (the loop's pay in
+         * shmq_handoff_epoll relies on that order). A mark, not a count: a count must balance
+         * exactly or a hand-over waits for the look for good; a mark any returning thread
+         * clears can at worst let the loop wake one thread more. */
+        __atomic_store_n(&h->woken, 0, __ATOMIC_SEQ_CST);
     }
     __atomic_sub_fetch(&h->waiters, 1, __ATOMIC_SEQ_CST);
     return r;
 }
 
-/* Wake up to n of the threads asleep (seq already bumped). woken is raised before the
- * FUTEX_WAKE and lowered by the ones it did not wake after it, so a woken thread's own
- * decrement (shmq_handoff_wait) always finds its count there: woken is never short of the
- * threads still on their way back, only over, by the ones being woken right now. */
+/* Wake up to n of the threads asleep (seq already bumped; only the loop thread wakes). woken
+ * is set before the FUTEX_WAKE, so a woken thread's clearing (shmq_handoff_wait) always comes
+ * after it, and cleared again when the call woke nobody. */
 static void wake(shmq_handoff *h, int n) {
     int w = n > 0 ? __atomic_load_n(&h->waiters, __ATOMIC_SEQ_CST) : 0;
     if (w <= 0)  /* no thread asleep, or none to wake: no system call */
         return;
     int k = n < w ? n : w;
-    __atomic_add_fetch(&h->woken, k, __ATOMIC_SEQ_CST);
-    long r = syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, k, NULL, NULL, 0);
-    if (r < k)
-        __atomic_sub_fetch(&h->woken, k - (r > 0 ? (int)r : 0), __ATOMIC_SEQ_CST);
+    __atomic_store_n(&h->woken, 1, __ATOMIC_SEQ_CST);
+    if (syscall(SYS_futex, &h->seq, FUTEX_WAKE_PRIVATE, k, NULL, NULL, 0) <= 0)
+        __atomic_store_n(&h->woken, 0, __ATOMIC_SEQ_CST);
 }
 
 void shmq_handoff_post(shmq_handoff *h, int n) {

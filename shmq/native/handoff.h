@@ -9,8 +9,8 @@
 
 /* CDEF-BEGIN */
 /* seq: bumped by every post (the futex word); waiters: consume threads inside
- * shmq_handoff_wait; woken: threads a post woke that have not yet come back from their futex
- * wait (so have not yet looked at the task queue). The loop thread's own fields (only
+ * shmq_handoff_wait; woken: 1 from a post's wake-up until a thread comes back from its futex
+ * wait (and so looks at the task queue next), else 0. The loop thread's own fields (only
  * that thread reads or writes them, in Python or in shmq_handoff_epoll): posts: tasks it
  * handed over since its last sleep; spare: those of them it woke no thread for (the one
  * thread woken a turn takes them in turn); due: when spare tasks still
