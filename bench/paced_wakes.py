@@ -87,14 +87,16 @@ def vol_switches(pid: int) -> int:
     return n
 
 
-def wait_sending(pid: int, limit_s: float = 60) -> None:
-    """Until the producer sleeps more than 3,000 times a second (it is pacing its sends)."""
+def wait_sending(pid: int, limit_s: float = 60, per_s: int = 3000) -> None:
+    """Until the producer sleeps more than ``per_s`` times a second (it is pacing its sends; the
+    row's sync producer sleeps once a send, which on a loaded machine is 2,000/s or fewer: a
+    3,000 mark there waited out its 60 s and measured a window after the row had ended)."""
     end = time.monotonic() + limit_s
     last = vol_switches(pid)
     while time.monotonic() < end:
         time.sleep(0.1)
         now = vol_switches(pid)
-        if now - last > 300:
+        if now - last > per_s // 10:
             return
         last = now
 
@@ -161,7 +163,7 @@ def main() -> None:
                 break
             time.sleep(0.05)
         prod = next(pid for pid, r in roles.items() if r == "producer")
-        wait_sending(prod)
+        wait_sending(prod, per_s=300 if a.mode == "row" else 3000)
         roles = procs_of(root)  # (every thread made by now: perf follows those it attached to)
         if a.mode == "row":
             roles[run.pid] = "producer"
