@@ -423,7 +423,10 @@ class ClientInstance:
         if not addrs:
             return None, False
         addr = addrs.get(broker_id)
-        if addr is not None and self._unreachable.get(addr, 0) <= time.monotonic():  # the usual case
+        # the usual case; no clock read while no address was ever marked unreachable (a TCP
+        # consumer asks once per pull, so once per message when caught up)
+        unreachable = self._unreachable
+        if addr is not None and (not unreachable or unreachable.get(addr, 0) <= time.monotonic()):
             return addr, broker_id != 0
         now = time.monotonic()
         order = [broker_id] + sorted(i for i in addrs if i != broker_id)
