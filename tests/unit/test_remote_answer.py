@@ -446,3 +446,24 @@ def test_the_c_answers_sendresult_is_the_python_paths_in_every_view():
         del got[2].queue_offset
         with pytest.raises(AttributeError):
             got[2].queue_offset
+
+
+def test_a_template_answers_fields_are_read_as_the_python_path_reads_them(template):
+    """An answer matched against the template has its three fields read by position (send_answer.h
+    success_fields, no key compared): a queueId other than the queue asked, or a queueId or
+    queueOffset that is not an integer the scanner reads, leaves it to the Python path, and each
+    send's outcome is the Python path's."""
+    p = answer_pieces()
+    cases = [("1", "9"), ("01", "9"), ("2", "9"), ("-1", "9"), ("x", "9"), ("", "9"), ("1", "-1"), ("1", "x"),
+             ("1", ""), ("1", "12345678901234567"), ("1", "1234567890123456789"), ("1", "+3"), ("1", "00")]
+    frames = []
+    for o, (qid, off) in enumerate(cases, 1):
+        head = p[0] + MID.encode() + p[1] + qid.encode() + p[2] + off.encode() + p[3] + b"%d" % o + p[4]
+        frames.append(struct.pack(">ii", 4 + len(head), len(head)) + head)
+        assert template == "scanner" or _answer.match(frames[-1][4:]) is not None  # each one the template's
+    opaques = list(range(1, len(cases) + 1))
+    stream = b"".join(frames)
+    py = run_answers(None, [stream], opaques)
+    assert run_answers(answers, [stream], opaques) == py
+    out = py[0]
+    assert out[1][4] == 9 and out[2][4] == 9 and out[3][3] == MessageQueue("T", "b", 2)
