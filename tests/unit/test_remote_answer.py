@@ -467,3 +467,38 @@ def test_a_template_answers_fields_are_read_as_the_python_path_reads_them(templa
     assert run_answers(answers, [stream], opaques) == py
     out = py[0]
     assert out[1][4] == 9 and out[2][4] == 9 and out[3][3] == MessageQueue("T", "b", 2)
+
+
+def test_a_callback_run_by_the_c_answer_is_run_once_and_its_error_only_logged(caplog):
+    """The C answer runs the send's callback itself (remote_answer.c resolve_future) as
+    SendFuture._finish does: once, with the SendResult, after the value is set; an Exception it
+    raises is logged and the send keeps its result; a function it adds with add_done_callback
+    runs once; a send whose add_done_callback list existed before is completed by the Python
+    path, the same."""
+    seen, added = [], []
+
+    def boom(r):
+        seen.append(("boom", r.queue_offset))
+        raise ValueError("the caller's bug")
+
+    def adds(r):
+        seen.append(("adds", r.queue_offset))
+        futs[2].add_done_callback(lambda f: added.append(f.result().queue_offset))
+
+    async def go():
+        conn = Connection({}, Limits())
+        conn.fast = answers
+        conn.connection_made(_Transport())
+        for o, cb in ((1, boom), (2, adds), (3, lambda r: seen.append(("pre", r.queue_offset)))):
+            futs[o] = conn._pending[o] = AsyncSend(NO_RETRY, cb, MQ, None, "U%d" % o, 3)
+        futs[3].add_done_callback(lambda f: added.append(-f.result().queue_offset))
+        conn.data_received(b"".join(answer(o, qid=1, offset=100 + o) for o in (1, 2, 3)))
+        return sorted(conn._pending)
+
+    futs: dict = {}
+    with caplog.at_level("ERROR", logger="shmq.client"):
+        assert asyncio.run(go()) == []
+    assert seen == [("boom", 101), ("adds", 102), ("pre", 103)] and added == [102, -103]
+    assert [futs[o].result(0).queue_offset for o in (1, 2, 3)] == [101, 102, 103]
+    errs = [r for r in caplog.records if "send callback" in r.getMessage()]
+    assert len(errs) == 1 and errs[0].exc_info[0] is ValueError
