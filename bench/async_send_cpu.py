@@ -13,6 +13,10 @@ repeat on a loaded machine where wall-clock rates do not):
     # the same, each send with a callback (a Python function counting its calls), as a user who
     # passes one (the callback's own frame counted too)
     valgrind --tool=callgrind --toggle-collect=a_answers .venv/bin/python bench/async_send_cpu.py answers-cb 12000
+    # the oneway lane's put (Lane.put) of one queue's frames, many a millisecond as at a real rate
+    # (callgrind's slowness leaves a producer few a millisecond); per put = (Ir(N2) - Ir(N1)) / (N2 - N1)
+    valgrind --tool=callgrind .venv/bin/python bench/async_send_cpu.py puts 20000
+    valgrind --tool=callgrind .venv/bin/python bench/async_send_cpu.py puts 60000
 
 The caller's count includes ``Message()`` and the loop (~2,000 instructions); no socket is used.
 """
@@ -100,7 +104,22 @@ def answers(n: int, with_callback: bool = False) -> None:
     assert calls[0] == (n if with_callback else 0)
 
 
+def puts(n: int) -> None:
+    from shmq.client.oneway import EMONTH, LOOK
+    p = Producer("pg", local="never")
+    pieces = p._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    lane = Lane([].append, "mark", 1 << 30, 1 << 24)
+    put, take = lane.put, lane.take
+    for i in range(n):
+        st = put("127.0.0.1:1", pieces, 0, 0, None, BODY)
+        while st == LOOK or st == EMONTH:
+            st = put("127.0.0.1:1", pieces, 0, 0, None, BODY)
+        if not (i & 4095):
+            take()
+
+
 if __name__ == "__main__":
-    {"caller": caller, "answers": answers, "answers-cb": lambda n: answers(n, True)}[sys.argv[1]](int(sys.argv[2]))
+    {"caller": caller, "answers": answers, "answers-cb": lambda n: answers(n, True),
+     "puts": puts}[sys.argv[1]](int(sys.argv[2]))
     sys.stdout.flush()
     os._exit(0)  # (the started producer's threads are not waited for)
