@@ -10,6 +10,13 @@ repeat on a loaded machine where wall-clock rates do not):
     # worker's C path writes them) to N lane sends, read by _answer.answers in 64 KiB reads;
     # per answer = Ir / N
     valgrind --tool=callgrind --toggle-collect=a_answers .venv/bin/python bench/async_send_cpu.py answers 12000
+    # the same, each send with a callback (a Python function counting its calls), as a user who
+    # passes one (the callback's own frame counted too)
+    valgrind --tool=callgrind --toggle-collect=a_answers .venv/bin/python bench/async_send_cpu.py answers-cb 12000
+    # the oneway lane's put (Lane.put) of one queue's frames, many a millisecond as at a real rate
+    # (callgrind's slowness leaves a producer few a millisecond); per put = (Ir(N2) - Ir(N1)) / (N2 - N1)
+    valgrind --tool=callgrind .venv/bin/python bench/async_send_cpu.py puts 20000
+    valgrind --tool=callgrind .venv/bin/python bench/async_send_cpu.py puts 60000
 
 The caller's count includes ``Message()`` and the loop (~2,000 instructions); no socket is used.
 """
@@ -59,7 +66,7 @@ def caller(n: int) -> None:
     run(n)
 
 
-def answers(n: int) -> None:
+def answers(n: int, with_callback: bool = False) -> None:
     pieces = answer_pieces()
     p = Producer("pg-cpu", local="never")
     mq = MessageQueue("T", "b", 0)
@@ -73,10 +80,16 @@ def answers(n: int) -> None:
                       pieces[3], b"%d" % opaque, pieces[4]))
         return struct.pack(">ii", 4 + len(h), len(h)) + h
 
+    calls = [0]
+
+    def counted(result) -> None:  # a user's callback
+        calls[0] += 1
+
+    cb = counted if with_callback else None
     done = 0
     while done < n:
         k = min(2000, n - done)
-        futs = [lane.put_async("a", t.template.pieces, 0, None, m.body, m, p, None, mq, 3.0, 0) for _ in range(k)]
+        futs = [lane.put_async("a", t.template.pieces, 0, None, m.body, m, p, cb, mq, 3.0, 0) for _ in range(k)]
         _, _, waiters, _ = lane.take()
         conn._pending = _answer.Pending()  # the connection's table (native/pending_table.c)
         conn._pending.update(waiters)  # the segment's Run moved in, as Connection.start_lane does
@@ -88,9 +101,25 @@ def answers(n: int) -> None:
             pos += used
         assert not conn._pending and all(f.done() for f in futs)
         done += k
+    assert calls[0] == (n if with_callback else 0)
+
+
+def puts(n: int) -> None:
+    from shmq.client.oneway import EMONTH, LOOK
+    p = Producer("pg", local="never")
+    pieces = p._frames.get(MessageQueue("T", "b", 0), "TBW102", 4, False, True).template.pieces
+    lane = Lane([].append, "mark", 1 << 30, 1 << 24)
+    put, take = lane.put, lane.take
+    for i in range(n):
+        st = put("127.0.0.1:1", pieces, 0, 0, None, BODY)
+        while st == LOOK or st == EMONTH:
+            st = put("127.0.0.1:1", pieces, 0, 0, None, BODY)
+        if not (i & 4095):
+            take()
 
 
 if __name__ == "__main__":
-    {"caller": caller, "answers": answers}[sys.argv[1]](int(sys.argv[2]))
+    {"caller": caller, "answers": answers, "answers-cb": lambda n: answers(n, True),
+     "puts": puts}[sys.argv[1]](int(sys.argv[2]))
     sys.stdout.flush()
     os._exit(0)  # (the started producer's threads are not waited for)

@@ -18,8 +18,7 @@ import zlib
 
 from shmq.errors import (BrokerError, FlushDiskTimeout, InvalidMessage, MessageTooLarge,
                          RemotingError, ReplicationError, ShmqError, StaleSegment)
-from shmq.message.batch import encode_batch
-from shmq.message.names import RETRY_PREFIX, TAGS, TBW102, TRAN_MSG
+from shmq.message.names import TAGS, TBW102, TRAN_MSG
 from shmq.message.properties import NAME_VALUE_SEP, PROPERTY_SEP, encode_properties
 from shmq.native import ProducerBase
 from shmq.protocol import RemotingCommand, RequestCode, SyncRemotingClient, request
@@ -31,14 +30,14 @@ from shmq.store.put import PutRequest
 from .async_lane import send_plain_async
 from .instance import ClientInstance
 from .local import LocalLinks
-from .local_send import MAX_BATCH_BYTES, LocalSender, _tags_head
-from .message import (COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus,
-                      _ids_text)
+from .local_send import LocalSender
+from .message import COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from .oneway import send_plain
+from .producer_batch import BatchSends
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture, done_future as _done
-from .sync_send import encode_plain_batch, exchange, plain, send_batch_plain, send_plain as send_plain_sync
+from .sync_send import exchange, plain, send_batch_plain, send_plain as send_plain_sync
 from .uniq_id import new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
@@ -48,11 +47,12 @@ _UNIQ_HEAD = UNIQ_KEY + NAME_VALUE_SEP
 _TAGS_HEAD, _TAGS_END = TAGS + NAME_VALUE_SEP, PROPERTY_SEP + _UNIQ_HEAD
 
 
-class Producer(ProducerBase):
+class Producer(ProducerBase, BatchSends):
     """``send``, ``send_batch`` and ``send_async`` are C (``ProducerBase``,
     shmq/native/hot_producer.c): the local C send (``_hot`` / ``_hot_batch``) or the plain TCP
     async send (``_hot_async``, native/async_plain.c) first, then ``_send`` / ``_send_batch`` /
-    ``_send_async`` below for everything it does not take."""
+    ``_send_async`` below for everything it does not take (the batch steps: ``BatchSends``,
+    client/producer_batch.py)."""
 
     def __init__(self, group: str, namesrv: str = "127.0.0.1:9876", *, local: str = "auto",
                  send_timeout: float = 3.0, retry_times_when_send_failed: int = 2,
@@ -437,39 +437,6 @@ class Producer(ProducerBase):
         """An async send to a broker whose store is mapped here: done at once."""
         return _done(callback, self._send_local(link, mq, msg, *self._prepare(msg), info))
 
-    def send_batch_async(self, msgs: list[Message], callback=None, timeout: float | None = None
-                         ) -> SendFuture:
-        """``send_batch`` without waiting (RocketMQ's ``send(Collection, SendCallback)``): a Future of
-        its SendResult, ``callback(result_or_exception)`` when done. Over TCP several batches are in
-        flight on the one connection (retried on the same broker as ``send_async``); the same
-        checks as ``send_batch``, whose errors the Future carries."""
-        try:
-            if not msgs:
-                raise InvalidMessage("an empty batch")
-            if self._fast is not None:  # (a never-local producer's _hot_batch is a sync TCP send)
-                r = self._hot_batch(msgs)
-                if r is None:
-                    r = self._fast.send_batch(msgs)
-                if r is not None:
-                    return _done(callback, r)
-            batch, ids = self._batch_body(msgs)
-            info = self._publish_info(msgs[0].topic)
-            mq = self._select(info, None)
-            link = None if info.via_default else self.links.get(mq.broker_name)
-            if link is not None:
-                return _done(callback, self._send_local(link, mq, None, batch, {}, 0, info,
-                                                        batch_ids=ids if ids.__class__ is str else _ids_text(ids)))
-            req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
-        except Exception as e:
-            return _done(callback, e)
-        send = AsyncSend(self, callback, mq, req, ids, timeout or self.send_timeout)
-        try:
-            send.submit()
-        except Exception as e:  # noqa: BLE001
-            if not send.done():
-                send._fail(e)
-        return send
-
     def _send_oneway(self, msg: Message) -> None:  # (ProducerBase.send_oneway's C step first)
         if send_plain(self, msg):  # a plain message: its frame written in C (client/oneway.py)
             return
@@ -496,98 +463,3 @@ class Producer(ProducerBase):
             self._send_local(link, mq, msg, *self._prepare(msg), info)
         except ShmqError as e:  # oneway: the caller asked not to hear about it
             log.debug("oneway send failed: %s", e)
-
-    # ---- batch -----------------------------------------------------------------------------
-    def _send_batch(self, msgs: list[Message], timeout: float | None = None) -> SendResult:
-        """``send_batch``: one topic, no delay, not a retry topic, at most 4 MiB encoded: stored as
-        consecutive messages of one queue. ``msg_id`` of the result is the comma-joined UNIQ_KEYs."""
-        if not msgs:
-            raise InvalidMessage("an empty batch")
-        if self._fast is not None:
-            r = self._fast.send_batch(msgs)
-            if r is not None:
-                return r
-        batch, ids = self._batch_body(msgs)
-        info = self._publish_info(msgs[0].topic)
-        return self._batch_tries(batch, ids, info, time.monotonic() + (timeout or self.send_timeout))
-
-    def _batch_tries(self, batch: bytes, ids, info: TopicPublishInfo, deadline: float,
-                     mq: MessageQueue | None = None, failed: Exception | None = None) -> SendResult:
-        """``_send_batch``'s tries of the encoded ``batch``, each to the next queue (avoiding the
-        broker that failed last). ``mq``: the first try's queue, already drawn
-        (client/sync_send.send_batch_plain); with ``failed``, that try was made and raised it."""
-        last: Exception | None = None
-        avoid = None
-        first = 0
-        if failed is not None:
-            if isinstance(failed, BrokerError) and failed.code not in RETRY_CODES:
-                raise failed
-            last, avoid, mq, first = failed, mq.broker_name, None, 1
-        for _ in range(first, 1 + self.retry_times):
-            if mq is None:
-                mq = self._select(info, avoid)
-            try:
-                link = None if info.via_default else self.links.get(mq.broker_name)
-                if link is not None:
-                    if ids.__class__ is bytes:
-                        ids = _ids_text(ids)
-                    return self._send_local(link, mq, None, batch, {}, 0, info, batch_ids=ids)
-                inst = self._inst()
-                addr = inst.master_addr(mq.broker_name)
-                if addr is None:
-                    raise RemotingError(f"no address for broker {mq.broker_name}")
-                left = max(0.001, deadline - time.monotonic())
-                r = exchange(self, addr, mq, True, 0, None, batch, ids, left)  # in C (client/sync_send.py)
-                if r is not None:
-                    return r
-                req = self._remote(mq, 0, batch, "", 0, batch=True, oneway=False)
-                resp = self._invoke_sync(addr, req, left)
-                return self._send_result(resp, mq, ids)
-            except (RemotingError, BrokerError, StaleSegment) as e:
-                if isinstance(e, BrokerError) and e.code not in RETRY_CODES:
-                    raise
-                last, avoid, mq = e, mq.broker_name, None
-        raise last
-
-    def _batch_body(self, msgs: list[Message]) -> tuple[bytes, bytes | str]:
-        """The SEND_BATCH_MESSAGE body of ``msgs`` and their UNIQ_KEYs. A list of plain messages of
-        one topic and tags (what the local send's ``hot_send_batch`` takes) is checked and encoded
-        in one C call, the same encoder as the local batch's (ids: 32*n raw bytes, formatted when
-        the result's msg_id is read); anything else here, raising the precise error (ids
-        comma-joined)."""
-        topic = msgs[0].topic
-        if msgs.__class__ is list and topic.__class__ is str and not topic.startswith(RETRY_PREFIX):
-            tags = msgs[0].tags
-            head = _tags_head(tags) if tags else b""
-            r = None
-            if head is not None and _sendable(topic):
-                if len(self._sendable) >= 4096:  # the topics checked (_wire's): send_batch_plain's too
-                    self._sendable.clear()
-                self._sendable.add(topic)
-                r = encode_plain_batch(msgs, head, self.max_message_size)
-            if r is not None and r.__class__ is not int:
-                return r
-        entries, ids = [], []
-        for m in msgs:
-            if m.topic != topic:
-                raise InvalidMessage("the topic of the messages in one batch should be the same")
-            if m.delay_level:
-                raise InvalidMessage("TimeDelayLevel is not supported for batching")
-            if topic.startswith(RETRY_PREFIX):
-                raise InvalidMessage("retry group topic is not supported for batching")
-            body, props, _ = self._prepare(m, compress=False)
-            ids.append(props[UNIQ_KEY])
-            entries.append((body, encode_properties(props).encode(), m.flag))
-        batch = encode_batch(entries)
-        if len(batch) > MAX_BATCH_BYTES:
-            raise MessageTooLarge(len(batch), MAX_BATCH_BYTES)
-        return batch, ",".join(ids)
-
-
-def _sendable(topic: str) -> bool:
-    """A topic a batch may take the C encoder with; otherwise the Python path raises the error."""
-    try:
-        validate.check_sendable_topic(topic)
-    except ShmqError:
-        return False
-    return True

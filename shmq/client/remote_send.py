@@ -27,7 +27,7 @@ from shmq.protocol.headers import SendFrame, send_v2_ext
 from shmq.protocol.send_answer import answer_pieces
 
 from .message import Message, MessageQueue, SendResult, SendStatus
-from .send_future import SendFuture
+from .send_future import SendFuture, callback_raised
 
 # response codes after which RocketMQ's producer tries again (DefaultMQProducer.retryResponseCodes)
 RETRY_CODES = {17, 14, 1, 16, 204, 205, 2}
@@ -172,7 +172,7 @@ class AsyncSend(SendFuture):
             self._fail(e)
 
 
-_answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError)
+_answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError, callback_raised)
 transport.use_pending_table(_answer.Pending)  # a client connection's requests in flight: the C table
 _answer.bind_template(answer_pieces())  # this broker's SUCCESS answers are matched, not scanned
 #: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to

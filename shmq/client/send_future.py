@@ -118,8 +118,8 @@ class SendFuture:
             self._callback = None
             try:
                 cb(value)
-            except Exception:  # noqa: BLE001 - a callback's error is the caller's, not the send's
-                log.exception("send callback %r raised", cb)
+            except Exception as e:  # noqa: BLE001 - a callback's error is the caller's, not the send's
+                callback_raised(cb, e)
         if self._more is not None:
             self._run_more()
 
@@ -138,6 +138,13 @@ class SendFuture:
     def __repr__(self) -> str:
         state = ("pending", "finished", "failed")[self._state]
         return f"<SendFuture {state}>"
+
+
+def callback_raised(cb, e: Exception) -> None:
+    """A send's callback raised ``e``: logged with its traceback, the send's outcome unchanged
+    (SendFuture._finish, and native/remote_answer.c's, which runs the callback of a send its
+    answer completes)."""
+    log.error("send callback %r raised", cb, exc_info=e)
 
 
 def done_future(callback, value) -> SendFuture:

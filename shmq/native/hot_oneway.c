@@ -84,7 +84,15 @@ static void lane_dealloc(Lane *self) {
     Py_XDECREF(self->direct_after);
     PyMem_Free(self->scratch);
     PyMem_Free(self->spare);
+    sf_heads_clear(self->heads);
+    PyMem_Free(self->heads);
     Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* the lane's header heads (sf_write_kept), made at the first put; NULL (none kept) if that fails */
+static sf_head *lane_heads(Lane *self) {
+    if (!self->heads) self->heads = PyMem_Calloc(SF_HEADS, sizeof(sf_head));
+    return self->heads;
 }
 
 /* the segment a put for addr goes to: the open one for the same address (for an async put, one
@@ -181,8 +189,8 @@ PyObject *lane_oneway(Lane *self, PyObject *const *a) {
         if (!conn) return NULL;
         int r = conn == Py_None ? 0 : scratch_reserve(self, most);
         if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
-            Py_ssize_t n = sf_write(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
-                                    PyBytes_AS_STRING(a[5]), bl);
+            Py_ssize_t n = sf_write_kept(self->scratch, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                                         PyBytes_AS_STRING(a[5]), bl, lane_heads(self), a[1]);
             r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, 0, NULL, NULL) : 0;
         }
         Py_DECREF(conn);
@@ -196,8 +204,8 @@ PyObject *lane_oneway(Lane *self, PyObject *const *a) {
     seg *s = lane_seg(self, a[0], NULL, &status);
     if (!s) return NULL;
     if (seg_reserve(s, most)) return NULL;
-    Py_ssize_t n = sf_write(s->buf + s->len, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
-                            PyBytes_AS_STRING(a[5]), bl);
+    Py_ssize_t n = sf_write_kept(s->buf + s->len, &pc, sysflag, born, flag, tags, tn, id, self->opaque,
+                                 PyBytes_AS_STRING(a[5]), bl, lane_heads(self), a[1]);
     if (n < 0) {  /* nothing committed: s->len is unchanged (an empty new segment stays) */
         PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);
         return NULL;
@@ -223,9 +231,53 @@ static PyObject *bind_pending(PyObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* bind_async(AsyncSend): its slots' offsets, once at import */
+/* AsyncSend's own dealloc, installed by bind_async: its AS_N object slots cleared and the object
+ * freed. Why: the class's dealloc as Python made it, subtype_dealloc, is general (the finalizer,
+ * weakref and __dict__ checks, each class of the MRO's slots walked by its member table, the
+ * base's dealloc looked up): ~300 instructions a send in the caller (RESULTS "Session 13,
+ * async13"); this is what it comes to for a class of object slots only, which bind_async checks
+ * (as_fast_ok). An instance of a subclass keeps its own subtype_dealloc, which clears the
+ * subclass's slots and calls this as its base's; an AsyncSend whose class was given a finalizer
+ * after the bind (a __del__ set on it) goes back to the general dealloc. */
+static destructor as_general_dealloc;  /* the class's dealloc before bind_async (subtype_dealloc) */
+
+static void as_dealloc(PyObject *w) {
+    PyTypeObject *tp = Py_TYPE(w);
+    if (tp == as_type && (tp->tp_finalize || tp->tp_del)) {
+        as_general_dealloc(w);
+        return;
+    }
+    PyObject_GC_UnTrack(w);
+    for (int i = 0; i < AS_N; i++) Py_CLEAR(AS_SLOT(w, i));
+    tp->tp_free(w);
+    Py_DECREF(tp);  /* (an instance of a heap type holds its type: subtype_dealloc leaves it to the
+                     * dealloc of a heap base, this) */
+}
+
+/* cls and each base but object: a heap class of slots only (no __dict__, __weakref__ or
+ * finalizer), all AS_N object slots and nothing else */
+static int as_fast_ok(PyTypeObject *cls) {
+    if (cls->tp_basicsize != (Py_ssize_t)(sizeof(PyObject) + AS_N * sizeof(PyObject *)) || !PyType_IS_GC(cls))
+        return 0;
+    for (PyTypeObject *t = cls; t != &PyBaseObject_Type; t = t->tp_base) {
+        if (!t || !(t->tp_flags & Py_TPFLAGS_HEAPTYPE) || t->tp_dictoffset || t->tp_weaklistoffset ||
+            t->tp_finalize || t->tp_del || t->tp_dealloc != cls->tp_dealloc)
+            return 0;
+    }
+    return 1;
+}
+
+/* bind_async(AsyncSend): its slots' offsets, once at import; its dealloc made as_dealloc */
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
     if (as_bind(arg)) return NULL;
+    if (as_type->tp_dealloc != as_dealloc) {
+        if (!as_fast_ok(as_type)) {
+            PyErr_SetString(PyExc_TypeError, "bind_async: AsyncSend is not a class of its object slots only");
+            return NULL;
+        }
+        as_general_dealloc = as_type->tp_dealloc;
+        as_type->tp_dealloc = as_dealloc;
+    }
     Py_RETURN_NONE;
 }
 
@@ -332,7 +384,8 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
         if (!conn) goto fail;
         int r = conn == Py_None ? 0 : scratch_reserve(self, most);
         if (conn != Py_None && !r) {  /* (lane_direct_send: no Python code from sf_write to its send) */
-            n = sf_write(self->scratch, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl);
+            n = sf_write_kept(self->scratch, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl,
+                              lane_heads(self), a[1]);
             r = n > 0 ? lane_direct_send(self, conn, self->scratch, n, key, w, a[9]) : 0;
         }
         Py_DECREF(conn);
@@ -351,7 +404,8 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     /* registered, then written (nothing after the write can fail): a frame in the lane always
      * has its waiter */
     if (pt_run_add((pt_run *)s->waiters, key, w, self->wait_hint)) goto fail;
-    n = sf_write(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl);
+    n = sf_write_kept(s->buf + s->len, &pc, 0, born, flag, tags, tn, id, key, PyBytes_AS_STRING(a[4]), bl,
+                      lane_heads(self), a[1]);
     if (n < 0) {  /* (never, for a template's pieces: the header is far below 16 MiB) */
         pt_run_pop((pt_run *)s->waiters);
         PyErr_Format(PyExc_ValueError, "header of %zd bytes does not fit the 24-bit header length", -n);

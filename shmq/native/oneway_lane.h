@@ -47,6 +47,7 @@ typedef struct {
     char *spare;  /* a taken segment's buffer, for the next segment (lane_take) */
     size_t spare_cap;
     Py_ssize_t wait_hint;  /* the last taken segment's waiter count: the next one's dict made that size */
+    struct sf_head *heads;  /* the frames' last header heads (send_frame.h sf_write_kept), made at the first put */
 } Lane;
 
 extern PyTypeObject shmq_lane_type;

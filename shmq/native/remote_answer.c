@@ -43,7 +43,7 @@ int shmq_pending_add(PyObject *m);
  * so no frame it would refuse is taken. A send's answer has no body (MAX_ANSWER's). */
 #define MAX_TAKEN (1 << 20)
 
-static PyObject *resolve, *result_type, *send_ok, *invalid_state;
+static PyObject *resolve, *result_type, *send_ok, *invalid_state, *callback_raised;
 static shmq_result_tcp_fn result_tcp;  /* hot_result.c's, from _hot's capsule (bind) */
 static PyObject *s_pending, *s_set, *state_ok;  /* state_ok: SendFuture's _OK, 1 */
 
@@ -89,12 +89,17 @@ static int is_pending(PyObject *state) {
     return state && PyLong_CheckExact(state) && PyLong_AsLong(state) == 0;
 }
 
-/* SendFuture.set_result(w, result) (consumes result): in place when no callback is to run, as
- * its Python does it (the value, then the state, then the waiting thread's Event), else that
- * Python; 0, or -1 with an exception */
+/* SendFuture.set_result(w, result) (consumes result): in place, as its Python does it (the value,
+ * then the state, then the waiting thread's Event, then the callback, taken off first, called
+ * with the result, an Exception it raises logged by send_future.callback_raised and the send's
+ * outcome kept, then add_done_callback's functions by _run_more), or by that Python when
+ * add_done_callback's list exists before; 0, or -1 with an exception (one a callback raised that
+ * is not an Exception, as SendFuture lets it through). Why the callback here too: the two
+ * Python frames around it (set_result, _finish) were ~500 instructions of the loop thread a send
+ * for a user who passes one (RESULTS "Session 13, async13"). */
 static int resolve_future(PyObject *w, PyObject *result) {
-    PyObject *cb = AS_SLOT(w, AS_CALLBACK), *more = AS_SLOT(w, AS_MORE);
-    if ((cb && cb != Py_None) || (more && more != Py_None)) {
+    PyObject *more = AS_SLOT(w, AS_MORE);
+    if (more && more != Py_None) {
         PyObject *call[2] = {w, result};
         PyObject *r = PyObject_Vectorcall(resolve, call, 2, NULL);
         Py_DECREF(result);
@@ -110,12 +115,42 @@ static int resolve_future(PyObject *w, PyObject *result) {
     Py_XDECREF(old_state);
     Py_XDECREF(old_value);
     PyObject *ev = AS_SLOT(w, AS_EVENT);  /* read after the state: SendFuture's order */
-    if (!ev || ev == Py_None) return 0;
-    Py_INCREF(ev);
-    PyObject *r = PyObject_CallMethodNoArgs(ev, s_set);
-    Py_DECREF(ev);
-    if (!r) return -1;
-    Py_DECREF(r);
+    if (ev && ev != Py_None) {
+        Py_INCREF(ev);
+        PyObject *r = PyObject_CallMethodNoArgs(ev, s_set);
+        Py_DECREF(ev);
+        if (!r) return -1;
+        Py_DECREF(r);
+    }
+    PyObject *cb = AS_SLOT(w, AS_CALLBACK);
+    if (!cb || cb == Py_None) return 0;
+    AS_SLOT(w, AS_CALLBACK) = Py_NewRef(Py_None);  /* (its reference now this call's) */
+    Py_INCREF(result);  /* (the slot's may be replaced while the callback runs) */
+    PyObject *r = PyObject_CallOneArg(cb, result);
+    Py_DECREF(result);
+    int rc = 0;
+    if (r) {
+        Py_DECREF(r);
+    } else if (!PyErr_ExceptionMatches(PyExc_Exception)) {
+        rc = -1;
+    } else {
+        PyObject *et, *e, *tb;
+        PyErr_Fetch(&et, &e, &tb);
+        PyErr_NormalizeException(&et, &e, &tb);
+        if (tb) PyException_SetTraceback(e, tb);
+        PyObject *lr = PyObject_CallFunctionObjArgs(callback_raised, cb, e, NULL);
+        Py_XDECREF(et), Py_XDECREF(e), Py_XDECREF(tb);
+        if (lr) Py_DECREF(lr);
+        else rc = -1;
+    }
+    Py_DECREF(cb);
+    if (rc) return rc;
+    more = AS_SLOT(w, AS_MORE);  /* (added by the callback: SendFuture._finish runs them too) */
+    if (more && more != Py_None) {
+        PyObject *rm = PyObject_CallMethod(w, "_run_more", NULL);
+        if (!rm) return -1;
+        Py_DECREF(rm);
+    }
     return 0;
 }
 
@@ -234,21 +269,22 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
 }
 
 /* bind(AsyncSend, its _resolve (SendFuture.set_result), SendResult, SendStatus.SEND_OK,
- * InvalidStateError): once, at import */
+ * InvalidStateError, send_future.callback_raised): once, at import */
 static PyObject *a_bind(PyObject *self, PyObject *args) {
-    PyObject *t, *res, *r, *ok, *inv;
-    if (!PyArg_ParseTuple(args, "O!OOOO", &PyType_Type, &t, &res, &r, &ok, &inv)) return NULL;
+    PyObject *t, *res, *r, *ok, *inv, *raised;
+    if (!PyArg_ParseTuple(args, "O!OOOOO", &PyType_Type, &t, &res, &r, &ok, &inv, &raised)) return NULL;
     if (as_bind(t)) return NULL;
     if (!(result_tcp = (shmq_result_tcp_fn)PyCapsule_Import(SHMQ_RESULT_TCP_CAPSULE, 0))) return NULL;
     Py_XSETREF(resolve, Py_NewRef(res));
     Py_XSETREF(result_type, Py_NewRef(r));
     Py_XSETREF(send_ok, Py_NewRef(ok));
     Py_XSETREF(invalid_state, Py_NewRef(inv));
+    Py_XSETREF(callback_raised, Py_NewRef(raised));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef methods[] = {
-    {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError)"},
+    {"bind", (PyCFunction)a_bind, METH_VARARGS, "bind(AsyncSend, AsyncSend._resolve, SendResult, SEND_OK, InvalidStateError, callback_raised)"},
     {"bind_pull", (PyCFunction)pull_bind, METH_O, "bind_pull(TcpPull): its answers are read here too (pull_answer.c)"},
     {"pull_frame", (PyCFunction)(void (*)(void))pull_frame, METH_FASTCALL,
      "pull_frame(pieces, order, (offset, flags, commit), opaque) -> a PULL frame (pull_answer.c)"},

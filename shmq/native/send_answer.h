@@ -23,6 +23,7 @@ typedef struct {
     int64_t code, opaque, flag, version;
     span language, remark;
     int has_remark, has_ext;  /* has_remark: 1 string, 0 absent or null; has_ext: an object */
+    int tpl;  /* read by the template (sa_template_header): extFields are msgId, queueId, queueOffset */
     int n_ext;
     span key[MAX_EXT], val[MAX_EXT];
 } header;
@@ -75,11 +76,16 @@ static inline int frame_header(const char *f, Py_ssize_t n, header *h, Py_ssize_
  * queueId other than the queue asked, a transactionId / recallHandle, an integer it would
  * read otherwise, or a refusal to raise). */
 static inline int success_fields(const header *h, long queue_id, span *msg_id, int64_t *offset) {
+    int64_t v;
+    if (h->tpl) {  /* the template's three keys, each once (sa_template_of checked): no key compared */
+        *msg_id = h->val[0];
+        return rh_field_int(&h->val[1], INT64_MIN, INT64_MAX, &v) || v != queue_id ||
+               rh_field_int(&h->val[2], INT64_MIN, INT64_MAX, offset) ? -1 : 0;
+    }
     msg_id->p = (const uint8_t *)""; msg_id->n = 0;
     *offset = -1;
     for (int i = 0; i < h->n_ext; i++) {  /* in order: a repeated key's last value counts */
         const span *k = &h->key[i];
-        int64_t v;
         if (rh_is(k, "msgId")) *msg_id = h->val[i];
         else if (rh_is(k, "queueOffset")) { if (rh_field_int(&h->val[i], INT64_MIN, INT64_MAX, offset)) return -1; }
         else if (rh_is(k, "queueId")) { if (rh_field_int(&h->val[i], INT64_MIN, INT64_MAX, &v) || v != queue_id) return -1; }
@@ -137,7 +143,7 @@ static inline int sa_template_header(const sa_template *t, const char *f, Py_ssi
     if (rh_int(&c, &h->opaque, NULL)) return -1;
     p = c.p;
     if (sa_lit(t, &p, e, 4) || p != e) return -1;
-    h->code = 0, h->flag = 1, h->has_ext = 1, h->n_ext = 3;
+    h->code = 0, h->flag = 1, h->has_ext = 1, h->n_ext = 3, h->tpl = 1;
     h->has_remark = 0;
     for (int i = 0; i < 3; i++) h->key[i] = sa_keys[i], h->val[i] = v[i];
     return 0;

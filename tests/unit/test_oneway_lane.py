@@ -324,3 +324,33 @@ def test_the_frames_numbers_are_written_as_python_writes_them():
         req = p._remote(mq, flag, b"x", cmd.ext_fields["i"], v, batch=False, oneway=True)
         req.born_ms = int(cmd.ext_fields["g"])
         assert raw == req.frame(cmd.opaque)
+
+
+def test_frames_to_many_queues_interleaved_are_each_their_queues_frame():
+    """The lane keeps the last header heads of a few queues (send_frame.h sf_write_kept, keyed by
+    the template's pieces): frames to 12 queues (more than it keeps) round robin, with flags and
+    sysflags that repeat and change, many in one millisecond, are each their own queue's
+    template frame byte for byte; a template made anew for a queue (its settings changed) is read
+    anew, not the old one's head."""
+    import itertools
+
+    from shmq.protocol.command import json_text
+    p = Producer("pg", local="never")
+    lane = Lane([].append, "mark", 1 << 30, 1 << 20)
+    mqs = [MessageQueue("T%d" % (i % 3), "b", i) for i in range(12)]
+    tpls = {mq: p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, True).template for mq in mqs}
+    sent = []
+    for k, (mq, flag, sysflag) in enumerate(zip(itertools.cycle(mqs), [0] * 200 + [1, 2, 0] * 100,
+                                                [0] * 400 + [4] * 100)):
+        t = tpls[mq]
+        if k == 450:  # another queue-number setting: every template made anew
+            tpls = {m: p._frames.get(m, p.create_topic_key, 8, False, True).template for m in mqs}
+            t = tpls[mq]
+        assert _put(lane, "127.0.0.1:1", t.pieces, sysflag, flag, "A" if k % 2 else None, b"x%d" % k) in (0, NEW)
+        sent.append((mq, t, flag, sysflag, b"x%d" % k))
+    frames = _frames(lane.take()[1])
+    for raw, (mq, t, flag, sysflag, body) in zip(frames, sent, strict=True):
+        cmd = decode_command(raw[4:])
+        assert int(cmd.ext_fields["e"]) == mq.queue_id and cmd.ext_fields["b"] == mq.topic
+        assert raw == t.frame(sysflag, int(cmd.ext_fields["g"]), flag, json_text(cmd.ext_fields["i"]), body,
+                              cmd.opaque)

@@ -446,3 +446,59 @@ def test_the_c_answers_sendresult_is_the_python_paths_in_every_view():
         del got[2].queue_offset
         with pytest.raises(AttributeError):
             got[2].queue_offset
+
+
+def test_a_template_answers_fields_are_read_as_the_python_path_reads_them(template):
+    """An answer matched against the template has its three fields read by position (send_answer.h
+    success_fields, no key compared): a queueId other than the queue asked, or a queueId or
+    queueOffset that is not an integer the scanner reads, leaves it to the Python path, and each
+    send's outcome is the Python path's."""
+    p = answer_pieces()
+    cases = [("1", "9"), ("01", "9"), ("2", "9"), ("-1", "9"), ("x", "9"), ("", "9"), ("1", "-1"), ("1", "x"),
+             ("1", ""), ("1", "12345678901234567"), ("1", "1234567890123456789"), ("1", "+3"), ("1", "00")]
+    frames = []
+    for o, (qid, off) in enumerate(cases, 1):
+        head = p[0] + MID.encode() + p[1] + qid.encode() + p[2] + off.encode() + p[3] + b"%d" % o + p[4]
+        frames.append(struct.pack(">ii", 4 + len(head), len(head)) + head)
+        assert template == "scanner" or _answer.match(frames[-1][4:]) is not None  # each one the template's
+    opaques = list(range(1, len(cases) + 1))
+    stream = b"".join(frames)
+    py = run_answers(None, [stream], opaques)
+    assert run_answers(answers, [stream], opaques) == py
+    out = py[0]
+    assert out[1][4] == 9 and out[2][4] == 9 and out[3][3] == MessageQueue("T", "b", 2)
+
+
+def test_a_callback_run_by_the_c_answer_is_run_once_and_its_error_only_logged(caplog):
+    """The C answer runs the send's callback itself (remote_answer.c resolve_future) as
+    SendFuture._finish does: once, with the SendResult, after the value is set; an Exception it
+    raises is logged and the send keeps its result; a function it adds with add_done_callback
+    runs once; a send whose add_done_callback list existed before is completed by the Python
+    path, the same."""
+    seen, added = [], []
+
+    def boom(r):
+        seen.append(("boom", r.queue_offset))
+        raise ValueError("the caller's bug")
+
+    def adds(r):
+        seen.append(("adds", r.queue_offset))
+        futs[2].add_done_callback(lambda f: added.append(f.result().queue_offset))
+
+    async def go():
+        conn = Connection({}, Limits())
+        conn.fast = answers
+        conn.connection_made(_Transport())
+        for o, cb in ((1, boom), (2, adds), (3, lambda r: seen.append(("pre", r.queue_offset)))):
+            futs[o] = conn._pending[o] = AsyncSend(NO_RETRY, cb, MQ, None, "U%d" % o, 3)
+        futs[3].add_done_callback(lambda f: added.append(-f.result().queue_offset))
+        conn.data_received(b"".join(answer(o, qid=1, offset=100 + o) for o in (1, 2, 3)))
+        return sorted(conn._pending)
+
+    futs: dict = {}
+    with caplog.at_level("ERROR", logger="shmq.client"):
+        assert asyncio.run(go()) == []
+    assert seen == [("boom", 101), ("adds", 102), ("pre", 103)] and added == [102, -103]
+    assert [futs[o].result(0).queue_offset for o in (1, 2, 3)] == [101, 102, 103]
+    errs = [r for r in caplog.records if "send callback" in r.getMessage()]
+    assert len(errs) == 1 and errs[0].exc_info[0] is ValueError
