@@ -264,8 +264,8 @@ class IndexService:
         return offp[0], rc == _lib.SHMQ_IDX_BLANK
 
     def _prefault(self, f: IndexFile) -> None:
-        """Fault the writable file's slot pages in at once (IndexFile.prefault_slots) once
-        PREFAULT_AFTER of its pages' worth of puts came since its last msync (so a file that
+        """Fault the writable file's slot pages in at once (IndexFile.prefault_slots) once puts
+        numbering 1/PREFAULT_AFTER of its slot pages came since its last msync (so a file that
         takes a handful of keys never does), and after an msync only when the period before it
         had BUSY_PERIOD times as many (~98 % of the pages dirtied anyway: the msync after writes
         little more than it would have)."""
