@@ -14,7 +14,7 @@ lateness (due -> its wait ended), the send call and the rest (sent -> the consum
 With sched.txt, for the row's producer thread and consumer thread: every wait of more than
 200 µs between being woken (or preempted) and running, inside the window, with the time
 charged to what ran on that CPU meanwhile, by owner: the row's service processes (a broker),
-the producer's or consumer's own other threads, the harness, or anything else.
+the producer's or consumer's own other threads (by thread name), the harness, or anything else.
 """
 from __future__ import annotations
 
@@ -117,10 +117,10 @@ def _blame(name: str, row: dict, evs: list, window: tuple[int, int]) -> None:
 
     def owner(tid: int, comm: str, waiter_pid: int) -> str:
         pid = tgid.get(tid, tid)
-        if pid in services:
-            return "broker (the row's service processes)"
+        if pid in services:  # by thread: ThreadService names its OS thread (shmq-index, shmq-flush, ...)
+            return f"broker: {comm}"
         if pid == waiter_pid:
-            return "its own process's other threads"
+            return f"its own process's other threads: {comm}"
         if any(pid == p for _, p in watch.values()):
             return "the other client process (producer/consumer)"
         if pid in harness:
@@ -168,7 +168,7 @@ def _blame(name: str, row: dict, evs: list, window: tuple[int, int]) -> None:
         all_ns = sum(tot.values())
         print(f"{name} {kind} thread: {counts[kind]} waits >= {WAIT_NS // 1000} µs in the window, "
               f"{all_ns / 1e6:.1f} ms in all, the longest {worst[kind] / 1e6:.2f} ms; the CPU meanwhile ran:")
-        for who, ns in tot.most_common(8):
+        for who, ns in tot.most_common(12):
             print(f"    {ns / 1e6:7.2f} ms  {who}")
 
 

@@ -73,7 +73,7 @@ def produce(send: Callable, send_batch: Callable | None, sc: Scenario, idx: int,
             if stamp >= warm_end:
                 late(started - stamp)
                 if tail is not None:
-                    tail.rows.append((stamp, started, clock()))
+                    tail.rows.extend((stamp, started, clock()))
         else:  # as fast as possible: stamped just before the call (no list: the loop is the rate)
             stamp = clock()
             if end is not None and stamp >= end:
@@ -159,7 +159,10 @@ class Consumer:
                     add(now - stamp)
             if self.tail is not None:
                 self.tail.note_thread()
-                self.tail.rows.extend((s, now) for s in (unpack(b)[0] for b in bodies) if s >= warm_end)
+                rows = self.tail.rows
+                for s in (unpack(b)[0] for b in bodies):
+                    if s >= warm_end:
+                        rows.extend((s, now))
         n = len(bodies)
         if not self.first_ns:
             self.first_ns = now

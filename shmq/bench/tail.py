@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from array import array
 
 ENV = "SHMQ_BENCH_TAIL_DIR"
 
@@ -23,11 +24,14 @@ def directory() -> str | None:
 
 
 class TailLog:
-    """One process's records; ``dump`` writes them as ``<row>-<kind>-<pid>.json``."""
+    """One process's records; ``dump`` writes them as ``<row>-<kind>-<pid>.json``: ``rows`` is a
+    flat array of ``width`` values a message (producer 3: due, wait ended, send returned; consumer
+    2: due, received), written as a list of rows."""
 
     def __init__(self, kind: str):
         self.kind = kind
-        self.rows: list = []
+        self.width = 3 if kind == "producer" else 2
+        self.rows = array("q")
         self.tid = 0
 
     def note_thread(self) -> None:
@@ -38,7 +42,9 @@ class TailLog:
         d = directory()
         if not d:
             return
-        doc = {"kind": self.kind, "row": row, "pid": os.getpid(), "tid": self.tid, "rows": self.rows, **extra}
+        w, flat = self.width, self.rows.tolist()
+        rows = [flat[i:i + w] for i in range(0, len(flat), w)]
+        doc = {"kind": self.kind, "row": row, "pid": os.getpid(), "tid": self.tid, "rows": rows, **extra}
         with open(os.path.join(d, f"{row}-{self.kind}-{os.getpid()}.json"), "w") as f:
             json.dump(doc, f)
 

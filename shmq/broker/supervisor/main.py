@@ -161,6 +161,11 @@ class Supervisor:
         levels = DelayLevels.parse(cfg.messageDelayLevel)
         self.store = MessageStore.open(cfg.store_config(), tag_code=levels.tag_code)
         try:
+            # The consumer-offset slot table is walked only by the offsets' persist, the first
+            # time 5 s after the start: that first walk faults in the table's pages (~7-13 ms of
+            # CPU, then ~0.2 ms a walk), which landed inside the first benchmark row's window
+            # of a fresh broker (RESULTS, "Session 13, localtail13"). Once here, before serving.
+            self.store.offset_table()
             scfg = self.store.cfg
             attach.write_key(cfg.store_root, scfg.file_mode, scfg.group)  # before any worker reads it
             # segments of deleted stores whose broker was killed: nothing else ever removes them
