@@ -47,6 +47,7 @@ typedef struct {
     char *spare;  /* a taken segment's buffer, for the next segment (lane_take) */
     size_t spare_cap;
     Py_ssize_t wait_hint;  /* the last taken segment's waiter count: the next one's dict made that size */
+    PyObject *spare_run;   /* an empty Run made before a put's lane_seg, not used by it (lane_async) */
 } Lane;
 
 extern PyTypeObject shmq_lane_type;
