@@ -82,6 +82,7 @@ static void lane_dealloc(Lane *self) {
     Py_XDECREF(self->mark);
     Py_XDECREF(self->direct_conn);
     Py_XDECREF(self->direct_after);
+    Py_XDECREF(self->spare_run);
     PyMem_Free(self->scratch);
     PyMem_Free(self->spare);
     sf_heads_clear(self->heads);
@@ -350,6 +351,13 @@ static PyObject *ascii32(const char *id) {
     return s;
 }
 
+/* an unused (empty) Run back as the lane's spare, or released (its dealloc runs no Python code) */
+static void keep_run(Lane *self, PyObject *run) {
+    if (!run) return;
+    if (!self->spare_run) self->spare_run = run;
+    else Py_DECREF(run);
+}
+
 PyObject *lane_async(Lane *self, PyObject *const *a) {
     sf_pieces pc;
     if (sf_pieces_of(a[1], &pc)) return NULL;
@@ -368,7 +376,7 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     uint32_t next = self->aopaque % 0x7FFFFFFFu + 1;
     int64_t key = -(int64_t)next;  /* (no int object: the waiter's key in the Run and the Pending) */
     PyObject *uniq = ascii32(id);
-    PyObject *w = NULL;
+    PyObject *w = NULL, *run = NULL;
     if (uniq) {
         PyObject *vals[AS_N] = {NULL, NULL, a[7], Py_None, Py_None, a[6], a[8], a[5], uniq, a[9], a[10]};
         w = new_waiter(vals);
@@ -395,12 +403,22 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
             return w;
         }
     }
+    /* the Run a new segment needs, made before lane_seg: from lane_seg's return to the write no
+     * Python code may run, for the loop thread's take frees the segment. A GC object's allocation
+     * may collect (CPython 3.11), a finalizer then runs Python code and the GIL may pass to the
+     * loop thread: a Run made after lane_seg went into a segment taken and freed meanwhile, and
+     * the put's frame and waiter were lost (test_async_lane.py's finalizer test). Kept
+     * for the next put when the segment has one; taken off the lane first: a put of another
+     * thread in lane_seg's Python code (the marker's append) must not use the same one. */
+    run = self->spare_run;
+    self->spare_run = NULL;
+    if (!run && !(run = lane_run_type->tp_alloc(lane_run_type, 0))) goto fail;
     int status = 0;
     seg *s = lane_seg(self, a[0], a[9], &status);
     if (!s || seg_reserve(s, most)) goto fail;
     /* a Run (pending_table.h): the waiter and its opaque appended, no int or dict entry; its
      * arrays made at the size the last taken segment's reached (a burst's holds some hundred) */
-    if (!s->waiters && !(s->waiters = lane_run_type->tp_alloc(lane_run_type, 0))) goto fail;
+    if (!s->waiters) s->waiters = run, run = NULL;
     /* registered, then written (nothing after the write can fail): a frame in the lane always
      * has its waiter */
     if (pt_run_add((pt_run *)s->waiters, key, w, self->wait_hint)) goto fail;
@@ -416,8 +434,10 @@ PyObject *lane_async(Lane *self, PyObject *const *a) {
     s->frames++;
     self->bytes += n;
     self->frames++;
+    keep_run(self, run);
     return w;
 fail:
+    keep_run(self, run);
     Py_XDECREF(w);
     return NULL;
 }

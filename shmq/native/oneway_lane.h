@@ -48,6 +48,7 @@ typedef struct {
     size_t spare_cap;
     Py_ssize_t wait_hint;  /* the last taken segment's waiter count: the next one's dict made that size */
     struct sf_head *heads;  /* the frames' last header heads (send_frame.h sf_write_kept), made at the first put */
+    PyObject *spare_run;   /* an empty Run made before a put's lane_seg, not used by it (lane_async) */
 } Lane;
 
 extern PyTypeObject shmq_lane_type;

@@ -46,7 +46,7 @@ static PyObject *listed(pt_table *t, int what) {
         if (t->slots[i].val) e[n++] = t->slots[i];
     /* held while the list is made: an allocation below may collect, and a finalizer change the table */
     for (Py_ssize_t i = 0; i < n; i++) Py_INCREF(e[i].val);
-    qsort(e, (size_t)n, sizeof(pt_slot), by_order);
+    if (n > 1) qsort(e, (size_t)n, sizeof(pt_slot), by_order);  /* (e is NULL when empty: qsort's UB, UBSan) */
     PyObject *out = PyList_New(n);
     for (Py_ssize_t i = 0; out && i < n; i++) {
         PyObject *k = what == 1 ? NULL : PyLong_FromLongLong(e[i].key), *x;

@@ -136,3 +136,44 @@ def test_a_lost_connection_retries_each_send_once_on_a_new_one():
         p.shutdown()
         p._ns.close()
         sink.close()
+
+
+def test_a_put_whose_allocation_runs_a_finalizer_that_takes_the_lane_keeps_its_frame_and_waiter():
+    """A GC object's allocation may collect (CPython 3.11) and a finalizer then runs Python code,
+    during which the loop thread may take the lane's segment: here the finalizer takes it itself.
+    The put's frame and waiter still reach a take, once, and the lane's counts match what it holds
+    (a Run allocated after the segment was chosen went into a freed segment: both lost)."""
+    import gc
+
+    p = Producer("pg", local="never")
+    mq = MessageQueue("T", "b", 0)
+    jobs: list = []
+    taken: list = []
+
+    class Taker:
+        def __del__(self):
+            taken.extend(iter(lane.take, None))
+
+    def append(job):  # the marker's append leaves a cycle with a finalizer for the next collection
+        jobs.append(job)
+        gc.disable()
+        t = Taker()
+        t.me = t
+        del t
+        gc.set_threshold(1)
+        gc.enable()
+
+    lane = Lane(append, "mark", 1 << 20, 1000)
+    t = p._frames.get(mq, p.create_topic_key, p.default_queue_nums, False, False)
+    old = gc.get_threshold()
+    try:
+        ws = [lane.put_async("a", t.template.pieces, 0, None, b"x%d" % i, Message("T", b"x"), p, None, mq, 1.0, 0)
+              for i in range(3)]
+        gc.collect()
+    finally:
+        gc.set_threshold(*old)
+    taken.extend(iter(lane.take, None))
+    assert lane.queued == (0, 0)
+    frames = [f for _, data, _, _ in taken for f in _frames(data)]
+    waiters = [w for _, _, run, _ in taken if run is not None for w in run.values()]
+    assert len(frames) == 3 and waiters == ws

@@ -66,7 +66,7 @@ class Confirmer:
         """End of the turn: one flush request up to the last queued end, and the bridge armed."""
         self._post_pending = False
         q = self._queue
-        if not q:
+        if not q or self._closed():
             return
         if self.store.sync_flush:
             lib.shmq_wait_flushed(self.ctl, q[-1][0], 0)  # the flush request; never blocks
@@ -94,6 +94,8 @@ class Confirmer:
             os.read(self._fd, 8)
         except BlockingIOError:
             return
+        if self._closed():
+            return
         self._armed = False
         pos = self._confirmed()
         now = time.monotonic_ns()
@@ -107,6 +109,22 @@ class Confirmer:
         finally:
             if q:
                 self._arm()
+
+    def _closed(self) -> bool:
+        """The store was closed: its control block is unmapped and ``self.ctl`` points into the
+        hole (a read is SIGSEGV: a worker's loop still runs callbacks after its shutdown closed
+        the store, asyncio.Runner's own clean-up, and a SYNC_FLUSH test worker died so). The
+        reader goes and the queued sends get no answer: their connections are closed by then.
+        The bridge thread was ended by the close (shmq_helpers_stop); its eventfd stays open,
+        as pull_hold.py's does, so no later file takes its number."""
+        if self.store.cb.ctl is not None:
+            return False
+        self._queue.clear()
+        try:
+            self._loop.remove_reader(self._fd)
+        except (RuntimeError, ValueError):  # the loop is closed already
+            pass
+        return True
 
     def _lost_slaves(self) -> bool:
         return self.store.sync_master and self.ctl.pos.repl_slaves == 0
