@@ -49,6 +49,10 @@ class FrameDecoder:
         """Bytes of an incomplete frame held back (0 at a frame boundary)."""
         return len(self._buf)
 
+    def pending_total(self) -> int:
+        """The length word of the incomplete frame held back; -1 while fewer than its 4 bytes are."""
+        return _I32.unpack_from(self._buf, 0)[0] if len(self._buf) >= 4 else -1
+
     def take_pending(self) -> bytes:
         """The incomplete frame held back, removed from the buffer: for a caller that splits the
         stream itself from there (a server's fast path, transport.py) and feeds back what it
