@@ -42,8 +42,9 @@ ProducerBase = _hot.ProducerBase
 PUT_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_try")))
 PUT_BATCH_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_put_batch_try")))
 BATCH_PHYS_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_batch_phys")))
+QUEUE_CREATE_ADDRESS = int(ffi.cast("uintptr_t", ffi.addressof(lib, "shmq_queue_create")))
 
 __all__ = ["ffi", "lib", "hot_send", "hot_send_batch", "hot_encode_batch", "hot_send_message", "hot_read", "hot_records", "read_queue", "read_raw",
            "wait_read", "bind_ext", "bind_result", "bind_message", "MessageBase", "ExtBase", "LocalSend", "bind_topic",
            "SendResult", "ProducerBase", "RemotingSends", "PUT_ADDRESS",
-           "PUT_BATCH_ADDRESS", "BATCH_PHYS_ADDRESS"]
+           "PUT_BATCH_ADDRESS", "BATCH_PHYS_ADDRESS", "QUEUE_CREATE_ADDRESS"]

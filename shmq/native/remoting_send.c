@@ -213,6 +213,47 @@ int rs_answer(Sends *s, const char *id, size_t id_len, int32_t qid, int64_t qoff
     return 0;
 }
 
+/* a new entry (from lookup's for_insert) filled; its topic str and tc referenced */
+static int fill(Sends *s, qentry *e, PyObject *topic, const uint8_t *t, uint32_t tlen, int32_t qid) {
+    e->tb = PyMem_Malloc((size_t)tlen + 1);
+    if (!e->tb) { PyErr_NoMemory(); return -1; }
+    memcpy(e->tb, t, tlen);
+    e->tlen = tlen;
+    e->qid = qid;
+    e->nq = 0;
+    e->tc = NULL;
+    e->topic = Py_NewRef(topic);
+    s->used++;
+    return 0;
+}
+
+/* The first send to a queue of a topic whose sends the Python path served (its entry, learnt
+ * with one of its queues) under the TopicConfig still in the worker's table: learnt here, not
+ * by a trip through send.py for each queue (issue 16: that trip made the first message to a new
+ * queue over TCP cost ~10x a C send of CPU, ms on a loaded machine). send.py's checks are the
+ * topic's but for the queue id's range, checked against the topic entry's count; the queue's
+ * slot is found, or made, in the store's queue table by shmq_queue_create, as appender.slot
+ * does (the GIL released: it may wait for the store's lock). NULL: the Python path's, which
+ * learns the queue, refuses it or raises as before (the table full, the slot table full). */
+static qentry *sibling(Sends *s, const uint8_t *t, uint32_t n, int32_t qid, PyObject *topics) {
+    if (s->qcreate == NULL || s->used >= TAB_CAP / 2) return NULL;
+    qentry *te = lookup(s, t, n, TOPIC_QID, 0);
+    if (te == NULL || qid >= te->nq) return NULL;
+    PyObject *tc = PyDict_GetItemWithError(topics, te->topic);
+    if (tc != te->tc) { PyErr_Clear(); return NULL; }
+    int64_t slot;
+    Py_BEGIN_ALLOW_THREADS
+    slot = s->qcreate(s->w, t, n, qid);
+    Py_END_ALLOW_THREADS
+    if (slot < 0) return NULL;
+    qentry *e = lookup(s, t, n, qid, 1);
+    if (e == NULL || e->topic != NULL) return NULL;  /* (absent a moment ago: not reached) */
+    if (fill(s, e, te->topic, t, n, qid)) { PyErr_Clear(); return NULL; }
+    e->tc = Py_NewRef(tc);
+    e->slot = (uint32_t)slot;
+    return e;
+}
+
 /* the checks of send.py's _fast_v2 and _send_checked for a learnt queue; the queue or NULL. A
  * batch (code_batch) is checked as a send but for the batch field (SEND_BATCH_MESSAGE is a batch
  * whatever it says); remoting_batch.c checks the rest. */
@@ -234,7 +275,9 @@ static qentry *plain_send(Sends *s, header *h, PyObject *topics, int64_t *v) {
     const span *pr = &h->f[K_PROPS];
     if (pr->set && (has(pr, SHMQ_PROP_DELAY, 1) || has(pr, SHMQ_PROP_TRAN_MSG, 1) || has(pr, SHMQ_TIMER_NAME_HEAD, 0)))
         return NULL;
+    if (v[K_QID] < 0) return NULL;  /* the broker picks the queue: Python's (and no topic entry is a queue) */
     qentry *e = lookup(s, h->f[K_TOPIC].p, h->f[K_TOPIC].n, (int32_t)v[K_QID], 0);
+    if (e == NULL) e = sibling(s, h->f[K_TOPIC].p, h->f[K_TOPIC].n, (int32_t)v[K_QID], topics);
     if (e == NULL) return NULL;
     PyObject *tc = PyDict_GetItemWithError(topics, e->topic);  /* the table may have changed */
     if (tc != e->tc) { PyErr_Clear(); return NULL; }
@@ -361,31 +404,41 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
     return bad ? NULL : r;
 }
 
-/* learn(topic, qid, tc, slot): the Python path served a plain send to this queue under ``tc`` */
+/* learn(topic, qid, tc, slot[, nq]): the Python path served a plain send to this queue under
+ * ``tc``; nq > 0 (the topic's queue count, max(writeQueueNums, readQueueNums)) learns the topic
+ * too, so its other queues' first sends are learnt here (``sibling``; ``queues`` must be set) */
 static PyObject *sends_learn(Sends *s, PyObject *args) {
     PyObject *topic, *tc;
-    int qid;
+    int qid, nq = 0;
     unsigned int slot;
-    if (!PyArg_ParseTuple(args, "UiOI", &topic, &qid, &tc, &slot)) return NULL;
+    if (!PyArg_ParseTuple(args, "UiOI|i", &topic, &qid, &tc, &slot, &nq)) return NULL;
+    if (qid < 0) { PyErr_SetString(PyExc_ValueError, "queue id < 0"); return NULL; }
     Py_ssize_t tlen;
     const char *t = PyUnicode_AsUTF8AndSize(topic, &tlen);
     if (!t) return NULL;
-    qentry *e = lookup(s, (const uint8_t *)t, (uint32_t)tlen, qid, 1);
-    if (e == NULL || (e->topic == NULL && s->used >= TAB_CAP / 2)) Py_RETURN_FALSE;  /* full: Python serves */
-    if (e->topic == NULL) {
-        e->tb = PyMem_Malloc((size_t)tlen + 1);
-        if (!e->tb) return PyErr_NoMemory();
-        memcpy(e->tb, t, (size_t)tlen);
-        e->tlen = (uint32_t)tlen;
-        e->qid = qid;
-        e->topic = Py_NewRef(topic);
-        s->used++;
-    } else {
-        Py_DECREF(e->tc);
+    for (int pass = 0; pass < (nq > 0 ? 2 : 1); pass++) {
+        int32_t q = pass ? TOPIC_QID : qid;
+        qentry *e = lookup(s, (const uint8_t *)t, (uint32_t)tlen, q, 1);
+        if (e == NULL || (e->topic == NULL && s->used >= TAB_CAP / 2)) Py_RETURN_FALSE;  /* full: Python serves */
+        if (e->topic == NULL) {
+            if (fill(s, e, topic, (const uint8_t *)t, (uint32_t)tlen, q)) return NULL;
+        } else {
+            Py_CLEAR(e->tc);
+        }
+        e->tc = Py_NewRef(tc);
+        e->slot = pass ? 0 : slot;
+        e->nq = pass ? nq : 0;
     }
-    e->tc = Py_NewRef(tc);
-    e->slot = slot;
     Py_RETURN_TRUE;
+}
+
+/* queues(address of shmq_queue_create): a learnt topic's other queues are learnt by their first
+ * send (``sibling``) */
+static PyObject *sends_queues(Sends *s, PyObject *arg) {
+    void *p = PyLong_AsVoidPtr(arg);
+    if (p == NULL) { if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "null address"); return NULL; }
+    s->qcreate = (qcreate_fn)p;
+    Py_RETURN_NONE;
 }
 
 static void sends_clear_table(Sends *s) {
@@ -466,7 +519,10 @@ static void sends_dealloc(Sends *s) {
 static PyMethodDef sends_methods[] = {
     {"serve", (PyCFunction)(void (*)(void))sends_serve, METH_FASTCALL,
      "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop, end)"},
-    {"learn", (PyCFunction)sends_learn, METH_VARARGS, "learn(topic, qid, tc, slot) -> bool (False: table full)"},
+    {"learn", (PyCFunction)sends_learn, METH_VARARGS,
+     "learn(topic, qid, tc, slot[, nq]) -> bool (False: table full); nq > 0: the topic's queues 0 .. nq-1 too"},
+    {"queues", (PyCFunction)sends_queues, METH_O,
+     "queues(address of shmq_queue_create): a learnt topic's other queues are learnt by their first send"},
     {"clear", (PyCFunction)sends_clear, METH_NOARGS, "forget every learnt queue"},
     {"batches", (PyCFunction)rb_enable, METH_VARARGS,
      "batches(put_batch address, batch_phys address, code, max_body): serve SEND_BATCH_MESSAGE too"},

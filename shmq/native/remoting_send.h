@@ -17,6 +17,7 @@
  * cffi gives */
 typedef int (*put_fn)(shmq_writer *, uint32_t, const shmq_meta *, const uint8_t *, uint32_t, const uint8_t *,
                       uint32_t, shmq_result *, int);
+typedef int64_t (*qcreate_fn)(shmq_writer *, const uint8_t *, size_t, int32_t);  /* shmq_queue_create */
 typedef int (*phys_fn)(const uint8_t *, uint32_t, uint32_t, uint32_t, int64_t, uint32_t, int64_t *);
 
 /* the SEND_MESSAGE_V2 fields read, in the order ``Sends`` is given their letters */
@@ -34,8 +35,12 @@ typedef struct {
     PyObject *tc;      /* the TopicConfig the queue was learnt under */
     uint8_t *tb;       /* topic as UTF-8 */
     uint32_t tlen, slot;
-    int32_t qid;
+    int32_t qid;       /* TOPIC_QID: the topic's own entry (a queue's are >= 0) */
+    int32_t nq;        /* the topic's entry: its queue ids are 0 .. nq - 1 (send.py's range check) */
 } qentry;
+
+/* the qid of a topic's entry in the same table: a header's queue id is never looked up below 0 */
+#define TOPIC_QID INT32_MIN
 
 #define TAB_CAP 4096   /* queues learnt per worker; more are served by Python */
 
@@ -104,6 +109,7 @@ typedef struct {
     char prefix[64];
     uint32_t prefix_len;
     qentry tab[TAB_CAP];           /* open addressing on (topic, qid) */
+    qcreate_fn qcreate;            /* set by ``queues``: a learnt topic's other queues are learnt by C */
     uint32_t used;
     uint8_t *out; size_t out_len, out_cap;
     int64_t end;                   /* commit position after the last append served */

@@ -24,6 +24,7 @@ from shmq.protocol.headers import send_v2_ext
 from shmq.protocol.transport import Connection, Limits
 from shmq.store import MessageStore
 from shmq.store.put import PutPipeline
+from shmq.store.queue_files import prepare_first
 
 from ..conftest import small_config
 
@@ -134,9 +135,11 @@ def _frames():
     ]
 
 
-def _serve(root, fast: bool, chunks):
+def _serve(root, fast: bool, chunks, prepared=False):
     async def main():
         w = _Worker(root)
+        if prepared:  # T's ConsumeQueue files made ahead, as the broker's preparer does (queue_files.py)
+            prepare_first(w.store.cfg, "T", range(4))
         handlers, fp = dispatch.build(w)
         t = _Transport()
         conn = Connection(handlers, Limits())
@@ -182,9 +185,9 @@ def _records(root):
     return out
 
 
-def _compare(tmp_path, chunks, name):
-    py, none = _serve(tmp_path / f"{name}-py", False, chunks)
-    c, taken = _serve(tmp_path / f"{name}-c", True, chunks)
+def _compare(tmp_path, chunks, name, prepared=False):
+    py, none = _serve(tmp_path / f"{name}-py", False, chunks, prepared)
+    c, taken = _serve(tmp_path / f"{name}-c", True, chunks, prepared)
     assert c[0] == py[0]  # the answers, byte for byte, in the same order
     assert c[1:] == py[1:]
     assert _records(tmp_path / f"{name}-c") == _records(tmp_path / f"{name}-py")
@@ -201,6 +204,44 @@ def test_c_path_stores_and_answers_what_the_python_path_does(tmp_path):
     # by C: the second and later plain sends of each queue (2, 4, 6-8, 14, 16, 18-20); the rest by Python
     assert taken == 10
     assert out.count(b'"code":0,') == 14 and b'"code":13,' in out and b'"code":17,' in out
+
+
+def test_the_first_send_to_each_other_queue_of_a_served_topic_is_taken_by_c(tmp_path):
+    """issue 16: once the Python path has served one queue of a topic, the first send to each of
+    its other queues is served by C (learnt there, its slot made), not by a trip through send.py
+    per new queue; what is stored and answered is the Python path's, and a queue id out of the
+    topic's range or an unknown topic are still Python's."""
+    frames = [_send(1, qid=1)] + [_send(2 + q, qid=q) for q in (0, 2, 3)] + [
+        _send(6, qid=4), _send(8, topic="Unknown"), _send(9, qid=2, oneway=True), _send(10, qid=0)]
+    (out, closing, stats, _, _), taken = _compare(tmp_path, [b"".join(frames)], "siblings", prepared=True)
+    assert not closing and stats["put"] == 6  # all but 6 (queue 4 of 4) and 8 (unknown topic)
+    assert taken == 5  # 2, 3, 4 (each queue's first), 9, 10; 1 by Python
+    assert out.count(b'"code":0,') == 5 and b"queueId[4] is illegal" in out and b'"code":17,' in out
+
+
+def test_a_changed_topic_is_not_served_from_its_old_queue_count(tmp_path):
+    """A topic's entry is the TopicConfig it was learnt under: after the table changes (here the
+    topic shrinks to 2 queues), the first send to its queue 3 is the Python path's refusal."""
+    async def main():
+        w = _Worker(tmp_path / "t")
+        prepare_first(w.store.cfg, "T", range(4))
+        handlers, fp = dispatch.build(w)
+        t = _Transport()
+        conn = Connection(handlers, Limits())
+        conn.fast = fp
+        conn.connection_made(t)
+        conn.data_received(_send(1, qid=1))  # the Python path: learns T:1 and T's queues
+        assert fp(conn, _send(5, qid=-1), 0)[0] == 0  # the broker picks the queue: Python's
+        w.topics.table["T"] = TopicConfig(topicName="T", readQueueNums=2, writeQueueNums=2, perm=6)
+        n = len(t.out)
+        taken = fp(conn, _send(2, qid=3), 0)[0]  # handed back (0 bytes taken) ...
+        conn.data_received(_send(2, qid=3))  # ... and refused by the Python path
+        answer = t.out[n:]
+        w.store.close()
+        return taken, answer, w.stats["put"]
+
+    taken, answer, puts = asyncio.run(main())
+    assert taken == 0 and puts == 1 and b"queueId[3] is illegal" in answer
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])

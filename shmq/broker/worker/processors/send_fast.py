@@ -12,7 +12,10 @@ once: code 310 (not a batch) or 320 with a JSON header, the fields ``_fast_v2`` 
 transaction type, no DELAY / TRAN_MSG / TIMER_ property, to a queue the Python path has already
 served under the TopicConfig still in the worker's table (``learn``: the topic-name, system-topic,
 queue-id and order-topic checks passed for that config; a table change makes the C path hand
-the frame back, and the Python path learns the new config); a batch also needs a batch-level
+the frame back, and the Python path learns the new config), or to another queue of such a topic
+whose id is in the topic's range (learnt by C at its first send, its slot made there: the other
+checks are the topic's; without it every new queue's first send took the Python path, ~10x a
+C send's CPU, milliseconds on a loaded machine: issue 16, firstq13); a batch also needs a batch-level
 properties text the Python path has stored a batch with (``learn_batch``). Any other frame, and any non-zero
 status of the append (a file to map, a full disk, a too-large body: nothing was stored), is the
 Python path's, which answers, maps or refuses as it always did. What a send changes besides the
@@ -38,7 +41,7 @@ from shmq.errors import FlushFailed
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
 from shmq.message.names import PERM_READ
-from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, RemotingSends, ffi
+from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, QUEUE_CREATE_ADDRESS, RemotingSends, ffi
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
 from shmq.protocol.send_answer import answer_pieces, send_ext  # noqa: F401 - send_ext: send.py, admin_clients.py
@@ -74,6 +77,9 @@ class FastSends:
         # SEND_BATCH_MESSAGE too (remoting_batch.c): a body over max_message_size is Python's
         self.c.batches(PUT_BATCH_ADDRESS, BATCH_PHYS_ADDRESS, RequestCode.SEND_BATCH_MESSAGE,
                        store.cfg.max_message_size)
+        # a learnt topic's other queues are learnt by their first send, in C (remoting_send.c
+        # sibling): not a trip through send.py for every new queue (issue 16, firstq13)
+        self.c.queues(QUEUE_CREATE_ADDRESS)
         self._learnt: dict[tuple[str, int], object] = {}
         self._batch_texts: set[str] = set()
         self.pulls = None  # pull_fast.FastPulls once take_pulls is called
@@ -90,12 +96,15 @@ class FastSends:
         if self._learnt.get(key) is tc:
             return
         slot = writer.plain_call().slot
-        if not self.c.learn(topic, qid, tc, slot):
+        # the topic too: its queues 0 .. nq-1 pass send.py's checks under tc as this one did (the
+        # range is the one check that is the queue's), so C serves their first sends itself
+        nq = max(tc.writeQueueNums, tc.readQueueNums)
+        if not self.c.learn(topic, qid, tc, slot, nq):
             # full (deleted topics' queues stay learnt): start again; the live queues are learnt
             # again by their next send through the Python path
             self.c.clear()
             self._learnt.clear()
-            self.c.learn(topic, qid, tc, slot)
+            self.c.learn(topic, qid, tc, slot, nq)
         self._learnt[key] = tc
 
     def learn_batch(self, topic: str, qid: int, tc, writer, text: str) -> None:
