@@ -21,7 +21,6 @@ from .config import StoreConfig
 _TOTAL_MAGIC = struct.Struct(">iI")
 
 
-_MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)  # Linux UAPI value
 
 
 class CommitLog(files.MappedSet):
@@ -71,7 +70,7 @@ class CommitLog(files.MappedSet):
         mm = self.map(index, create=True)
         start -= start % mmap.PAGESIZE
         try:
-            mm.madvise(_MADV_POPULATE_READ, start, self.file_size - start)
+            mm.madvise(files.MADV_POPULATE_READ, start, self.file_size - start)
             return
         except (OSError, ValueError):
             pass

@@ -84,6 +84,10 @@ def ensure_dir(path: str, mode: int = 0o700, group: str | None = None) -> None:
 
 
 _FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+#: madvise advice to fault a mapping's pages in at once (Linux 5.14 UAPI values; Python 3.12 names
+#: them): READ maps them (the CommitLog's pre-touch), WRITE maps them writable (the index's slots)
+MADV_POPULATE_READ = getattr(mmap, "MADV_POPULATE_READ", 22)
+MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)
 
 
 def _create_whole(path: str, size: int, mode: int, group: str | None, size_it) -> bool:

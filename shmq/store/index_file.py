@@ -61,7 +61,7 @@ from typing import Iterable
 from shmq.errors import DiskFull, StoreClosed, StoreCorrupt, StoreError
 from shmq.message.javahash import java_string_hash
 
-from . import faults
+from . import faults, files
 
 __all__ = [
     "IndexFile", "index_key_hash", "file_size",
@@ -90,7 +90,6 @@ _BE32 = struct.Struct(">i")
 _BE64 = struct.Struct(">q")
 _NATIVE32 = struct.Struct("@I")       # "@": native mode copies the word with one memcpy
 _NATIVE64 = struct.Struct("@Q")
-MADV_POPULATE_WRITE = getattr(mmap, "MADV_POPULATE_WRITE", 23)   # Linux 5.14; Python 3.12 names it
 _INT32_MIN = -0x80000000
 _INT32_MAX = 0x7FFFFFFF
 
@@ -438,7 +437,7 @@ class IndexFile:
         caller (IndexService) asks only when puts came fast enough to dirty most of them anyway."""
         self.slots_mapped = True
         try:
-            self._map().madvise(MADV_POPULATE_WRITE, 0, self.slot_pages() * mmap.PAGESIZE)
+            self._map().madvise(files.MADV_POPULATE_WRITE, 0, self.slot_pages() * mmap.PAGESIZE)
         except (OSError, ValueError):         # an older kernel (EINVAL): the puts fault as before
             pass
 

@@ -32,6 +32,13 @@ log = logging.getLogger("shmq.broker.topics")
 FILE = "topics.json"
 
 
+def queue_count(tc: TopicConfig) -> int:
+    """A send may name the queue ids 0 .. this - 1 (SendMessageProcessor's range check: the
+    larger of the write and read queue counts). The Python send path checks it, and the C path
+    is given it for a learnt topic (processors/send_fast.py)."""
+    return max(tc.writeQueueNums, tc.readQueueNums)
+
+
 class TopicTable:
     """Topic configs by name plus the data version. ``path`` None: memory only (workers)."""
 

@@ -21,6 +21,7 @@ import random
 
 from shmq.broker.shared import control_channel as cc
 from shmq.broker.shared.control_channel import Ctl
+from shmq.broker.shared.topics import queue_count
 from shmq.errors import FlushDiskTimeout, FlushFailed, InvalidMessage, InvalidTopic, MessageTooLarge
 from shmq.message.classify import AS_SENT, PLAIN, RETRY, classify
 from shmq.message.msgid import batch_msg_ids, host_prefix, offset_msg_id_after
@@ -104,7 +105,7 @@ class Processor:
         if not self.cfg.brokerPermission & PERM_WRITE and tc.order:
             return cmd.make_response(ResponseCode.NO_PERMISSION,
                                      f"the broker[{self.cfg.brokerIP1}] sending message is forbidden")
-        if h.queueId >= max(tc.writeQueueNums, tc.readQueueNums):
+        if h.queueId >= queue_count(tc):
             return cmd.make_response(
                 ResponseCode.SYSTEM_ERROR,
                 f"request queueId[{h.queueId}] is illegal, {tc} Producer: {h.producerGroup}")

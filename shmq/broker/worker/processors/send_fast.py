@@ -37,6 +37,7 @@ from __future__ import annotations
 import socket
 import struct
 
+from shmq.broker.shared.topics import queue_count
 from shmq.errors import FlushFailed
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
@@ -98,7 +99,7 @@ class FastSends:
         slot = writer.plain_call().slot
         # the topic too: its queues 0 .. nq-1 pass send.py's checks under tc as this one did (the
         # range is the one check that is the queue's), so C serves their first sends itself
-        nq = max(tc.writeQueueNums, tc.readQueueNums)
+        nq = queue_count(tc)
         if not self.c.learn(topic, qid, tc, slot, nq):
             # full (deleted topics' queues stay learnt): start again; the live queues are learnt
             # again by their next send through the Python path
