@@ -49,7 +49,10 @@ typedef struct {
     double sub_until;         /* time.monotonic() at which the cache entry expires */
 } pentry;
 
-#define PTAB_CAP 4096  /* (group, topic, queue) learnt per worker; more are served by Python */
+/* (group, topic, queue) entries per worker, half usable (more are served by Python): one group
+ * over every queue of the store's default queue_capacity (16,384) fits; rp_state is calloc'd,
+ * so the pages are touched only as entries are learnt */
+#define PTAB_CAP 32768
 
 struct rp_state {
     PyObject *tpl;            /* the FOUND answer's header cut at nextBeginOffset, minOffset, maxOffset, opaque */

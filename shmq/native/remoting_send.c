@@ -442,6 +442,7 @@ static PyObject *sends_queues(Sends *s, PyObject *arg) {
 }
 
 static void sends_clear_table(Sends *s) {
+    if (s->tab == NULL) return;
     for (uint32_t i = 0; i < TAB_CAP; i++) {
         qentry *e = &s->tab[i];
         if (e->topic == NULL) continue;
@@ -466,6 +467,10 @@ static int sends_init(Sends *s, PyObject *args, PyObject *kw) {
         return -1;
     if (PyTuple_GET_SIZE(letters) != K_N || PyTuple_GET_SIZE(tpl) != A_N + 1 || plen >= 64) {
         PyErr_SetString(PyExc_ValueError, "letters, answer pieces or prefix of the wrong size");
+        return -1;
+    }
+    if (s->tab == NULL && (s->tab = PyMem_Calloc(TAB_CAP, sizeof *s->tab)) == NULL) {
+        PyErr_NoMemory();
         return -1;
     }
     for (int i = 0; i < K_N; i++) {
@@ -503,6 +508,7 @@ static PyObject *sends_clear(Sends *s, PyObject *unused) {
 
 static void sends_dealloc(Sends *s) {
     sends_clear_table(s);
+    PyMem_Free(s->tab);
     rt_free(s);
     rp_free(s);
     Py_CLEAR(s->held);

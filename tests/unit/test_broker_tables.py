@@ -105,3 +105,24 @@ def test_config_keys():
         c.update({"messageDelayLevel": "1s 2x"})
     assert parse_delay_levels("1s 5s 1m 2h 500ms") == [1000, 5000, 60000, 7200000, 500]
     assert BrokerConfig.from_json(c.to_json()) == c
+
+
+def test_a_pushed_table_keeps_the_objects_of_unchanged_topics(tmp_path):
+    """A worker adopting the supervisor's table keeps each unchanged topic's TopicConfig object
+    (its C send path serves a learnt queue only under the same object) and takes the new one
+    of a changed topic."""
+    sup = TopicTable(str(tmp_path / "topics.json"))
+    sup.put_many([TopicConfig(topicName="A", readQueueNums=4, writeQueueNums=4),
+                  TopicConfig(topicName="B", readQueueNums=4, writeQueueNums=4)])
+    worker = TopicTable(None)
+    worker.replace(sup.encode())
+    a, b = worker.get("A"), worker.get("B")
+    sup.put(TopicConfig(topicName="C"))                                  # a topic created elsewhere
+    sup.put(TopicConfig(topicName="B", readQueueNums=8, writeQueueNums=8))  # one changed
+    worker.replace(sup.encode())
+    assert worker.get("A") is a
+    assert worker.get("B") is not b and worker.get("B").writeQueueNums == 8
+    assert worker.get("C").topicName == "C"
+    sup.delete("A")
+    worker.replace(sup.encode())
+    assert worker.get("A") is None

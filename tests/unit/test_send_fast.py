@@ -409,7 +409,8 @@ def test_a_full_table_starts_again_and_keeps_serving(tmp_path):
         return n, consumed, list(fp._learnt), len(_send(4))
 
     n, consumed, learnt, size = asyncio.run(main())
-    assert n > 1000 and learnt == [("T", 1)] and consumed == size
+    # every queue the store's default queue table holds (16,384) is learnt before a clear
+    assert n >= 16384 and learnt == [("T", 1)] and consumed == size
 
 
 def test_a_held_store_lock_is_waited_for_without_the_gil(tmp_path):

@@ -65,9 +65,16 @@ class TopicTable:
         return msgspec.json.encode(self.wrapper(), order="sorted")
 
     def replace(self, data: bytes) -> None:
-        """Adopt a table the supervisor pushed (workers)."""
+        """Adopt a table the supervisor pushed (workers). A topic whose config is unchanged keeps
+        its TopicConfig object: the worker's C send path serves a queue only under the very
+        object it learnt it with (``tc is``, native/remoting_send.c), so a new object for every
+        topic whenever any topic is created sent every learnt queue's next send through the
+        Python path once more. The objects are never changed in place, so keeping one is keeping
+        its value."""
         w = decode_json(data, TopicConfigSerializeWrapper)
-        self.table = dict(w.topicConfigTable)
+        old = self.table
+        self.table = {name: (prev if (prev := old.get(name)) == tc else tc)
+                      for name, tc in w.topicConfigTable.items()}
         self.version = w.dataVersion
 
     def load(self) -> None:
