@@ -150,7 +150,11 @@ class LocalSender:
         p = self.producer
         info = p.instance.publish.get(topic) if p.instance is not None else None
         if t is None or (info is not None and t.info is not info):
-            t = cache[topic] = self._build(topic)
+            self._tls.building = topic  # _build's own route fetch calls learn: not twice
+            try:
+                t = cache[topic] = self._build(topic)
+            finally:
+                self._tls.building = None
         return t if t.link is not None else None
 
     def _build(self, topic: str) -> _LocalTopic:
@@ -182,6 +186,8 @@ class LocalSender:
         """The producer fetched ``topic``'s route (``Producer._publish_info``): build this
         thread's entry for it now, off the send path, so the first send to each of its queues
         finds the writer built and the queue's file mapped with its next page ready."""
+        if getattr(self._tls, "building", None) == topic:
+            return  # this thread is building it (its first send fetched the route): done there
         inst = self.producer.instance
         # only a route the cache holds (else _build's own _publish_info would fetch it again)
         if (info.queues and not info.via_default and inst is not None and inst.publish.get(topic) is info
