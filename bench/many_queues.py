@@ -14,13 +14,19 @@ Round 1 is every queue's first message; rounds 2.. are plain sends to queues alr
 Printed per path, from the same run: first-message latency (p50, p99, max; and separately the
 first message of each topic, which also builds the producer's per-topic state), plain-send
 p50/p99 of the later rounds, the ratio first p50 / plain p50 (target: <= 10), round-1
-msgs/s. Then the store's disk use: allocated bytes (st_blocks * 512) of every ConsumeQueue
+msgs/s. A LIMIT row, measured in the same run beside the store (same file system): what a new
+queue's first page costs the kernel, in a fresh 6,000,000-byte sparse file each time (as the
+store's ConsumeQueue files): map it (open + fstat + mmap + close), allocate the page (pwrite of
+4 KiB of zeros), and touch it through the mapping (its first store: a fault); the sum is the
+floor of a first message that does all of it on its path. Then the store's disk use: allocated bytes (st_blocks * 512) of every ConsumeQueue
 file, and of the whole store, against the number of queues and the bytes stored.
 """
 from __future__ import annotations
 
 import argparse
+import mmap
 import os
+import tempfile
 import statistics
 import sys
 import time
@@ -52,11 +58,43 @@ def allocated(root: str) -> tuple[int, int, int]:
     return cq_bytes, cq_files, total
 
 
+def page_limit(near: str, n: int = 200, file_bytes: int = 6_000_000) -> dict:
+    """The kernel's part of a new queue's first message, µs per part (p50 of ``n`` fresh sparse
+    files in a scratch directory beside ``near``): map, pwrite of the first page, first store."""
+    parts = {"map": [], "pwrite": [], "touch": []}
+    zeros = bytes(4096)
+    tick = time.perf_counter
+    with tempfile.TemporaryDirectory(dir=os.path.dirname(near)) as d:
+        for i in range(n):
+            path = os.path.join(d, f"{i:05d}")
+            with open(path, "wb") as f:
+                f.truncate(file_bytes)
+            a = tick()
+            fd = os.open(path, os.O_RDWR)
+            os.fstat(fd)
+            mm = mmap.mmap(fd, file_bytes)
+            b = tick()
+            os.pwrite(fd, zeros, 0)
+            c = tick()
+            mm[0] = 1
+            e = tick()
+            os.close(fd)
+            mm.close()
+            parts["map"].append(b - a)
+            parts["pwrite"].append(c - b)
+            parts["touch"].append(e - c)
+            os.unlink(path)
+    return {k: statistics.median(v) * 1e6 for k, v in parts.items()}
+
+
 def run_path(path: str, ns: str, topics: list[str], queues: int, rounds: int) -> dict:
     p = Producer(f"mq-bench-{path}", ns, local="auto" if path == "local" else "never").start()
     try:
+        learn = []
         for t in topics:
-            p._publish_info(t)  # the route, fetched before the clock starts
+            a = time.perf_counter()
+            p._publish_info(t)  # the route, fetched before the clock starts (a local producer
+            learn.append(time.perf_counter() - a)  # also maps the topic's queue files then)
         first, topic_first, plain = [], [], []
         seen: set = set()
         r1 = 0.0
@@ -78,7 +116,7 @@ def run_path(path: str, ns: str, topics: list[str], queues: int, rounds: int) ->
                 r1 = time.perf_counter() - t_round
         allf = first + topic_first
         return {"path": path, "queues": len(seen), "first": allf, "queue_first": first,
-                "topic_first": topic_first, "plain": plain, "round1_rate": len(topics) * queues / r1}
+                "topic_first": topic_first, "plain": plain, "learn": learn, "round1_rate": len(topics) * queues / r1}
     finally:
         p.shutdown()
 
@@ -90,7 +128,8 @@ def report(r: dict) -> None:
           f"  max {max(r['first']) * us:8.1f} | topic's first p50 {statistics.median(r['topic_first']) * us:8.1f}"
           f" | other queues' first p50 {statistics.median(r['queue_first'] or [0]) * us:8.1f}"
           f" | plain p50 {pp50:7.1f} us  p99 {pct(r['plain'], .99) * us:8.1f}"
-          f" | first/plain {fp50 / pp50:6.1f}x | round 1 {r['round1_rate']:9.0f} msgs/s")
+          f" | first/plain {fp50 / pp50:6.1f}x | round 1 {r['round1_rate']:9.0f} msgs/s"
+          f" | route learnt p50 {statistics.median(r['learn']) * us:7.1f} us a topic (before the clock)")
 
 
 def main(argv=None) -> int:
@@ -117,6 +156,12 @@ def main(argv=None) -> int:
         results = [run_path(path, ns, names[path], a.queues, a.rounds) for path in a.paths]
         for r in results:
             report(r)
+        lim = page_limit(store)
+        floor = sum(lim.values())
+        pp50 = min(statistics.median(r["plain"]) for r in results) * 1e6
+        print(f"LIMIT a new page of a sparse file (beside the store, p50 of 200): map {lim['map']:.1f} + pwrite 4 KiB "
+              f"{lim['pwrite']:.1f} + first store {lim['touch']:.1f} = {floor:.1f} us ({floor / pp50:.1f}x the plain p50; "
+              f"page alone {lim['pwrite'] + lim['touch']:.1f} us)")
         cq, n, total = allocated(store)
         nq = sum(r["queues"] for r in results)
         stored = sum(len(r["first"]) + len(r["plain"]) for r in results)

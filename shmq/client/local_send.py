@@ -150,7 +150,11 @@ class LocalSender:
         p = self.producer
         info = p.instance.publish.get(topic) if p.instance is not None else None
         if t is None or (info is not None and t.info is not info):
-            t = cache[topic] = self._build(topic)
+            self._tls.building = topic  # _build's own route fetch calls learn: not twice
+            try:
+                t = cache[topic] = self._build(topic)
+            finally:
+                self._tls.building = None
         return t if t.link is not None else None
 
     def _build(self, topic: str) -> _LocalTopic:
@@ -166,13 +170,29 @@ class LocalSender:
                 return self._not_eligible(topic)
             host = (p.instance.client_ip, 0)
             writers = []
+            appender = link.store.appender
             for mq in info.queues:
                 fw = link.pipeline.fast_writer(topic, mq.queue_id, host)
                 r = fw.route(_UNIQ)
                 writers.append(_Route(mq, fw, r.addr, r.sync, r))
+                # the queue's file mapped and its next page reserved now, not by the first send's
+                # append (under the store lock); once per queue of the process's writer
+                appender.prepare(fw.plain_call().slot)
             return _LocalTopic(info, p.instance.publish, link, writers, link.store.store_host)
         except ShmqError:
             return self._not_eligible(topic)
+
+    def learn(self, topic: str, info) -> None:
+        """The producer fetched ``topic``'s route (``Producer._publish_info``): build this
+        thread's entry for it now, off the send path, so the first send to each of its queues
+        finds the writer built and the queue's file mapped with its next page ready."""
+        if getattr(self._tls, "building", None) == topic:
+            return  # this thread is building it (its first send fetched the route): done there
+        inst = self.producer.instance
+        # only a route the cache holds (else _build's own _publish_info would fetch it again)
+        if (info.queues and not info.via_default and inst is not None and inst.publish.get(topic) is info
+                and kinds.classify(topic) is not kinds.RETRY):
+            self._topic(topic)
 
     def _not_eligible(self, topic: str) -> _LocalTopic:
         """An entry without a link, tied to what the route cache holds now (None while the

@@ -183,6 +183,8 @@ class Producer(ProducerBase, BatchSends):
             # a broker we had not met: tell it about this producer now, not in 30 s (the
             # transaction check-back looks for a producer of the group among its channels)
             inst.call(inst.heartbeat_all(), self.send_timeout + 1)
+        if self._fast is not None:
+            self._fast.learn(topic, info)  # a local topic's writers and queue files, made now
         return info
 
     def _select(self, info: TopicPublishInfo, avoid: str | None) -> MessageQueue:

@@ -50,6 +50,11 @@ int shmq_batch_phys(const uint8_t *batch, uint32_t batch_len, uint32_t topic_len
 
 /* the writer's own ConsumeQueue mappings, unmapped (its close; no append after) */
 void shmq_writer_unmap(shmq_writer *w);
+/* off the send path: map slot's current ConsumeQueue file into the writer and reserve + fault in
+ * the page of its next entry (what the first append would do under the lock); SHMQ_ENEEDCQ when
+ * the file does not exist yet. shmq_cq_attaches: how many maps the append made on its path. */
+int shmq_cq_prepare(shmq_writer *w, uint32_t slot);
+uint64_t shmq_cq_attaches(void);
 
 /* the client's plain local send: UNIQ_KEY formed here, properties assembled here */
 typedef struct shmq_uniq {

@@ -378,6 +378,11 @@ int64_t shmq_offset_create(shmq_writer *w, const uint8_t *key, size_t klen, int3
  * entries stored, a syscall per extent. Another writer may zero a range this one reserved:
  * harmless, it is past next_offset. */
 #define CQ_EXTENT_MAX (64 * 1024)
+#ifdef MADV_POPULATE_WRITE
+#define CQ_MADV_POPULATE_WRITE MADV_POPULATE_WRITE
+#else
+#define CQ_MADV_POPULATE_WRITE 23  /* Linux 5.14; an older kernel answers EINVAL, and the store faults */
+#endif
 static int64_t page_bytes;
 
 /* fd: the file open already (cq_attach's), or -1 to open it here. */
@@ -408,39 +413,118 @@ int cq_reserve_file(shmq_writer *w, shmq_map *m, shmq_queue_slot *qs, int64_t fi
     return rc;
 }
 
-/* A writer's ConsumeQueue mappings are its own (w->cqs, two per slot: the current file and
- * the next), made here under the lock the first time the append needs a file, and replaced
- * (the old one unmapped) when the queue moves two files on: open + mmap in C is a few
- * microseconds, where the Python mapping cost the first message to a queue three times more.
- * A file that does not exist yet answers SHMQ_ENEEDCQ: the caller creates it (sparse) and
- * calls again. Nothing else touches w->cqs but shmq_writer_unmap (the writer's close). */
-int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi) {
+/* Maps made on the append's path (cq_attach): what a test reads to see that a prepared queue's
+ * first append mapped nothing (shmq_cq_attaches). Process-wide; relaxed (a count, no order). */
+static uint64_t attaches;
+uint64_t shmq_cq_attaches(void) { return LOAD_RLX(&attaches); }
+
+/* open + fstat + mmap of file fi of the queue: reads the file only, so no lock is needed. On
+ * SHMQ_OK *fd and *addr are the caller's (close / install or munmap). */
+static int cq_open_map(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi, int *fd, void **addr) {
     shmq_ctl *c = w->ctl;
     int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
-    int fd = open_cq(c, qs, fi);
-    if (fd < 0) {
+    *fd = open_cq(c, qs, fi);
+    if (*fd < 0) {
         if (errno == ENOENT) { w->need_slot = slot; w->need_index = fi; return SHMQ_ENEEDCQ; }
         w->os_errno = errno;
         return SHMQ_ECQSPACE;
     }
     struct stat st;
     void *a = MAP_FAILED;
-    if (fstat(fd, &st) != 0) w->os_errno = errno;
+    if (fstat(*fd, &st) != 0) w->os_errno = errno;
     else if (st.st_size != fbytes) w->os_errno = EINVAL;  /* a mapping past its end would SIGBUS */
-    else if ((a = mmap(NULL, (size_t)fbytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+    else if ((a = mmap(NULL, (size_t)fbytes, PROT_READ | PROT_WRITE, MAP_SHARED, *fd, 0)) == MAP_FAILED)
         w->os_errno = errno;
-    if (a == MAP_FAILED) { close(fd); return SHMQ_ECQSPACE; }
+    if (a == MAP_FAILED) { close(*fd); return SHMQ_ECQSPACE; }
+    *addr = a;
+    return SHMQ_OK;
+}
+
+/* Under the lock: mapping a (of file fi, open as fd) becomes slot's (the one it replaces, two
+ * files back, is unmapped), and the page of the next entry is reserved while the file is open
+ * (saves cq_reserve an open). */
+static int cq_install(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi, int fd, void *a) {
+    shmq_ctl *c = w->ctl;
+    int64_t fbytes = (int64_t)c->header.cq_entries_per_file * SHMQ_CQ_ENTRY_SIZE;
     shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
     if (m->index >= 0 && m->addr) munmap(m->addr, (size_t)fbytes);
     m->addr = a;
     m->ready = 0;
     m->index = fi;
-    /* the page of the next entry, while the file is open (saves cq_reserve an open) */
     int64_t n = LOAD_RLX(&qs->next_offset) - fi * (int64_t)c->header.cq_entries_per_file;
-    int rc = SHMQ_OK;
     if (n >= 0 && n < (int64_t)c->header.cq_entries_per_file)
-        rc = cq_reserve_file(w, m, qs, fi, n * SHMQ_CQ_ENTRY_SIZE, (n + 1) * SHMQ_CQ_ENTRY_SIZE, fd);
+        return cq_reserve_file(w, m, qs, fi, n * SHMQ_CQ_ENTRY_SIZE, (n + 1) * SHMQ_CQ_ENTRY_SIZE, fd);
+    return SHMQ_OK;
+}
+
+/* A writer's ConsumeQueue mappings are its own (w->cqs, two per slot: the current file and
+ * the next), made here under the lock the first time the append needs a file (unless
+ * shmq_cq_prepare made it before, off the send path), and replaced when the queue moves two
+ * files on. A file that does not exist yet answers SHMQ_ENEEDCQ: the caller creates it (sparse)
+ * and calls again. w->cqs is read and written only under the store lock (the append,
+ * shmq_cq_prepare), or by shmq_writer_unmap (the writer's close, no append after): so threads
+ * of one process sharing the writer never race on it. */
+int cq_attach(shmq_writer *w, uint32_t slot, shmq_queue_slot *qs, int64_t fi) {
+    int fd;
+    void *a;
+    int rc = cq_open_map(w, slot, qs, fi, &fd, &a);
+    if (rc) return rc;
+    __atomic_add_fetch(&attaches, 1, __ATOMIC_RELAXED);
+    rc = cq_install(w, slot, qs, fi, fd, a);
     close(fd);
+    return rc;
+}
+
+/* Off the send path (the local producer, when it learns a topic's route: client/local_send.py):
+ * what the first append to slot's queue would do on its path, done now. The open + fstat + mmap
+ * without the lock; under it, the mapping installed (unless the writer has one already) and the
+ * page of the next entry reserved by pwrite, as the append does: under the lock because the
+ * zeros must land past next_offset's page (cq_reserve_file's comment). Then that page is faulted
+ * in writable (MADV_POPULATE_WRITE: no data written; an error, never SIGBUS, if it failed), so the
+ * first entry's store takes no fault while the page stays dirty. Crash-safe as the append's own
+ * reservation (only zeros past the last published entry); a failure (ENOSPC, a stale store) is
+ * answered here and the append meets it again and answers it as today. Disk: one page per queue
+ * prepared (see bench/RESULTS.md, Session 14, localfirst14). */
+int shmq_cq_prepare(shmq_writer *w, uint32_t slot) {
+    shmq_ctl *c = w->ctl;
+    if (slot >= c->header.queue_capacity || LOAD_ACQ(&c->queues[slot].state) != 1) return SHMQ_EINVAL;
+    shmq_queue_slot *qs = &c->queues[slot];
+    uint32_t per = c->header.cq_entries_per_file;
+    int64_t fi = LOAD_ACQ(&qs->next_offset) / per;
+    int fd;
+    void *a;
+    int rc = cq_open_map(w, slot, qs, fi, &fd, &a);
+    if (rc) return rc;
+    int64_t fbytes = (int64_t)per * SHMQ_CQ_ENTRY_SIZE;
+    rc = shmq_lock(w);
+    if (rc) { munmap(a, (size_t)fbytes); close(fd); return rc; }
+    /* as place(): a store that is not this writer's READY master is not written */
+    uint32_t state = LOAD_ACQ(&c->owner.state);
+    if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
+        rc = state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
+    else if (LOAD_ACQ(&c->owner.role) == SHMQ_ROLE_SLAVE)
+        rc = SHMQ_ESLAVE;
+    int64_t next = qs->next_offset;
+    if (rc == SHMQ_OK && next / per == fi) {  /* else the queue moved on meanwhile: the append maps */
+        uint8_t *have = cq_map(w, slot, fi);
+        shmq_map *m = &w->cqs[2 * (uint64_t)slot + (uint64_t)(fi & 1)];
+        int64_t n = next - fi * (int64_t)per;
+        if (!have) {
+            rc = cq_install(w, slot, qs, fi, fd, a);
+            have = a;
+            a = NULL;  /* installed: the writer's now */
+        } else {
+            rc = cq_reserve_file(w, m, qs, fi, n * SHMQ_CQ_ENTRY_SIZE, (n + 1) * SHMQ_CQ_ENTRY_SIZE, fd);
+        }
+        if (rc == SHMQ_OK) {
+            /* page_bytes: set by cq_reserve_file, which ran just above */
+            (void)madvise(have + n * SHMQ_CQ_ENTRY_SIZE / page_bytes * page_bytes, (size_t)page_bytes,
+                          CQ_MADV_POPULATE_WRITE);
+        }
+    }
+    shmq_unlock(w);
+    close(fd);
+    if (a) munmap(a, (size_t)fbytes);
     return rc;
 }
 

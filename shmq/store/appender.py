@@ -73,6 +73,7 @@ class Appender:
         w.scratch_cap = BATCH_SCRATCH
         self._pins: dict[tuple, object] = {}  # keeps the cdata buffers behind w->logs
         self._slots: dict[tuple[str, int], int] = {}
+        self._prepared: set[int] = set()  # slots whose files prepare() mapped (a set: GIL-atomic)
         self.lock = threading.Lock()  # one shmq_writer: one thread inside the C append at a time
         self.meta = ffi.new("shmq_meta *")
         self.out = ffi.new("shmq_result *")
@@ -146,6 +147,21 @@ class Appender:
         topic = ffi.unpack(s.topic, s.topic_len).decode()
         cq = ConsumeQueue(self.cfg, topic, s.queue_id)
         files.create_sparse(cq.path(file_index), cq.file_bytes, self.cfg.file_mode, self.cfg.group)
+
+    def prepare(self, slot: int) -> None:
+        """Off the send path (a producer learning a topic: client/local_send.py): map the
+        queue's current ConsumeQueue file into this writer and reserve and fault in the page of its
+        next entry, so its next append makes no syscall and takes no fault (shmq_cq_prepare).
+        Once per slot of this writer. Failures are left to the append, which meets them again
+        and answers them as it always did (DiskFull, StoreError, a stale store)."""
+        if slot in self._prepared:
+            return
+        rc = lib.shmq_cq_prepare(self.w, slot)
+        if rc == lib.SHMQ_ENEEDCQ:
+            self.map_cq(slot, self.w.need_index)
+            rc = lib.shmq_cq_prepare(self.w, slot)
+        if rc == 0:
+            self._prepared.add(slot)
 
     def set_fault(self, point: int, action: int) -> None:
         """Tests: make the C append pause (until killed) or kill itself at a fault point."""

@@ -6,6 +6,7 @@ the recovered CommitLog."""
 import os
 import random
 import signal
+import subprocess
 import time
 
 import pytest
@@ -71,6 +72,34 @@ def test_writers_killed_in_first_sends_to_new_queues(open_store, children, tmp_p
             os.kill(p.pid, signal.SIGKILL)
         p.wait(60)
         assert p.returncode in (-signal.SIGKILL, 0), (wid, p.returncode)
+    s.put("T", 0, b"final")  # repairs what the last victim left
+    _check(s, _acked(acks))
+
+
+def test_preparers_killed_while_writers_fill_the_queues_they_prepare(open_store, children, tmp_path):
+    """A local producer prepares a topic's queues (shmq_cq_prepare: map, pwrite of the next
+    entry's page under the lock) while other processes append to them: preparers are killed at
+    random moments (in the lock or out), writers too, and no acknowledged entry is lost."""
+    seed = random.randrange(1 << 30)
+    print(f"random seed {seed}")
+    rng = random.Random(seed)
+    s = open_store()
+    acks = tmp_path / "acks"
+    acks.mkdir()
+    for k in range(4):
+        wid = f"v{k}"
+        p = children.store_child(s.cfg.root, "prepare", wid, 150, stdout=subprocess.PIPE, text=True)
+        assert p.stdout.readline().strip() == "ready"  # every queue prepared once; it goes on
+        w = children.store_child(s.cfg.root, "spread", wid, 1200, acks / wid)
+        _wait_acks(w, acks / wid, 1)
+        time.sleep(rng.uniform(0, 0.1))
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+        if k % 2:
+            time.sleep(rng.uniform(0, 0.05))
+            os.kill(w.pid, signal.SIGKILL)
+        w.wait(60)
+        assert w.returncode in (-signal.SIGKILL, 0), (wid, w.returncode)
     s.put("T", 0, b"final")  # repairs what the last victim left
     _check(s, _acked(acks))
 

@@ -15,6 +15,10 @@
     python -m tests.helpers.store_child ROOT spread WID N ACKFILE [KILL_AT POINT]
         put N messages "WID:i", each the first of a new queue (topic WID-i//8, queue i % 8),
         acknowledged as in write.
+    python -m tests.helpers.store_child ROOT prepare PREFIX TOPICS
+        as a local producer learning routes: shmq_cq_prepare every queue (0..7) of topics
+        PREFIX-0 .. PREFIX-(TOPICS-1), over and over (prints "ready" after the first pass),
+        until killed.
     python -m tests.helpers.store_child ROOT own-spread WID N ACKFILE
         open the store as its owner (recovering it), then spread; waits to be killed after.
 """
@@ -74,6 +78,16 @@ def main(argv: list[str]) -> int:
         while True:
             time.sleep(1)
     store = MessageStore.attach(root, lock_timeout_ms=20000)
+    if mode == "prepare":
+        a = store.appender
+        for k in range(1 << 30):
+            for t in range(int(argv[3])):
+                for q in range(8):
+                    slot = a.slot(f"{argv[2]}-{t}", q)
+                    if lib.shmq_cq_prepare(a.w, slot) == lib.SHMQ_ENEEDCQ:
+                        a.map_cq(slot, a.w.need_index)
+            if k == 0:
+                print("ready", flush=True)
     if mode == "spread":
         spread(store, argv[2], int(argv[3]), argv[4], *(int(a) for a in argv[5:7]))
     if mode == "write":
