@@ -12,7 +12,10 @@ turn of the loop, before any consume thread is woken) and then hands the message
 consumer (``ConsumerCore._deliver``). The steady answer (SUCCESS, plain records of the queue's
 own topic) does not even become a RemotingCommand: the connection's fast hook reads it in C from
 the read buffer (native/pull_answer.c) and calls :meth:`TcpPull._pulled` with the two offsets
-the consumer uses and the decoded messages; every other answer takes ``set_result``. A lost
+the consumer uses and the decoded messages; every other answer takes ``set_result``. The steady
+case of those (messages for a queue with no tag filter, room under the pull threshold, the route
+unchanged: native/pull_steady.c says which) does not reach ``_pulled`` either: the same steps, in
+its order, are done in C for a chain ``_arm`` armed. A lost
 answer is failed by one watchdog timer per queue (``expire``), not a timer per request.
 
 Anything off the steady path (no connection yet, a different broker suggested, flow control,
