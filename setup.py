@@ -23,7 +23,7 @@ setup(
                  # the TCP producer's async answers and the consumer's pull answers, read from the read
                  # buffer (remote_answer.c and pull_answer.c say why)
                  Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c",
-                                                        "shmq/native/pending_table.c"],
+                                                        "shmq/native/pull_steady.c", "shmq/native/pending_table.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
                                     "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h",

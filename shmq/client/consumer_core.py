@@ -568,3 +568,7 @@ class ConsumerCore:
     def _deliver(self, pq: ProcessQueue, msgs: list[MessageExt]) -> None:
         raise NotImplementedError
 
+    def _steady_pool(self) -> tuple | None:
+        """A TCP chain's hand-over in C (TcpPull._arm), or None: native/pull_steady.c calls _deliver."""
+        return None
+

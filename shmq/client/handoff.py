@@ -318,6 +318,14 @@ class ConsumePool:
         else:
             lib.shmq_handoff_post(self._h, 1)
 
+    def steady(self, fn) -> tuple | None:
+        """``submit(fn, pq, msgs)`` from the loop thread, for native/pull_steady.c to do in C:
+        (this pool, the queue's append, fn, the owed-posts word's address, the selector); None
+        when called off the loop thread or with no selector (submit posts at once then)."""
+        if self._selector is None or threading.get_ident() != self._loop_ident:
+            return None
+        return (self, self._tasks.append, fn, int(ffi.cast("intptr_t", self._posts)), self._selector)
+
     def _run(self) -> None:
         tasks, h, wait = self._tasks, self._h, lib.shmq_handoff_wait
         pop = tasks.popleft

@@ -102,6 +102,12 @@ class PushConsumer(ConsumerCore):
         except RuntimeError:  # shutting down
             pass
 
+    def _steady_pool(self) -> tuple | None:
+        # _deliver's pool case (not orderly, the loop thread) done by native/pull_steady.c
+        if self.orderly or self._pool is None or type(self)._deliver is not PushConsumer._deliver:
+            return None
+        return self._pool.steady(self._consume_pulled)
+
     def _submit(self, fn, *args) -> None:
         try:
             self._pool.submit(fn, *args)

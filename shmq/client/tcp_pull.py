@@ -12,7 +12,10 @@ turn of the loop, before any consume thread is woken) and then hands the message
 consumer (``ConsumerCore._deliver``). The steady answer (SUCCESS, plain records of the queue's
 own topic) does not even become a RemotingCommand: the connection's fast hook reads it in C from
 the read buffer (native/pull_answer.c) and calls :meth:`TcpPull._pulled` with the two offsets
-the consumer uses and the decoded messages; every other answer takes ``set_result``. A lost
+the consumer uses and the decoded messages; every other answer takes ``set_result``. The steady
+case of those (messages for a queue with no tag filter, room under the pull threshold, the route
+unchanged: native/pull_steady.c says which) does not reach ``_pulled`` either: the same steps, in
+its order, are done in C for a chain ``_arm`` armed. A lost
 answer is failed by one watchdog timer per queue (``expire``), not a timer per request.
 
 Anything off the steady path (no connection yet, a different broker suggested, flow control,
@@ -103,9 +106,9 @@ _pull_frame = _answer.pull_frame
 class TcpPull:
     """The pull chain of one ProcessQueue (see the module docstring)."""
 
-    # slots: native/pull_answer.c reads _opaque and _fast (bound at import, below)
+    # slots: native/pull_answer.c reads _opaque, _fast and _steady (bound at import, below)
     __slots__ = ("core", "pq", "fixed", "template", "_next", "timeout", "_end", "_conn", "_addr", "_hook", "_opaque",
-                 "_seen", "_watch", "_loop", "_fast", "_plain")
+                 "_seen", "_watch", "_loop", "_fast", "_plain", "_steady")
 
     def __init__(self, core, pq):
         self.core = core
@@ -130,6 +133,7 @@ class TcpPull:
         self._opaque = 0                          # the request in flight (0: none)
         self._seen = (0, 0.0)                     # the watchdog's: an opaque in flight, when it first saw it
         self._plain = False                       # no ACL hook and a template: the frame from the template
+        self._steady = None                       # the chain's steady case in C (_arm), or None
         self._watch: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -150,6 +154,7 @@ class TcpPull:
         loop = self._loop = asyncio.get_running_loop()
         self._conn, self._addr, self._hook = conn, addr, client.rpc_hook
         self._plain = self._hook is None and self.template is not None
+        self._steady = self._arm(conn, addr)
         self._end = loop.create_future()
         self._watch = loop.call_later(self.timeout / 4, self._watchdog)
         try:
@@ -159,7 +164,35 @@ class TcpPull:
         finally:
             self._stop()
 
+    def _arm(self, conn, addr: str) -> tuple | None:
+        """What native/pull_steady.c needs to take this chain's steady answers (a SUCCESS with
+        messages, handled as ``_pulled`` handles it, with no Python frame): the consumer, the
+        ProcessQueue, its queue, the chain's connection and address, the client instance (its
+        route, read as ``read_addr`` reads it), a PullBuild of the queue's template, and the
+        consume pool's hand-over (``_steady_pool``; None: the consumer's ``_deliver``). None (every
+        answer ``_pulled``'s) without a plain template (an ACL hook signs each pull) or for an
+        orderly consumer's gated queues (``_may_pull`` per pull, its broker lock). Fixed for the
+        chain: what can change while it runs (a drop, a filter, the threshold, the route, the
+        connection) is read by the C per answer, which leaves any other case to ``_pulled``."""
+        core = self.core
+        if not self._plain or core._gated:
+            return None
+        t = self.template
+        return (core, self.pq, self.pq.mq, conn, addr, core.instance, PullBuild(t.pieces, t.slots), core._steady_pool())
+
+    def _steady_failed(self, e: BaseException) -> bool:
+        """pull_steady.c's error, raised after it changed something: as ``_issue``'s ShmqError
+        (the chain ends; True: the messages are still handed over) or ``_pulled``'s handler."""
+        if isinstance(e, ShmqError):
+            log.debug("pull %s failed: %s", self.pq.mq, e)
+            self._finish(PULL_DELAY_ON_ERROR_S)
+            return True
+        log.error("pull %s: handling the answer failed", self.pq.mq, exc_info=e)
+        self._finish(PULL_DELAY_ON_ERROR_S)
+        return False
+
     def _stop(self) -> None:
+        self._steady = None
         if self._watch is not None:
             self._watch.cancel()
             self._watch = None
@@ -172,6 +205,7 @@ class TcpPull:
     def _finish(self, delay: float) -> None:
         """Leave the steady path: the task sleeps ``delay`` and starts a new chain."""
         self._opaque = 0
+        self._steady = None
         if self._end is not None and not self._end.done():
             self._end.set_result(delay)
 
@@ -326,4 +360,5 @@ def _int(text, default: int = 0) -> int:
         return default
 
 
-_answer.bind_pull(TcpPull)  # its SUCCESS answers are read in C (native/pull_answer.c)
+# its SUCCESS answers are read in C (native/pull_answer.c), the steady ones handled there too
+PullBuild = _answer.bind_pull(TcpPull)

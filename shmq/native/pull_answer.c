@@ -33,14 +33,16 @@
 #include "pull_records.h"
 #include "send_frame.h"  /* the frame prefix and decimal writers (sf_prefix, sf_put_int) */
 
-/* TcpPull's slots read here (client/tcp_pull.py): the opaque in flight (0: none), and
- * (topic, broker) of a queue whose answers this path may take, or None */
-enum { P_OPAQUE, P_FAST, P_N };
-static const char *const p_names[P_N] = {"_opaque", "_fast"};
+/* TcpPull's slots read here (client/tcp_pull.py): the opaque in flight (0: none),
+ * (topic, broker) of a queue whose answers this path may take, or None, and the chain's steady
+ * case (pull_steady.c) or None */
+enum { P_OPAQUE, P_FAST, P_STEADY, P_N };
+static const char *const p_names[P_N] = {"_opaque", "_fast", "_steady"};
 static PyTypeObject *pull_type;
 static Py_ssize_t p_off[P_N];
 static records_fn *records;
 static PyObject *s_pulled;
+static PyTypeObject pb_type;  /* PullBuild, below */
 
 #define P_SLOT(w, i) (*(PyObject **)((char *)(w) + p_off[i]))
 
@@ -76,10 +78,14 @@ int pull_answer(PyObject *pending, PyObject *key, PyObject *w, const header *h, 
     /* popped as the Python path pops it, then handed the answer; w's reference held for the call */
     Py_INCREF(w);
     if (!PyObject_DelItem(pending, key)) {  /* (the connection's table: pending_table.c) */
-        PyObject *args[4] = {w, s, x, msgs};
-        PyObject *r = PyObject_VectorcallMethod(s_pulled, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        rc = r ? 1 : -1;  /* _pulled catches what the answer's handling raises: an error here is fatal */
-        Py_XDECREF(r);
+        /* the steady case in C (pull_steady.c); anything else _pulled's, with nothing done yet */
+        rc = pull_steady(w, &P_SLOT(w, P_OPAQUE), P_SLOT(w, P_STEADY), suggest, next, msgs);
+        if (!rc) {
+            PyObject *args[4] = {w, s, x, msgs};
+            PyObject *r = PyObject_VectorcallMethod(s_pulled, args, 4 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            rc = r ? 1 : -1;  /* _pulled catches what the answer's handling raises: an error here is fatal */
+            Py_XDECREF(r);
+        }
     }
     Py_DECREF(w);
 out:
@@ -106,40 +112,30 @@ PyObject *pull_bind(PyObject *self, PyObject *cls) {
     records_fn *fn = PyCapsule_Import(RECORDS_CAPSULE, 0);
     if (!fn) return NULL;
     if (!s_pulled && !(s_pulled = PyUnicode_InternFromString("_pulled"))) return NULL;
+    if (PyType_Ready(&pb_type)) return NULL;
     memcpy(p_off, off, sizeof off);
     records = fn;
     Py_XSETREF(pull_type, (PyTypeObject *)Py_NewRef(cls));
-    Py_RETURN_NONE;
+    return Py_NewRef((PyObject *)&pb_type);  /* PullBuild, for the chains' steady case */
 }
 
-/* pull_frame(pieces, order, (queueOffset, sysFlag, commitOffset), opaque): the frame of one PULL
- * from its queue's template (client.tcp_pull.PullFrame: ``pieces`` the five literal byte strings
- * of the one JSON encoder's header around its four %d slots, ``order`` which value each slot
- * takes, 0-2 the tuple's and 3 the opaque), byte for byte PullFrame's ``template % values``
- * (tests/unit/test_tcp_pull.py), with the length words before it. Once per pull of a caught-up
- * consumer, where the %-format, the slot tuple and the join cost ~4,000 instructions. */
-PyObject *pull_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    (void)self;
-    if (nargs != 4 || !PyTuple_CheckExact(args[0]) || PyTuple_GET_SIZE(args[0]) != 5 || !PyTuple_CheckExact(args[1])
-        || PyTuple_GET_SIZE(args[1]) != 4 || !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != 3) {
-        PyErr_SetString(PyExc_TypeError, "pull_frame(pieces: 5 bytes, order: 4 ints, (offset, flags, commit), opaque)");
-        return NULL;
-    }
-    long long v[4];
-    for (int i = 0; i < 4; i++) {
-        v[i] = PyLong_AsLongLong(i < 3 ? PyTuple_GET_ITEM(args[2], i) : args[3]);
-        if (v[i] == -1 && PyErr_Occurred()) return NULL;
-    }
+/* The frame of one PULL from its queue's template (client.tcp_pull.PullFrame: ``pieces`` the
+ * five literal byte strings of the one JSON encoder's header around its four %d slots,
+ * ``order`` which value each slot takes, 0-2 of v's queueOffset, sysFlag, commitOffset and 3 the
+ * opaque), byte for byte PullFrame's ``template % values`` (tests/unit/test_tcp_pull.py), with
+ * the length words before it. Once per pull of a caught-up consumer, where the %-format, the
+ * slot tuple and the join cost ~4,000 instructions. */
+static PyObject *frame_of(PyObject *pieces, PyObject *order, const long long v[4]) {
     char digits[4][24];
     size_t dn[4];
     Py_ssize_t hl = 0;
     for (int i = 0; i < 5; i++) {
-        PyObject *b = PyTuple_GET_ITEM(args[0], i);
+        PyObject *b = PyTuple_GET_ITEM(pieces, i);
         if (!PyBytes_CheckExact(b)) { PyErr_SetString(PyExc_TypeError, "pull_frame: pieces are bytes"); return NULL; }
         hl += PyBytes_GET_SIZE(b);
     }
     for (int i = 0; i < 4; i++) {
-        long k = PyLong_AsLong(PyTuple_GET_ITEM(args[1], i));
+        long k = PyLong_AsLong(PyTuple_GET_ITEM(order, i));
         if (k < 0 || k > 3) {
             if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "pull_frame: order holds 0..3");
             return NULL;
@@ -154,10 +150,95 @@ PyObject *pull_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     sf_prefix(p, (size_t)hl, 0);
     p += 8;
     for (int i = 0; i < 5; i++) {
-        PyObject *b = PyTuple_GET_ITEM(args[0], i);
+        PyObject *b = PyTuple_GET_ITEM(pieces, i);
         memcpy(p, PyBytes_AS_STRING(b), (size_t)PyBytes_GET_SIZE(b));
         p += PyBytes_GET_SIZE(b);
         if (i < 4) { memcpy(p, digits[i], dn[i]); p += dn[i]; }
     }
     return out;
+}
+
+static int template_ok(PyObject *pieces, PyObject *order) {
+    if (PyTuple_CheckExact(pieces) && PyTuple_GET_SIZE(pieces) == 5 && PyTuple_CheckExact(order) &&
+        PyTuple_GET_SIZE(order) == 4)
+        return 1;
+    PyErr_SetString(PyExc_TypeError, "pull_frame(pieces: 5 bytes, order: 4 ints, (offset, flags, commit), opaque)");
+    return 0;
+}
+
+/* pull_frame(pieces, order, (queueOffset, sysFlag, commitOffset), opaque): frame_of */
+PyObject *pull_frame(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 4 || !template_ok(args[0], args[1]) || !PyTuple_CheckExact(args[2]) || PyTuple_GET_SIZE(args[2]) != 3) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "pull_frame: 4 arguments");
+        return NULL;
+    }
+    long long v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = PyLong_AsLongLong(i < 3 ? PyTuple_GET_ITEM(args[2], i) : args[3]);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+    }
+    return frame_of(args[0], args[1], v);
+}
+
+/* PullBuild(pieces, order): a queue's template whose three values pull_steady.c sets
+ * (pull_build_set) before Connection.start_frame calls it with the opaque: ``build(opaque)`` is
+ * frame_of, as TcpPull._frame's pull_frame is, without a Python frame between. */
+typedef struct {
+    PyObject_HEAD
+    PyObject *pieces, *order;
+    long long v[3];
+    vectorcallfunc vectorcall;
+} PullBuild;
+
+static PyObject *pb_call(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kw) {
+    PullBuild *b = (PullBuild *)self;
+    if (PyVectorcall_NARGS(nargsf) != 1 || (kw && PyTuple_GET_SIZE(kw))) {
+        PyErr_SetString(PyExc_TypeError, "PullBuild(opaque)");
+        return NULL;
+    }
+    long long v[4] = {b->v[0], b->v[1], b->v[2], PyLong_AsLongLong(args[0])};
+    if (v[3] == -1 && PyErr_Occurred()) return NULL;
+    return frame_of(b->pieces, b->order, v);
+}
+
+static PyObject *pb_new(PyTypeObject *t, PyObject *args, PyObject *kw) {
+    PyObject *pieces, *order;
+    if (kw && PyDict_GET_SIZE(kw)) { PyErr_SetString(PyExc_TypeError, "PullBuild(pieces, order)"); return NULL; }
+    if (!PyArg_ParseTuple(args, "OO", &pieces, &order) || !template_ok(pieces, order)) return NULL;
+    PullBuild *b = (PullBuild *)t->tp_alloc(t, 0);
+    if (!b) return NULL;
+    b->pieces = Py_NewRef(pieces);
+    b->order = Py_NewRef(order);
+    b->vectorcall = pb_call;
+    return (PyObject *)b;
+}
+
+static void pb_dealloc(PyObject *self) {
+    PullBuild *b = (PullBuild *)self;
+    Py_XDECREF(b->pieces);
+    Py_XDECREF(b->order);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyTypeObject pb_type = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "shmq.native._answer.PullBuild",
+    .tp_basicsize = sizeof(PullBuild),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL,
+    .tp_vectorcall_offset = offsetof(PullBuild, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_new = pb_new,
+    .tp_dealloc = pb_dealloc,
+    .tp_doc = "PullBuild(pieces, order): a queue's PULL frame for Connection.start_frame (pull_answer.c)",
+};
+
+int pull_build_set(PyObject *b, int64_t offset, int64_t flags, int64_t commit) {
+    if (Py_TYPE(b) != &pb_type) {
+        PyErr_SetString(PyExc_TypeError, "TcpPull._steady: not a PullBuild");
+        return -1;
+    }
+    PullBuild *p = (PullBuild *)b;
+    p->v[0] = offset, p->v[1] = flags, p->v[2] = commit;
+    return 0;
 }

@@ -76,6 +76,9 @@ class FakeCore:
     def _may_pull(self, pq):
         return True
 
+    def _steady_pool(self):  # ConsumerCore's: the C steady path calls _deliver
+        return None
+
     def _accept(self, topic, msgs):
         return msgs
 
