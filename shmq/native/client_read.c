@@ -12,11 +12,17 @@
  * buffer reused from read to read, ``answers``' scan (remote_answer.c, the same function) over
  * the whole frames from the read's start, and the flush of what their callbacks wrote.
  *
+ * A read that ends inside a frame of up to ``size`` bytes keeps that frame's start here, at the
+ * head of the buffer, and the next read is received after it and scanned from it (a windowed
+ * async sender's reads end inside a frame as often as not). The bytes held back are this
+ * reader's or the Python decoder's, never both; ``partial_since`` is set while either holds
+ * them, its clock started with the frame as read_path.py starts it (the frame timeout).
+ *
  * What stays Python, so that each case is served exactly as asyncio and read_path.py serve it:
- * - a read that does not start at a frame boundary (``partial_since`` not None: the decoder
- *   holds the start of a frame) or after a decoder error: ``conn.data_received(bytes)``, whole;
- * - the rest of a read from the first frame the scan does not take (a frame it leaves, an
- *   incomplete or large frame, a bad length word): ``conn._read_rest(rest, stop, now)``,
+ * - a read while the Python decoder holds the start of a frame (a larger frame, or bytes held
+ *   before this reader was attached) or after a decoder error: ``conn.data_received(bytes)``;
+ * - the rest of a read from the first frame the scan does not take (a complete frame it leaves,
+ *   an incomplete frame larger than ``size``, a bad length word): ``conn._read_rest(rest, stop, now)``,
  *   read_path.py's continuation of ``data_received`` after its own fast call, with a copy of
  *   the rest only. Frames are served in their order: the scan serves a prefix, Python the rest;
  * - EOF and read errors: the transport's own ``_read_ready__on_eof()`` and
@@ -34,13 +40,15 @@
 #include <sys/socket.h>
 
 #include "client_read.h"
+#include "remoting_header.h"
 
 typedef struct {
     PyObject_HEAD
     PyObject *conn, *transport, *decoder, *pending, *out, *now;  /* the connection's, fixed for its life */
     int fd;
-    Py_ssize_t size;
-    char *buf;  /* size bytes, reused by every read */
+    Py_ssize_t size;  /* the most one recv reads */
+    Py_ssize_t held;  /* the start of a frame kept at buf[0:held] from the reads before */
+    char *buf;  /* 2 * size bytes, reused by every read: what is held, then one read */
 } Reader;
 
 static PyObject *s_last_activity, *s_partial_since, *s_in_read, *s_error, *s_flush, *s_read_rest,
@@ -69,17 +77,19 @@ static int end_read(Reader *r) {
     return res ? 0 : -1;
 }
 
-/* n bytes read into r->buf, served (the module comment: the common read here, the rest Python's) */
+/* n bytes at r->buf (what was held, then this read), served (the module comment: the common
+ * read here, the rest Python's) */
 static int serve(Reader *r, Py_ssize_t n) {
     PyObject *partial = PyObject_GetAttr(r->conn, s_partial_since);
     if (!partial) return -1;
-    PyObject *error = partial == Py_None ? PyObject_GetAttr(r->decoder, s_error) : Py_NewRef(Py_None);
-    int common = partial == Py_None && error == Py_None;
+    int mine = partial == Py_None || r->held;  /* nothing held, or held here (not by the decoder) */
+    PyObject *error = mine ? PyObject_GetAttr(r->decoder, s_error) : Py_NewRef(Py_None);
     Py_DECREF(partial);
     if (!error) return -1;
+    mine = mine && error == Py_None;
     Py_DECREF(error);
     PyObject *res;
-    if (!common) {  /* the decoder holds part of a frame (or failed): the Python read, whole */
+    if (!mine) {  /* the decoder holds part of a frame (or failed): the Python read, whole */
         PyObject *data = PyBytes_FromStringAndSize(r->buf, n);
         res = data ? PyObject_CallMethodOneArg(r->conn, s_data_received, data) : NULL;
         Py_XDECREF(data);
@@ -88,18 +98,32 @@ static int serve(Reader *r, Py_ssize_t n) {
     }
     PyObject *now = PyObject_CallNoArgs(r->now);
     if (!now) return -1;
+    Py_ssize_t was_held = r->held;
+    r->held = 0;
     int rc = -1, stop;
     if (PyObject_SetAttr(r->conn, s_last_activity, now) || PyObject_SetAttr(r->conn, s_in_read, Py_True)) goto out;
     Py_ssize_t pos = shmq_answers_scan(r->pending, r->buf, n, 0, &stop);
     rc = 0;
     if (pos < 0) {
         rc = -1;
-    } else if (pos < n) {  /* from the first frame not taken: read_path.py's, a copy of the rest only */
-        PyObject *rest = PyBytes_FromStringAndSize(r->buf + pos, n - pos);
-        res = rest ? PyObject_CallMethodObjArgs(r->conn, s_read_rest, rest, stop ? Py_True : Py_False, now, NULL) : NULL;
-        Py_XDECREF(rest);
-        Py_XDECREF(res);
-        rc = res ? 0 : -1;
+    } else if (pos == n) {  /* every frame taken: the common read */
+        if (was_held) rc = PyObject_SetAttr(r->conn, s_partial_since, Py_None);
+    } else {
+        Py_ssize_t tail = n - pos, total = tail >= 4 ? (Py_ssize_t)rh_be32((const uint8_t *)r->buf + pos) : -1;
+        if (!stop && (tail < 4 || (total >= 4 && 4 + total <= r->size))) {
+            /* the start of a frame that fits the buffer: kept here, and the next read scanned after
+             * it (a windowed async sender's reads end inside a frame as often as not); its clock
+             * (partial_since: frame_timeout) starts with the frame, as the decoder's does */
+            if (pos) memmove(r->buf, r->buf + pos, (size_t)tail);
+            r->held = tail;
+            if (pos || !was_held) rc = PyObject_SetAttr(r->conn, s_partial_since, now);
+        } else {  /* from the first frame not taken: read_path.py's, a copy of the rest only */
+            PyObject *rest = PyBytes_FromStringAndSize(r->buf + pos, tail);
+            res = rest ? PyObject_CallMethodObjArgs(r->conn, s_read_rest, rest, stop ? Py_True : Py_False, now, NULL) : NULL;
+            Py_XDECREF(rest);
+            Py_XDECREF(res);
+            rc = res ? 0 : -1;
+        }
     }
     PyObject *et, *e, *tb;  /* (the end of the read runs whatever was raised, as a ``finally``) */
     PyErr_Fetch(&et, &e, &tb);
@@ -117,15 +141,15 @@ out:
 static PyObject *reader_call(PyObject *self, PyObject *args, PyObject *kw) {
     (void)args, (void)kw;  /* (the loop calls it with none) */
     Reader *r = (Reader *)self;
-    if (!r->buf && !(r->buf = PyMem_Malloc((size_t)r->size))) return PyErr_NoMemory();
-    ssize_t n = recv(r->fd, r->buf, (size_t)r->size, 0);
+    if (!r->buf && !(r->buf = PyMem_Malloc(2 * (size_t)r->size))) return PyErr_NoMemory();
+    ssize_t n = recv(r->fd, r->buf + r->held, (size_t)r->size, 0);  /* (held < size: room for a read) */
     if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) Py_RETURN_NONE;
         PyErr_SetFromErrno(PyExc_OSError);  /* (the exception socket.recv raises: ConnectionResetError...) */
         return fatal(r, s_read_error);
     }
     Py_INCREF(self);  /* (serving may drop the loop's handle, and with it this reader) */
-    PyObject *res = n ? (serve(r, n) ? fatal(r, s_serve_error) : Py_NewRef(Py_None))
+    PyObject *res = n ? (serve(r, r->held + n) ? fatal(r, s_serve_error) : Py_NewRef(Py_None))
                       : PyObject_CallMethodNoArgs(r->transport, s_on_eof);  /* EOF: the transport's own */
     Py_DECREF(self);
     return res;
