@@ -224,3 +224,27 @@ def test_a_read_is_served_whole_after_a_pending_waiter_is_failed_by_the_loss():
         await _settle(conn, lambda: conn.closed)
         return [s[:3] for s in seen]
     assert asyncio.run(go()) == [("send", 1, "SendResult"), ("failed", 2, "RemotingClosed")]
+
+
+def test_a_frame_held_by_the_c_reader_runs_the_frame_timeout_clock():
+    """The start of a frame the C reader keeps sets partial_since (the sweeper closes a peer that
+    never finishes it) with the clock of that frame; the frame's end clears it."""
+    async def go():
+        conn, peer = await _pair(True)
+        seen: list = []
+        _waiters(conn, seen, [1, 3])
+        loop = asyncio.get_running_loop()
+        stream = answer(1) + answer(3)
+        await loop.sock_sendall(peer, stream[:-5])
+        await _settle(conn, lambda: seen and conn.partial_since is not None)
+        held = (conn.partial_since is not None, conn._decoder.pending, [s[:2] for s in seen])
+        late = conn.check_timeouts(conn.partial_since + conn.limits.frame_timeout + 1)
+        await loop.sock_sendall(peer, stream[-5:])
+        await _settle(conn, lambda: len(seen) == 2)
+        done = (conn.partial_since, [s[:2] for s in seen])
+        conn.close()
+        peer.close()
+        return held, late, done
+    held, late, done = asyncio.run(go())
+    assert held == (True, 0, [("send", 1)]) and late and late.startswith("partial frame")
+    assert done == (None, [("send", 1), ("send", 3)])
