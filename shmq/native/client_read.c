@@ -90,6 +90,7 @@ static int serve(Reader *r, Py_ssize_t n) {
     Py_DECREF(error);
     PyObject *res;
     if (!mine) {  /* the decoder holds part of a frame (or failed): the Python read, whole */
+        r->held = 0;  /* (what was held here, if anything, is in this read's bytes) */
         PyObject *data = PyBytes_FromStringAndSize(r->buf, n);
         res = data ? PyObject_CallMethodOneArg(r->conn, s_data_received, data) : NULL;
         Py_XDECREF(data);
