@@ -21,13 +21,14 @@ setup(
                  Extension("shmq.native._remote", ["shmq/native/hot_remote.c"], include_dirs=["shmq/native"],
                            extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's async answers and the consumer's pull answers, read from the read
-                 # buffer (remote_answer.c and pull_answer.c say why)
+                 # buffer (remote_answer.c and pull_answer.c say why), and the client connection's read
+                 # itself (client_read.c)
                  Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c",
-                                                        "shmq/native/pull_steady.c", "shmq/native/pending_table.c"],
+                                                       "shmq/native/pull_steady.c", "shmq/native/pending_table.c", "shmq/native/client_read.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
                                     "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h",
-                                    "shmq/native/pending_table.h", "shmq/native/hot_result.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                                    "shmq/native/pending_table.h", "shmq/native/hot_result.h", "shmq/native/client_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c",
                                                         "shmq/native/lane_direct.c"],

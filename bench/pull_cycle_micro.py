@@ -191,6 +191,12 @@ def loop_cycles(answers_: list[bytes]) -> None:
     async def run() -> None:
         _, conn = await loop.create_connection(lambda: Connection({}, Limits()), sock=mine)
         conn.fast = answers
+        try:  # read in C as RemotingClient.connect reads it (a tree before readc14 has no C reader)
+            from shmq.protocol import read_native
+        except ImportError:
+            pass
+        else:
+            read_native.attach(conn)
         c, pool, pq = _consumer(conn, listener, loop.handoff)
         task = asyncio.ensure_future(tcp_pull.TcpPull(c, pq).run())
         await done

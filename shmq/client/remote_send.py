@@ -20,7 +20,7 @@ from shmq.errors import BrokerError, RemotingError
 from shmq.message.names import TAGS, UNIQ_KEY
 from shmq.message.properties import encode_properties
 from shmq.native import _answer
-from shmq.protocol import RemotingCommand, RequestCode, transport
+from shmq.protocol import RemotingCommand, RequestCode, read_native, transport
 from shmq.protocol.codes import FLAG_ONEWAY
 from shmq.protocol.command import encode_command, json_text
 from shmq.protocol.headers import SendFrame, send_v2_ext
@@ -180,6 +180,7 @@ _answer.bind_template(answer_pieces())  # this broker's SUCCESS answers are matc
 #: (native/remote_answer.c); every other frame takes the Python path below. SHMQ_ANSWER_FAST=0
 #: turns it off (the benchmarks' peer row).
 answers = None if os.environ.get("SHMQ_ANSWER_FAST") == "0" else _answer.answers
+read_native.use_reader(answers, _answer.Reader)  # connections with that hook read in C (protocol/read_native.py)
 
 
 def send_result(resp, mq: MessageQueue, uniq) -> SendResult:

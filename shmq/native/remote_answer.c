@@ -34,6 +34,7 @@
 #include "pull_answer.h"
 #include "pending_table.h"
 #include "hot_result.h"
+#include "client_read.h"
 
 extern PyTypeObject shmq_pending_type;
 int shmq_pending_add(PyObject *m);
@@ -216,32 +217,21 @@ static PyObject *a_match(PyObject *self, PyObject *arg) {
     return r;
 }
 
-/* answers(conn, data, pos) -> (pos, None, stop): the client connection's fast hook (the module
- * comment says which frames it takes). ``pos`` is where it stopped: with ``stop`` the frame
- * there is complete and is the Python path's; without, the rest (an incomplete frame, a bad
- * length, a large frame) goes to the frame decoder. */
-static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "answers(conn, data, pos)"); return NULL; }
-    if (!as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return NULL; }
-    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
-    if (pos < 0 && PyErr_Occurred()) return NULL;
-    PyObject *pending = PyObject_GetAttr(args[0], s_pending);
-    if (!pending) return NULL;
-    if (!Py_IS_TYPE(pending, &shmq_pending_type)) {  /* not this module's table: the Python path's */
-        Py_DECREF(pending);
-        return Py_BuildValue("nOO", pos, Py_None, Py_False);
-    }
+/* The frames of data[pos:n] the hook takes, served (client_read.h): the new pos; *stop says
+ * the frame there is complete and is the Python path's. -1 with an exception. ``pending`` is the
+ * connection's ``_pending``; one not of this module's table takes nothing. */
+Py_ssize_t shmq_answers_scan(PyObject *pending, const char *data, Py_ssize_t n, Py_ssize_t pos, int *stop) {
+    *stop = 0;
+    if (!as_type) { PyErr_SetString(PyExc_RuntimeError, "not bound"); return -1; }
+    if (!Py_IS_TYPE(pending, &shmq_pending_type)) return pos;  /* not this module's table: the Python path's */
     pt_table *t = (pt_table *)pending;
-    Py_buffer b;
-    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE)) { Py_DECREF(pending); return NULL; }
-    const char *data = b.buf;
-    Py_ssize_t n = b.len;
-    int stop = 0, err = 0;
+    Py_INCREF(pending);  /* (a callback run below may drop the connection's reference) */
+    int err = 0;
     header h;
     while (n - pos >= 4) {
         Py_ssize_t total = rh_be32((const uint8_t *)data + pos), body;
         if (total < 4 || total > MAX_TAKEN || total > n - pos - 4) break;
-        stop = 1;  /* from here the frame at pos is complete: not taken, it is Python's */
+        *stop = 1;  /* from here the frame at pos is complete: not taken, it is Python's */
         if (tpl_header(data + pos + 4, total, &h)) {
             if (frame_header(data + pos + 4, total, &h, &body, NULL) || !(h.flag & 1)) break;
         } else {
@@ -259,12 +249,31 @@ static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nar
         }
         if (rc < 0) { err = 1; break; }
         if (!rc) break;
-        stop = 0;
+        *stop = 0;
         pos += 4 + total;
     }
+    Py_DECREF(pending);
+    return err ? -1 : pos;
+}
+
+/* answers(conn, data, pos) -> (pos, None, stop): the client connection's fast hook (the module
+ * comment says which frames it takes). ``pos`` is where it stopped: with ``stop`` the frame
+ * there is complete and is the Python path's; without, the rest (an incomplete frame, a bad
+ * length, a large frame) goes to the frame decoder. client_read.c calls the same scan on its
+ * own read buffer. */
+static PyObject *a_answers(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) { PyErr_SetString(PyExc_TypeError, "answers(conn, data, pos)"); return NULL; }
+    Py_ssize_t pos = PyLong_AsSsize_t(args[2]);
+    if (pos < 0 && PyErr_Occurred()) return NULL;
+    PyObject *pending = PyObject_GetAttr(args[0], s_pending);
+    if (!pending) return NULL;
+    Py_buffer b;
+    if (PyObject_GetBuffer(args[1], &b, PyBUF_SIMPLE)) { Py_DECREF(pending); return NULL; }
+    int stop;
+    pos = shmq_answers_scan(pending, b.buf, b.len, pos, &stop);
     PyBuffer_Release(&b);
     Py_DECREF(pending);
-    if (err) return NULL;
+    if (pos < 0) return NULL;
     return Py_BuildValue("nOO", pos, Py_None, stop ? Py_True : Py_False);
 }
 
@@ -302,6 +311,6 @@ PyMODINIT_FUNC PyInit__answer(void) {
         || !(state_ok = PyLong_FromLong(1)))
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && shmq_pending_add(m) < 0) Py_CLEAR(m);
+    if (m && (shmq_pending_add(m) < 0 || shmq_reader_add(m) < 0)) Py_CLEAR(m);
     return m;
 }

@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from shmq.errors import RemotingClosed, RemotingConnectError, RemotingTimeout
+from shmq.protocol import read_native
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from shmq.protocol.command import RemotingCommand, decode_command, encode_command
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
@@ -109,6 +110,7 @@ class RemotingClient:
             if sock is not None:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             conn.fast = self.fast
+            read_native.attach(conn)  # its reads in C when fast is the client's C hook
             self._conn = conn
             if self._sweeper is None:
                 self._sweeper = sweeper(lambda: [c for c in (self._conn,) if c is not None], 1.0,

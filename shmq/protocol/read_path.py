@@ -39,7 +39,6 @@ class ReadPath:
         self.last_activity = now
         self._in_read = True
         try:
-            served = False
             fast = self.fast
             if fast is not None and self._decoder.error is None:
                 if self.partial_since is None:  # nothing held back: data starts with a frame
@@ -48,26 +47,43 @@ class ReadPath:
                         self._out.append(answers)
                     if pos == len(data):  # every frame taken (then stop is False): the common read
                         return
-                    data, served = self._serve_fast(data, pos, stop)
-                else:
-                    data, served = self._serve_held(data)
+                    self._read_rest(data, stop, now, pos)
+                    return
+                data, served = self._serve_held(data)
                 if self._stopped() or not data:  # a protocol error: nothing after it is served; or
                     self.partial_since = None     # every byte taken: nothing for the decoder
                     return
-            try:
-                frames = self._decoder.feed(data) if data else []
-            except FrameError as e:
-                self._protocol_error(e)
-                return
-            # a partial frame's clock starts with that frame (a steady stream of large ones is fine)
-            if not self._decoder.pending:
-                self.partial_since = None
-            elif frames or served or self.partial_since is None:
-                self.partial_since = now
-            self._serve_frames(frames)
+                self._decode(data, served, now)
+            else:
+                self._decode(data, False, now)
         finally:
             self._in_read = False
             self._flush()
+
+    def _read_rest(self, data: bytes, stop: bool, now: float, pos: int = 0) -> None:
+        """A read from a frame boundary, from ``pos``, the first frame ``fast`` did not take (``stop``:
+        that frame is complete, the normal path's); the frames before it were served. Called in
+        the read (``_in_read`` set; the caller flushes): by :meth:`data_received` and by the C
+        reader (native/client_read.c), which passes the rest only."""
+        data, served = self._serve_fast(data, pos, stop)
+        if self._stopped() or not data:  # as in data_received
+            self.partial_since = None
+            return
+        self._decode(data, served, now)
+
+    def _decode(self, data: bytes, served: bool, now: float) -> None:
+        """The rest of a read, through the frame decoder (``served``: a frame of it was served already)."""
+        try:
+            frames = self._decoder.feed(data) if data else []
+        except FrameError as e:
+            self._protocol_error(e)
+            return
+        # a partial frame's clock starts with that frame (a steady stream of large ones is fine)
+        if not self._decoder.pending:
+            self.partial_since = None
+        elif frames or served or self.partial_since is None:
+            self.partial_since = now
+        self._serve_frames(frames)
 
     def _serve_held(self, data: bytes) -> tuple[bytes, bool]:
         """:meth:`_serve_fast` of a read that starts inside the frame held back: that frame

@@ -34,7 +34,8 @@ Why it is built the way it is:
   written one by one cost 64 wake-ups where one does. A lone answer still leaves at the end
   of the read that produced it: no added wait. Order on the wire is the order of ``send``.
 * A server or client may take the common frames before they are decoded (``fast``):
-  :mod:`shmq.protocol.read_path` says how, and holds the read path.
+  :mod:`shmq.protocol.read_path` says how, and holds the read path. A client connection whose
+  ``fast`` is the C hook reads its socket in C (:mod:`shmq.protocol.read_native`).
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ from shmq.errors import (
 )
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from shmq.protocol.command import RemotingCommand, encode_command, encode_command_parts
+from shmq.protocol import read_native
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
 from shmq.protocol.read_path import ReadPath
 from shmq.service import AsyncService
@@ -144,6 +146,7 @@ class Connection(ReadPath, asyncio.Protocol):
         self._inflight_bytes = 0
         self._write_paused = False
         self._read_paused = False
+        self._reader: Any = None  # the C reader when it reads this connection (read_native.py)
         # frames written but not yet handed to the transport (see "Writes are coalesced")
         self._out: list[bytes] = []
         self._in_read = False
@@ -284,10 +287,10 @@ class Connection(ReadPath, asyncio.Protocol):
         )
         if busy and not self._read_paused:
             self._read_paused = True
-            t.pause_reading()
+            t.pause_reading() if self._reader is None else read_native.pause(self)
         elif not busy and self._read_paused:
             self._read_paused = False
-            t.resume_reading()
+            t.resume_reading() if self._reader is None else read_native.resume(self)
 
     def _protocol_error(self, e: Exception) -> None:
         log.warning("%s: closing: %s", self, e)
