@@ -17,6 +17,7 @@ from shmq.protocol import RemotingCommand, read_native
 from shmq.protocol.command import encode_command
 from shmq.protocol.transport import Connection, Limits
 
+from .test_read_path import _Waiter  # a waiter the C hook does not know: its answer is the Python path's
 from .test_remote_answer import MQ, NO_RETRY, answer
 
 
@@ -24,24 +25,6 @@ class _Conn(Connection):
     def connection_lost(self, exc):
         self.lost = exc
         super().connection_lost(exc)
-
-
-class _Waiter:
-    """A request's waiter the C hook does not know: its answer is always the Python path's."""
-
-    def __init__(self, seen, opaque):
-        self.seen, self.opaque, self.ok = seen, opaque, False
-
-    def done(self) -> bool:
-        return self.ok
-
-    def set_result(self, cmd) -> None:
-        self.ok = True
-        self.seen.append(("python", cmd.opaque))
-
-    def set_exception(self, e) -> None:
-        self.ok = True
-        self.seen.append(("failed", self.opaque, type(e).__name__))
 
 
 def _plain(opaque: int, body: bytes = b"") -> bytes:

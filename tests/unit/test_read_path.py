@@ -81,7 +81,7 @@ class _Waiter:
 
     def set_exception(self, e) -> None:
         self.ok = True
-        self.seen.append(("failed", self.opaque))
+        self.seen.append(("failed", self.opaque, type(e).__name__))
 
 
 def _frame(opaque: int) -> bytes:
@@ -157,7 +157,7 @@ def test_a_bad_length_or_header_after_taken_frames_closes_with_them_served():
         for chunks in ([stream], [stream[:len(_frame(2)) + 3], stream[len(_frame(2)) + 3:]]):
             seen, _, closed = _feed(chunks, [2, 4, 6], "python")
             # 2 and 4 taken; 6 is never served (nothing after the error is), it is failed by the loss
-            assert seen == [("fast", 2), ("fast", 4), ("failed", 6)] and closed
+            assert seen == [("fast", 2), ("fast", 4), ("failed", 6, "RemotingClosed")] and closed
 
 
 def test_a_lost_connection_fails_the_pending_after_a_whole_read():
