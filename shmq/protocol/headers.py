@@ -149,6 +149,13 @@ def _pieces(template: bytes) -> tuple[bytes, ...]:
 
 _PREFIX = FRAME_PREFIX  # not the imported name itself: see command.FRAME_PREFIX
 
+#: The queue id a topic's base template is encoded with (SendFrame._base), replaced by each
+#: queue's own: no queue has it, and it is digits after a sign, as JSON writes it unescaped.
+_QID_MARK_TEXT = "-9100000000000000005"
+_QID_MARK = _QID_MARK_TEXT.encode()
+_BASES: dict = {}
+_NO_BASE = object()
+
 
 class SendFrame:
     """The whole SEND_MESSAGE_V2 / SEND_BATCH_MESSAGE frame (JSON header, as the one encoder
@@ -170,8 +177,53 @@ class SendFrame:
     @classmethod
     def of(cls, group: str, topic: str, default_topic: str, default_queue_nums: int, queue_id: int, *,
            batch: bool, oneway: bool) -> "SendFrame | None":
-        ext = send_v2_ext(group, topic, default_topic, default_queue_nums, queue_id, _MARK_SYSFLAG, _MARK_BORN,
+        """The template of sends to queue ``queue_id``: the topic's own template (``_base``: the
+        encoder's output with a stand-in queue id, made once per topic and kind) with the id
+        written in place of the stand-in, in the template and in the one piece holding it. The
+        same bytes as encoding the queue's header afresh (a queue id is digits, the stand-in a
+        JSON string of digits and a sign: nothing around it changes), at a few hundred ns a queue
+        where the encoding cost ~40 µs: a producer's first plain send to a topic makes every
+        queue's two templates (client/oneway.py ``_targets``), 16 for 8 queues, ~0.65 ms."""
+        base = cls._base(group, topic, default_topic, default_queue_nums, batch, oneway)
+        if base is None:
+            return cls._made(group, topic, default_topic, default_queue_nums, str(queue_id), batch, oneway)
+        frame, at = base
+        qid = b"%d" % queue_id
+        made = cls.__new__(cls)
+        made.template, made.code = frame.template.replace(_QID_MARK, qid), frame.code
+        p = frame.pieces
+        made.pieces = p[:at] + (p[at].replace(_QID_MARK, qid),) + p[at + 1:]
+        return made
+
+    @classmethod
+    def _base(cls, group: str, topic: str, default_topic: str, default_queue_nums: int, batch: bool,
+              oneway: bool) -> "tuple[SendFrame, int] | None":
+        """(the topic's template with the stand-in queue id, the index of the piece holding it),
+        cached (bounded: cleared at 4,096 topics and kinds); None when the stand-in is not
+        exactly once in the template and in one piece (a name holding it): ``of`` then encodes
+        each queue's header itself."""
+        key = (group, topic, default_topic, default_queue_nums, batch, oneway)
+        got = _BASES.get(key, _NO_BASE)
+        if got is not _NO_BASE:
+            return got
+        frame = cls._made(group, topic, default_topic, default_queue_nums, _QID_MARK_TEXT, batch, oneway)
+        got = None
+        if frame is not None and frame.template.count(_QID_MARK) == 1:
+            at = [i for i, piece in enumerate(frame.pieces) if _QID_MARK in piece]
+            if len(at) == 1 and frame.pieces[at[0]].count(_QID_MARK) == 1:
+                got = (frame, at[0])
+        if len(_BASES) >= 4096:
+            _BASES.clear()
+        _BASES[key] = got
+        return got
+
+    @classmethod
+    def _made(cls, group: str, topic: str, default_topic: str, default_queue_nums: int, queue_id: str,
+              batch: bool, oneway: bool) -> "SendFrame | None":
+        """The template encoded afresh (the queue id as its text)."""
+        ext = send_v2_ext(group, topic, default_topic, default_queue_nums, 0, _MARK_SYSFLAG, _MARK_BORN,
                           _MARK_FLAG, _MARK_PROPS, batch)
+        ext["e"] = queue_id
         code = RequestCode.SEND_BATCH_MESSAGE if batch else RequestCode.SEND_MESSAGE_V2
         made = header_template(code, ext, _SLOTS, FLAG_ONEWAY if oneway else 0)
         if made is None or made[1] != tuple(range(len(_SLOTS) + 1)):

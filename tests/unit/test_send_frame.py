@@ -92,3 +92,16 @@ def test_bad_input_raises_the_same_error_before_any_frame():
         with pytest.raises(err):
             p.send_oneway(msg)
         assert isinstance(p.send_async(msg).exception(1), err)
+
+
+@pytest.mark.parametrize("topic", ["T", "t%d%%", "ü中\"q\\", "-9100000000000000005"])
+@pytest.mark.parametrize("batch,oneway", [(False, False), (False, True), (True, False)])
+def test_each_queues_template_is_the_one_encoded_for_it(topic, batch, oneway):
+    """A queue's template, made from its topic's (the queue id written into the topic's
+    template), is byte for byte the one encoded for that queue afresh; a name holding the
+    stand-in queue id takes the encoding for each queue."""
+    for qid in (0, 1, 7, 15, 1023, 2**31 - 1, -1):
+        got = SendFrame.of("pg%grp", topic, "TBW102", 4, qid, batch=batch, oneway=oneway)
+        fresh = SendFrame._made("pg%grp", topic, "TBW102", 4, str(qid), batch, oneway)
+        assert (got.template, got.pieces, got.code) == (fresh.template, fresh.pieces, fresh.code)
+        assert b'"e":"%d"' % qid in got.template
