@@ -168,8 +168,9 @@ class TcpPull:
         """What native/pull_steady.c needs to take this chain's steady answers (a SUCCESS with
         messages, handled as ``_pulled`` handles it, with no Python frame): the consumer, the
         ProcessQueue, its queue, the chain's connection and address, the client instance (its
-        route, read as ``read_addr`` reads it), a PullBuild of the queue's template, and the
-        consume pool's hand-over (``_steady_pool``; None: the consumer's ``_deliver``). None (every
+        route, read as ``read_addr`` reads it), a PullBuild of the queue's template, the consume
+        pool's hand-over (``_steady_pool``; None: the consumer's ``_deliver``) and the pull's
+        sysFlag without and with a commit (the bits are this module's). None (every
         answer ``_pulled``'s) without a plain template (an ACL hook signs each pull) or for an
         orderly consumer's gated queues (``_may_pull`` per pull, its broker lock). Fixed for the
         chain: what can change while it runs (a drop, a filter, the threshold, the route, the
@@ -178,7 +179,11 @@ class TcpPull:
         if not self._plain or core._gated:
             return None
         t = self.template
-        return (core, self.pq, self.pq.mq, conn, addr, core.instance, PullBuild(t.pieces, t.slots), core._steady_pool())
+        # the sysFlag of a pull without and with the commit bit (_issue's rule: the commit bit for
+        # a clustering consumer asking a master; the model is fixed for the consumer's life)
+        commit_flags = _FLAGS_COMMIT if core.model == "CLUSTERING" else _FLAGS
+        return (core, self.pq, self.pq.mq, conn, addr, core.instance, PullBuild(t.pieces, t.slots), core._steady_pool(),
+                _FLAGS, commit_flags)
 
     def _steady_failed(self, e: BaseException) -> bool:
         """pull_steady.c's error, raised after it changed something: as ``_issue``'s ShmqError

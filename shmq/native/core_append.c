@@ -64,12 +64,8 @@ static inline __attribute__((always_inline)) void write_record(shmq_writer *w, u
 static int place(shmq_writer *w, int64_t total, int64_t *pos_out, int64_t *rec_out,
                  uint8_t **cur, uint8_t **dst) {
     shmq_ctl *c = w->ctl;
-    uint32_t state = LOAD_ACQ(&c->owner.state);
-    if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
-        return state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
-    /* A slave's log is written by replication only (RocketMQ: "broke role is slave, so
-     * putMessage is forbidden"); checked under the lock, so a local producer cannot race it. */
-    if (LOAD_ACQ(&c->owner.role) == SHMQ_ROLE_SLAVE) return SHMQ_ESLAVE;
+    int rc = store_writable(w);
+    if (rc) return rc;
     int64_t fsize = (int64_t)c->header.file_size;
     int64_t pos = c->pos.commit_pos, idx = pos / fsize, off = pos % fsize, rec = pos;
     if (off + total + SHMQ_BLANK_MIN > fsize) rec = (idx + 1) * fsize;

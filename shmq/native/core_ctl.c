@@ -498,12 +498,7 @@ int shmq_cq_prepare(shmq_writer *w, uint32_t slot) {
     int64_t fbytes = (int64_t)per * SHMQ_CQ_ENTRY_SIZE;
     rc = shmq_lock(w);
     if (rc) { munmap(a, (size_t)fbytes); close(fd); return rc; }
-    /* as place(): a store that is not this writer's READY master is not written */
-    uint32_t state = LOAD_ACQ(&c->owner.state);
-    if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
-        rc = state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
-    else if (LOAD_ACQ(&c->owner.role) == SHMQ_ROLE_SLAVE)
-        rc = SHMQ_ESLAVE;
+    rc = store_writable(w);  /* as the append's place(): only this writer's READY master is written */
     int64_t next = qs->next_offset;
     if (rc == SHMQ_OK && next / per == fi) {  /* else the queue moved on meanwhile: the append maps */
         uint8_t *have = cq_map(w, slot, fi);

@@ -196,6 +196,20 @@ static inline void fault(shmq_writer *w, int point) {
     }
 }
 
+/* Under the lock: whether this writer may write the store now: SHMQ_OK for the READY master of
+ * its generation, else why not (READONLY after a failed flush, STALE for another generation or
+ * a store not ready, SLAVE: a slave's log is written by replication only -- RocketMQ's "broker
+ * role is slave, so putMessage is forbidden"). Checked under the lock, so a local producer
+ * cannot race a role change. The append's place() and shmq_cq_prepare ask it. */
+static inline int store_writable(const shmq_writer *w) {
+    const shmq_ctl *c = w->ctl;
+    uint32_t state = LOAD_ACQ(&c->owner.state);
+    if (state != SHMQ_STATE_READY || c->owner.generation != w->generation)
+        return state == SHMQ_STATE_READONLY ? SHMQ_EREADONLY : SHMQ_ESTALE;
+    if (LOAD_ACQ(&c->owner.role) == SHMQ_ROLE_SLAVE) return SHMQ_ESLAVE;
+    return SHMQ_OK;
+}
+
 static inline uint8_t *log_map(shmq_writer *w, int64_t index) {
     shmq_map *m = &w->logs[index % SHMQ_LOG_RING];
     return m->index == index ? m->addr : NULL;

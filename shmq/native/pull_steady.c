@@ -36,13 +36,13 @@
 #include "pull_answer.h"
 
 /* TcpPull._steady's items (client/tcp_pull.py _arm) */
-enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_N };
+enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_FLAGS, S_COMMIT_FLAGS, S_N };
 /* the pool's hand-over, S_POOL's items when not None (PushConsumer._steady_pool) */
 enum { D_POOL, D_APPEND, D_FN, D_POSTS, D_SELECTOR, D_N };
 
 static PyObject *s_dropped, *s_running, *s_gated, *s_filters, *s_queue_offset, *s_max_seen, *s_count, *s_threshold,
     *s_unreachable, *s_broker_addrs, *s_closed, *s_stopping, *s_pull_from, *s_next_offset, *s_lock, *s_acquire,
-    *s_release, *s_low, *s_spans, *s_put, *s_offsets, *s_table, *s_model, *s_clustering, *s_start_frame, *s_deliver,
+    *s_release, *s_low, *s_spans, *s_put, *s_offsets, *s_table, *s_start_frame, *s_deliver,
     *s_owed, *s_failed;
 
 static int names(void) {
@@ -53,7 +53,7 @@ static int names(void) {
     N(s_unreachable, "_unreachable"); N(s_broker_addrs, "broker_addrs"); N(s_closed, "closed");
     N(s_stopping, "_stopping"); N(s_pull_from, "_pull_from"); N(s_next_offset, "next_offset"); N(s_lock, "lock");
     N(s_acquire, "acquire"); N(s_release, "release"); N(s_low, "_low"); N(s_spans, "_spans"); N(s_put, "put");
-    N(s_offsets, "offsets"); N(s_table, "table"); N(s_model, "model"); N(s_clustering, "CLUSTERING");
+    N(s_offsets, "offsets"); N(s_table, "table");
     N(s_start_frame, "start_frame"); N(s_deliver, "_deliver"); N(s_owed, "owed"); N(s_failed, "_steady_failed");
 #undef N
     return 0;
@@ -191,9 +191,11 @@ out:;
     return 0;
 }
 
-/* the commit offset and sysFlag of the next pull, as TcpPull._issue reads them */
-static int commit_of(PyObject *core, PyObject *mq, int64_t suggest, int64_t *commit, int64_t *flags) {
-    PyObject *offsets = PyObject_GetAttr(core, s_offsets), *table = offsets ? PyObject_GetAttr(offsets, s_table) : NULL;
+/* the commit offset and sysFlag of the next pull, as TcpPull._issue reads them: the sysFlag with
+ * the commit bit (the chain's S_COMMIT_FLAGS, _arm's: the model's rule) only with an offset to
+ * commit and to a master (suggest 0), else S_FLAGS; the bits are client/tcp_pull.py's */
+static int commit_of(PyObject *const *st, int64_t suggest, int64_t *commit, int64_t *flags) {
+    PyObject *offsets = PyObject_GetAttr(st[S_CORE], s_offsets), *table = offsets ? PyObject_GetAttr(offsets, s_table) : NULL;
     Py_XDECREF(offsets);
     if (!table) return -1;
     if (!PyDict_CheckExact(table)) {  /* OffsetStore.table is a dict */
@@ -201,22 +203,14 @@ static int commit_of(PyObject *core, PyObject *mq, int64_t suggest, int64_t *com
         PyErr_SetString(PyExc_TypeError, "the offset store's table is not a dict");
         return -1;
     }
-    PyObject *c = PyDict_GetItemWithError(table, mq);  /* borrowed: table.get(mq, -1) */
+    PyObject *c = PyDict_GetItemWithError(table, st[S_MQ]);  /* borrowed: table.get(mq, -1) */
     int64_t v = -1;
     if (c) v = PyLong_AsLongLong(c);
     Py_DECREF(table);
     if (PyErr_Occurred()) return -1;
     *commit = v > 0 ? v : 0;
-    *flags = 2 | 4;  /* PULL_SYS_SUSPEND | PULL_SYS_SUBSCRIPTION; the commit bit to a master only */
-    if (v > 0 && !suggest) {
-        PyObject *m = PyObject_GetAttr(core, s_model);
-        if (!m) return -1;
-        int r = PyUnicode_Check(m) ? PyUnicode_Compare(m, s_clustering) : 1;
-        Py_DECREF(m);
-        if (r == -1 && PyErr_Occurred()) return -1;
-        if (!r) *flags |= 1;
-    }
-    return 0;
+    *flags = PyLong_AsLongLong(st[v > 0 && !suggest ? S_COMMIT_FLAGS : S_FLAGS]);
+    return *flags == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
 /* an error raised after the first change: TcpPull._steady_failed(exc) logs it and ends the chain
@@ -279,7 +273,7 @@ int pull_steady(PyObject *w, PyObject **opaque_slot, PyObject *st_obj, int64_t s
     Py_XDECREF(pull_from);
     Py_XDECREF(s);
     int64_t commit, flags;
-    if (!bad && commit_of(core, mq, suggest, &commit, &flags)) bad = 1;
+    if (!bad && commit_of(st, suggest, &commit, &flags)) bad = 1;
     if (!bad) {  /* the next pull first, before any consume thread is woken (as _pulled) */
         if (pull_build_set(st[S_BUILD], next, flags, commit)) {
             bad = 1;

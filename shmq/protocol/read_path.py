@@ -49,11 +49,7 @@ class ReadPath:
                         return
                     self._read_rest(data, stop, now, pos)
                     return
-                data, served = self._serve_held(data)
-                if self._stopped() or not data:  # a protocol error: nothing after it is served; or
-                    self.partial_since = None     # every byte taken: nothing for the decoder
-                    return
-                self._decode(data, served, now)
+                self._rest(*self._serve_held(data), now)
             else:
                 self._decode(data, False, now)
         finally:
@@ -65,9 +61,12 @@ class ReadPath:
         that frame is complete, the normal path's); the frames before it were served. Called in
         the read (``_in_read`` set; the caller flushes): by :meth:`data_received` and by the C
         reader (native/client_read.c), which passes the rest only."""
-        data, served = self._serve_fast(data, pos, stop)
-        if self._stopped() or not data:  # as in data_received
-            self.partial_since = None
+        self._rest(*self._serve_fast(data, pos, stop), now)
+
+    def _rest(self, data: bytes, served: bool, now: float) -> None:
+        """What ``fast`` left of a read (``served``: a frame of it was served), through the decoder."""
+        if self._stopped() or not data:  # a protocol error: nothing after it is served; or
+            self.partial_since = None     # every byte taken: nothing for the decoder
             return
         self._decode(data, served, now)
 

@@ -53,13 +53,18 @@ def _check(store, acked: dict[str, int]) -> None:
         assert not missing, (wid, missing[:5])
 
 
-def test_writers_killed_in_first_sends_to_new_queues(open_store, children, tmp_path):
+def _start(open_store, tmp_path):
+    """A seeded random source (its seed printed, to replay a failure), the store, the acks' directory."""
     seed = random.randrange(1 << 30)
     print(f"random seed {seed}")
-    rng = random.Random(seed)
     s = open_store()
     acks = tmp_path / "acks"
     acks.mkdir()
+    return random.Random(seed), s, acks
+
+
+def test_writers_killed_in_first_sends_to_new_queues(open_store, children, tmp_path):
+    rng, s, acks = _start(open_store, tmp_path)
     for k in range(12):
         wid = f"w{k}"
         ack = acks / wid
@@ -80,12 +85,7 @@ def test_preparers_killed_while_writers_fill_the_queues_they_prepare(open_store,
     """A local producer prepares a topic's queues (shmq_cq_prepare: map, pwrite of the next
     entry's page under the lock) while other processes append to them: preparers are killed at
     random moments (in the lock or out), writers too, and no acknowledged entry is lost."""
-    seed = random.randrange(1 << 30)
-    print(f"random seed {seed}")
-    rng = random.Random(seed)
-    s = open_store()
-    acks = tmp_path / "acks"
-    acks.mkdir()
+    rng, s, acks = _start(open_store, tmp_path)
     for k in range(4):
         wid = f"v{k}"
         p = children.store_child(s.cfg.root, "prepare", wid, 150, stdout=subprocess.PIPE, text=True)
