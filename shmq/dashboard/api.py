@@ -13,6 +13,8 @@ from shmq.errors import ShmqError
 
 SYSTEM_PREFIXES = ("%RETRY%", "%DLQ%", "RMQ_SYS_", "SCHEDULE_TOPIC", "TBW102", "BenchmarkTest", "OFFSET_MOVED_EVENT",
                    "SELF_TEST_TOPIC", "TRANS_CHECK_MAX_TIME_TOPIC")
+#: how long a create waits for the NameServer to route the new topic
+ROUTE_WAIT_S = 10.0
 
 
 def is_system(topic: str, names: set[str] = frozenset()) -> bool:
@@ -93,8 +95,22 @@ class DashboardApi:
                 "total": sum(s.max_offset for s in status), "groups": groups}
 
     def create_topic(self, topic: str, queues: int) -> dict:
+        """Create ``topic`` on every master, then wait (at most ROUTE_WAIT_S) until the
+        NameServer routes it: a broker registers a new topic after answering the create (as
+        RocketMQ's does), and the page the browser opens next asks the NameServer for the route.
+        ``routed`` says whether it came in time."""
         with self.lock:
-            return {"topic": topic, "brokers": self.admin.create_topic(topic, queues)}
+            brokers = self.admin.create_topic(topic, queues)
+        deadline = time.monotonic() + ROUTE_WAIT_S
+        while True:
+            try:
+                with self.lock:
+                    self.admin.route(topic)
+                return {"topic": topic, "brokers": brokers, "routed": True}
+            except ShmqError:
+                if time.monotonic() >= deadline:
+                    return {"topic": topic, "brokers": brokers, "routed": False}
+                time.sleep(0.05)
 
     def delete_topic(self, topic: str) -> dict:
         with self.lock:
