@@ -10,7 +10,10 @@ two near-copies; the clean case is just a scan that finds nothing past the check
    rewritten if it is missing or different (idempotent: the record carries its queue
    offset), so a CQ that lagged the log (power loss) is caught up.
 3. Cut back: the rest of the last file is zeroed as far as it holds anything, later files
-   are deleted, and every ConsumeQueue loses the entries that point at or past the end.
+   are deleted, and every ConsumeQueue keeps only the entries that point at their own record
+   before the end (the record there has the entry's size, topic, queue and queue offset): a
+   power cut can tear a 20-byte entry across two pages, one written back and one not, into
+   an entry that points inside the log at another record.
 4. Tables: queue next/min offsets go into the control block; commit and flushed positions
    are published (the recovered range is fsynced first).
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from shmq.errors import StoreCorrupt
 from shmq.message.layout import I32, has_cq_entry
 from shmq.message.record import unpack_record
 from shmq.native import lib
@@ -123,11 +127,39 @@ def recover(commitlog: CommitLog, queues, checkpoint: Checkpoint, tag_code=defau
     # 3. cut back everything past the end
     _cut_log(commitlog, indexes, present, end, report)
     tables = {}
+    own = _OwnRecord(commitlog, present, end)
     for (topic, qid), n in list(next_of.items()):
         cq = queues.get(topic, qid)
-        n = _cut_queue(cq, n, end, report, crashed)
+        n = _cut_queue(cq, n, report, crashed, lambda i, e, k=(topic, qid): own(k, i, e))
         tables[(topic, qid)] = (n, _first_live(cq, n, min_phys))
     return report, tables
+
+
+class _OwnRecord:
+    """Whether entry ``i`` = (phys, size, tag) of a queue points at that queue's record number
+    ``i``, whole before the end of the log. Only the header and the topic are read (a record
+    before the end is known good: verified by the scan or made durable before the checkpoint
+    that let the scan skip it). An entry into a file deleted by age cannot be checked and is
+    taken as it is: it lies before every entry recovery could have torn."""
+
+    def __init__(self, commitlog: CommitLog, present, end: int):
+        self.log, self.present, self.end = commitlog, present, end
+        self.first = min(present) * commitlog.file_size if present else 0
+
+    def __call__(self, key: tuple[str, int], i: int, e: tuple[int, int, int]) -> bool:
+        phys, size = e[0], e[1]
+        if size <= 0 or phys + size > self.end:
+            return False
+        if phys < self.first:
+            return True
+        idx, off = divmod(phys, self.log.file_size)
+        if idx not in self.present or off + size > self.log.file_size:
+            return False
+        try:
+            rec = unpack_record(memoryview(self.log.map(idx))[off:off + size])
+        except StoreCorrupt:
+            return False
+        return rec[0] == size and rec[5] == phys and rec[2] == key[1] and rec[4] == i and rec[14] == key[0]
 
 
 def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryReport) -> None:
@@ -166,18 +198,21 @@ def _zero_dirty_tail(mm, off: int) -> int:
     return zeroed
 
 
-def _cut_queue(cq, n: int, end: int, report: RecoveryReport, crashed: bool = False) -> int:
-    """Entries are in commitlog order, so those at or past ``end`` are a suffix: find it by
-    bisection, zero it, and return the new entry count. After a crash the rest of the queue's
-    last file is checked too: a power cut keeps or drops each page of entries, so entries for
-    records past the end may sit beyond a page of zeros, where the entry count (the first
-    empty entry) does not reach; left there, a later start would count them again and serve
-    whatever the log holds at their offsets by then."""
+def _cut_queue(cq, n: int, report: RecoveryReport, crashed: bool, own) -> int:
+    """The entries that point at their own record (``own(i, entry)``) are a prefix: every
+    entry of a record before the scan's start was made durable before the checkpoint, every
+    one of a record the scan met was rewritten, and each later one is for a record past the
+    end (or torn by the cut). Find the prefix by bisection, zero the rest and return the new
+    entry count. After a crash the rest of the queue's last file is checked too: a power cut
+    keeps or drops each page of entries, so entries for records past the end may sit beyond
+    a page of zeros, where the entry count (the first empty entry) does not reach; left
+    there, a later start would count them again and serve whatever the log holds at their
+    offsets by then."""
     lo, hi = cq.first_file_offset(), n
     while lo < hi:
         mid = (lo + hi) // 2
         e = cq.entry(mid)
-        if e is not None and e[0] + e[1] <= end:
+        if e is not None and own(mid, e):
             lo = mid + 1
         else:
             hi = mid

@@ -109,6 +109,49 @@ def test_bad_crc_in_the_last_record_ends_the_log_there(store_root, children):
         s.close()
 
 
+@pytest.mark.parametrize("checkpoint", ["gone", "at_the_lost_record"])
+@pytest.mark.parametrize("old_bytes", [8, 7])
+def test_an_entry_torn_by_a_power_cut_is_cut(store_root, children, old_bytes, checkpoint):
+    """A power cut keeps or drops each 4 KiB page, and 4,096 is no multiple of 20: an entry
+    across two pages can come back half new, half old. Here the last record (queue 1 offset
+    149) is lost and its entry is torn inside its PHYS: its first 8 or 7 bytes old (zeros),
+    the rest new. It then points at the first record or into the middle of it, with the lost
+    record's SIZE, which fits before the end. (Torn the other way, its SIZE is old, zero: an
+    empty entry.) Recovery must drop it
+    whether its scan met the queue's records (no checkpoint) or none (a checkpoint at the lost
+    record): a kept torn entry served another message, or a record cut short (a CI run)."""
+    end = crash_owner(children, store_root, 300)
+    cfg = small_config(store_root)
+    phys, size = last_record(cfg, end)
+    with open(store_root / "commitlog" / f"{(phys // FSIZE) * FSIZE:020d}", "r+b") as f:
+        f.seek(phys % FSIZE)
+        f.write(bytes(end - phys))  # the last record never reached the disk
+    with open(store_root / "consumequeue" / "T" / "1" / f"{100 * 20:020d}", "r+b") as f:
+        at = 49 * 20  # queue offset 149 in the file of offsets 100..199
+        f.seek(at)
+        e = f.read(20)
+        assert struct.unpack(">qiq", e)[:2] == (phys, size)
+        f.seek(at)
+        f.write(bytes(old_bytes) + e[old_bytes:])
+    if checkpoint == "gone":
+        (store_root / "checkpoint").unlink()
+    else:
+        from shmq.store.checkpoint import Checkpoint, path_of
+        Checkpoint(phys, phys, 0).store(path_of(str(store_root)))
+    s = MessageStore.open(cfg)
+    try:
+        assert s.commit_pos == phys
+        assert s.max_offset("T", 1) == 149
+        assert s.get_messages("T", 1, 149).status is GetStatus.OFFSET_OVERFLOW_ONE
+        assert all_bodies(s) == sorted(b"own:%d" % i for i in range(299))
+        rep = verify_store(cfg, s.commit_pos)
+        assert rep.ok, rep.problems
+        r = s.put("T", 1, b"replacement")
+        assert (r.phys_offset, r.queue_offset) == (phys, 149)
+    finally:
+        s.close()
+
+
 def test_lost_consume_queue_is_rebuilt_from_the_log(store_root, children):
     """Power loss can leave the CQ behind the log: entries are re-dispatched from records."""
     end = crash_owner(children, store_root, 400)
