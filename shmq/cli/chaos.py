@@ -31,7 +31,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
                                    "and local producers and consumers, kills producers, workers, the supervisor "
                                    "or the whole broker at random, then checks every acknowledged message.")
     p.add_argument("--cycles", type=int, default=20, help="kill cycles per flush mode (default 20)")
-    p.add_argument("--seconds", type=float, default=120.0, help="time budget per flush mode (default 120)")
+    p.add_argument("--seconds", type=float, default=120.0, help="time budget per flush mode, after each target's first kill (default 120)")
     p.add_argument("--flush", choices=("ASYNC_FLUSH", "SYNC_FLUSH", "both"), default="both")
     p.add_argument("--slaves", type=int, default=0, help="slaves of the broker (a kill target too)")
     p.add_argument("--master-role", choices=("SYNC_MASTER", "ASYNC_MASTER"), default="SYNC_MASTER",
