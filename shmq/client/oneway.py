@@ -116,6 +116,14 @@ def _targets(p, s: LaneState, topic: str):
     return r
 
 
+def targets_ahead(p, s: LaneState, topic: str, info) -> None:
+    """``_targets`` of a topic whose route ``info`` just arrived (Producer._route_arrived), for a
+    producer whose plain sends take the lane's route cache (``s.plan``): its first send finds its
+    templates made. Not when the client holds another route (``_targets`` would fetch)."""
+    if s.plan is not None and info.queues and s.inst.publish.get(topic) is info and s.inst.rpc_hook is None:
+        _targets(p, s, topic)
+
+
 def pick(p, s: LaneState, topic: str, oneway: bool = False):
     """The lane's next queue for ``topic``: (info, mq, its SendTarget, the oneway one when
     ``oneway``), the round robin drawn from the route ``s.routes`` keeps (``_targets``); None,

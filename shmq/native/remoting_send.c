@@ -406,17 +406,20 @@ static PyObject *sends_serve(Sends *s, PyObject *const *args, Py_ssize_t nargs) 
 
 /* learn(topic, qid, tc, slot[, nq]): the Python path served a plain send to this queue under
  * ``tc``; nq > 0 (the topic's queue count, max(writeQueueNums, readQueueNums)) learns the topic
- * too, so its other queues' first sends are learnt here (``sibling``; ``queues`` must be set) */
+ * too, so its other queues' first sends are learnt here (``sibling``; ``queues`` must be set).
+ * qid -1 with nq > 0: the topic's entry alone (no slot), for a topic whose sends would pass
+ * send.py's topic checks under ``tc`` (send_fast.py ``topics_changed``, the worker's table
+ * pushed): its very first send is learnt here too, not by a trip through send.py (issue 16) */
 static PyObject *sends_learn(Sends *s, PyObject *args) {
     PyObject *topic, *tc;
     int qid, nq = 0;
     unsigned int slot;
     if (!PyArg_ParseTuple(args, "UiOI|i", &topic, &qid, &tc, &slot, &nq)) return NULL;
-    if (qid < 0) { PyErr_SetString(PyExc_ValueError, "queue id < 0"); return NULL; }
+    if (qid < 0 && (qid != -1 || nq <= 0)) { PyErr_SetString(PyExc_ValueError, "queue id < 0"); return NULL; }
     Py_ssize_t tlen;
     const char *t = PyUnicode_AsUTF8AndSize(topic, &tlen);
     if (!t) return NULL;
-    for (int pass = 0; pass < (nq > 0 ? 2 : 1); pass++) {
+    for (int pass = qid < 0 ? 1 : 0; pass < (nq > 0 ? 2 : 1); pass++) {
         int32_t q = pass ? TOPIC_QID : qid;
         qentry *e = lookup(s, (const uint8_t *)t, (uint32_t)tlen, q, 1);
         if (e == NULL || (e->topic == NULL && s->used >= TAB_CAP / 2)) Py_RETURN_FALSE;  /* full: Python serves */
@@ -526,7 +529,7 @@ static PyMethodDef sends_methods[] = {
     {"serve", (PyCFunction)(void (*)(void))sends_serve, METH_FASTCALL,
      "serve(data, pos, topics, born_ip, born_port, max_frame) -> (pos, answers or None, stored, stop, end)"},
     {"learn", (PyCFunction)sends_learn, METH_VARARGS,
-     "learn(topic, qid, tc, slot[, nq]) -> bool (False: table full); nq > 0: the topic's queues 0 .. nq-1 too"},
+     "learn(topic, qid, tc, slot[, nq]) -> bool (False: table full); nq > 0: the topic's queues 0 .. nq-1 too (qid -1: only they)"},
     {"queues", (PyCFunction)sends_queues, METH_O,
      "queues(address of shmq_queue_create): a learnt topic's other queues are learnt by their first send"},
     {"clear", (PyCFunction)sends_clear, METH_NOARGS, "forget every learnt queue"},

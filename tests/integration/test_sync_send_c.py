@@ -85,3 +85,40 @@ def test_plain_sends_take_the_producers_first_step_in_round_robin(env, monkeypat
     qids = [r.queue_id for r in [first, *rs, keyed, last]]
     assert qids == [(qids[0] + i) % 4 for i in range(8)]
     assert all(r.status is SendStatus.SEND_OK for r in [first, *rs, keyed, last])
+
+
+def test_a_new_topics_first_send_takes_the_c_step_once_its_route_arrived(env, monkeypatch):
+    """issue 16: a topic is checked as sendable and its queues' templates made when its route
+    arrives (Producer._route_arrived), so the first send to it is the C step's (no Python
+    _tries / _wire), and the consumer gets it; a name a client may not send to is not marked
+    so, and its send still raises _prepare's error."""
+    from shmq.client.producer import Producer as P
+    from shmq.errors import InvalidTopic
+
+    ns, b = env
+    make_topic(b, "N", 4)
+    wait_route(ns.addr, "N")
+    with Producer("pg", ns.addr, local="never") as p:
+        p.send(Message("T", b"first"))  # the thread's connection to the broker, made
+        info = p._publish_info("N")  # the route, as a first send fetches it
+        assert "N" in p._sendable and p._lane_state.routes["N"][0] is info
+
+        def no(*a, **k):
+            raise AssertionError("the Python send path was taken")
+
+        monkeypatch.setattr(P, "_tries", no)
+        monkeypatch.setattr(P, "_wire", no)
+        r = p.send(Message("N", b"n-first"))
+        assert r.status is SendStatus.SEND_OK
+        monkeypatch.undo()
+        p._route_arrived("SCHEDULE_TOPIC_XXXX", info)
+        assert "SCHEDULE_TOPIC_XXXX" not in p._sendable
+        with pytest.raises(InvalidTopic):
+            p.send(Message("SCHEDULE_TOPIC_XXXX", b"x"))
+    col = Collector()
+    c = consumer(ns.addr, "cg", "N", col)
+    try:
+        assert col.wait_for(lambda s: len(s.msgs) >= 1), len(col.msgs)
+    finally:
+        c.shutdown()
+    assert col.msgs[0].body == b"n-first" and col.msgs[0].msg_id == r.msg_id

@@ -65,6 +65,7 @@ class Worker:
         self.boot_ms = int(time.time() * 1000)
         self.stats = {"put": 0, "get": 0}
         self._metrics = None  # MetricsPush when metricsExporterType=PROM
+        self._send_fast = None  # send_fast.FastSends, when the C send path is on
         self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
 
     # ================================================================ life ==
@@ -102,6 +103,7 @@ class Worker:
             self._metrics = MetricsPush(ws, lambda body: self.ctl.send_oneway(cc.ctl(Ctl.METRICS, body)),
                                         lambda: self.stats["put"], self.cfg.metricsPushIntervalMillis / 1000.0)
             self._metrics.start()
+        self._send_fast = fast  # (its topics_changed, at each table push)
         if fast is not None:
             # its bound __call__, not the instance: a call through an instance's __call__ slot
             # (slot_tp_call) was ~500 instructions more per read (RESULTS: session 10, syncc)
@@ -173,6 +175,8 @@ class Worker:
 
     def _topics_changed(self, conn: Connection, cmd):
         self.topics.replace(cmd.body)
+        if self._send_fast is not None:
+            self._send_fast.topics_changed(self.topics.table)  # a new topic's first send C's too
         return cmd.make_response()  # the supervisor awaits it after an admin's change (oneway: dropped)
 
     def _notify_ids_changed(self, conn: Connection, cmd) -> None:

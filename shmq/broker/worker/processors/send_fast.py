@@ -15,7 +15,10 @@ queue-id and order-topic checks passed for that config; a table change makes the
 the frame back, and the Python path learns the new config), or to another queue of such a topic
 whose id is in the topic's range (learnt by C at its first send, its slot made there: the other
 checks are the topic's; without it every new queue's first send took the Python path, ~10x a
-C send's CPU, milliseconds on a loaded machine: issue 16, firstq13); a batch also needs a batch-level
+C send's CPU, milliseconds on a loaded machine: issue 16, firstq13). A topic of the worker's
+table whose sends pass the topic's checks (``topics_changed``: a sendable name, not an order
+topic, not %RETRY%) is learnt so when the table is pushed, before any send to it, so a new
+topic's very first send is C's too (issue 16, topicfirst15); a batch also needs a batch-level
 properties text the Python path has stored a batch with (``learn_batch``). Any other frame, and any non-zero
 status of the append (a file to map, a full disk, a too-large body: nothing was stored), is the
 Python path's, which answers, maps or refuses as it always did. What a send changes besides the
@@ -38,15 +41,16 @@ import socket
 import struct
 
 from shmq.broker.shared.topics import queue_count
-from shmq.errors import FlushFailed
+from shmq.errors import FlushFailed, InvalidTopic
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
-from shmq.message.names import PERM_READ
+from shmq.message.names import PERM_READ, RETRY_PREFIX
 from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, QUEUE_CREATE_ADDRESS, RemotingSends, ffi
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
 from shmq.protocol.send_answer import answer_pieces, send_ext  # noqa: F401 - send_ext: send.py, admin_clients.py
 from shmq.protocol.headers import SEND_V2_LETTERS
+from shmq.store.validate import check_sendable_topic
 
 from ..context import WorkerContext, born_host
 from .pull import _HELD
@@ -55,6 +59,10 @@ from .pull import _HELD
 _FIELDS = ("producerGroup", "topic", "defaultTopic", "defaultTopicQueueNums", "queueId", "sysFlag", "bornTimestamp",
            "flag", "properties", "reconsumeTimes", "maxReconsumeTimes", "batch")
 _LETTER = {name: letter for letter, name in SEND_V2_LETTERS.items()}
+#: at most this many topics are learnt ahead of their first send (``topics_changed``): their entries
+#: share the C table (16,384 usable) with the queues actually sent to; a topic beyond it is learnt
+#: by its first send through the Python path, as before
+EAGER_TOPICS = 4096
 
 def born_ints(conn) -> tuple[int, int]:
     """The connection's peer as the record's bornHost fields (IPv4 as an int, port), cached."""
@@ -82,8 +90,38 @@ class FastSends:
         # sibling): not a trip through send.py for every new queue (issue 16, firstq13)
         self.c.queues(QUEUE_CREATE_ADDRESS)
         self._learnt: dict[tuple[str, int], object] = {}
+        self._ahead: dict[str, object] = {}  # topics learnt by topics_changed, with their configs
         self._batch_texts: set[str] = set()
         self.pulls = None  # pull_fast.FastPulls once take_pulls is called
+        self.topics_changed(w.topics.table)
+
+    def topics_changed(self, table: dict) -> None:
+        """The worker's topic table was replaced (TOPICS_CHANGED, or the one it started with):
+        each topic whose sends pass send.py's topic checks under its config (a sendable name,
+        not a system topic, not %RETRY% (the pipeline's), not an order topic) is learnt by C
+        with its queue count, so the first send to each of its queues, the topic's very first
+        included, is served by C (native/remoting_send.c ``sibling``: the queue id's range
+        checked, the slot made) and not by a trip through send.py, ~250-400 µs of the worker's
+        CPU (issue 16). Whatever C serves it serves only while the table holds this very config
+        object (``tc is``): a topic deleted, recreated or changed after is the Python path's,
+        which answers (TOPIC_NOT_EXIST, auto-create, ...) and learns again as before."""
+        ahead = self._ahead
+        for name in [n for n in ahead if n not in table]:
+            del ahead[name]
+        for name, tc in table.items():
+            if ahead.get(name) is tc:
+                continue
+            if len(ahead) >= EAGER_TOPICS:
+                break
+            if tc.order or name.startswith(RETRY_PREFIX) or queue_count(tc) <= 0:
+                continue
+            try:
+                check_sendable_topic(name)
+            except InvalidTopic:
+                continue
+            if not self.c.learn(name, -1, tc, 0, queue_count(tc)):
+                break  # full: the first sends learn them, as before
+            ahead[name] = tc
 
     def take_pulls(self, proc) -> None:
         """Serve the common PULL_MESSAGE too, in the same call (pull_fast.py); ``proc``: pull.py's Processor."""
@@ -105,6 +143,7 @@ class FastSends:
             # again by their next send through the Python path
             self.c.clear()
             self._learnt.clear()
+            self._ahead.clear()  # (learnt again at the next table push)
             self.c.learn(topic, qid, tc, slot, nq)
         self._learnt[key] = tc
 
