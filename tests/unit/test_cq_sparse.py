@@ -68,6 +68,27 @@ def test_recovery_writes_allocate_and_clearing_keeps_holes(tmp_path):
     cq.close()
 
 
+def test_entries_past_a_hole_are_found_reading_only_what_is_allocated(tmp_path):
+    """After a crash recovery asks whether a queue holds entries past its count (a power cut
+    can keep a page of entries beyond a dropped one): the answer reads only allocated ranges,
+    and still finds an entry at the far end of a 6 MB file, or a page of zeros for what it is."""
+    cfg = small_config(tmp_path, cq_entries_per_file=FULL)
+    cq = ConsumeQueue(cfg, "T", 0)
+    cq.create_first()
+    for off in range(0, 10):
+        cq.write_entry(off, 1000 + 100 * off, 100, 7)
+    assert not cq.has_entries_from(10)
+    cq.write_entry(299_999, 9_000, 100, 7)  # past a 6 MB hole, in the file's last page
+    assert cq.has_entries_from(10) and cq.has_entries_from(299_999)
+    cq.clear_from(10)
+    assert not cq.has_entries_from(10) and cq.entry(9) is not None
+    with open(cq.path(0), "r+b") as f:  # an allocated page of zeros in the middle is no entry
+        f.seek(150_000 * 20)
+        f.write(bytes(4096))
+    assert not cq.has_entries_from(10)
+    cq.close()
+
+
 _LIMITED = r"""
 import resource, signal, sys
 from shmq.errors import StoreError
