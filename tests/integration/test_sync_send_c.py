@@ -43,13 +43,7 @@ def test_what_the_c_send_stores_is_what_was_sent(env, spin_us):
             sent[m.body] = (m.tags, m.flag, r.msg_id, 2, r.queue_offset)
         rb = p.send_batch([Message("T", b"b%d" % i) for i in range(5)])
         assert rb.status is SendStatus.SEND_OK and rb.msg_id.count(",") == 4
-    col = Collector()
-    c = consumer(ns.addr, "cg", "T", col)
-    try:
-        assert col.wait_for(lambda s: len(s.msgs) >= 29), len(col.msgs)
-    finally:
-        c.shutdown()
-    got = {m.body: m for m in col.msgs}
+    got = {m.body: m for m in _consumed(ns.addr, "T", 29)}
     for body, (tags, flag, msg_id, qid, off) in sent.items():
         m = got[body]
         assert (m.tags or None, m.flag, m.msg_id, m.queue_id, m.queue_offset) == (tags, flag, msg_id, qid, off)
@@ -115,10 +109,16 @@ def test_a_new_topics_first_send_takes_the_c_step_once_its_route_arrived(env, mo
         assert "SCHEDULE_TOPIC_XXXX" not in p._sendable
         with pytest.raises(InvalidTopic):
             p.send(Message("SCHEDULE_TOPIC_XXXX", b"x"))
+    (m,) = _consumed(ns.addr, "N", 1)
+    assert m.body == b"n-first" and m.msg_id == r.msg_id
+
+
+def _consumed(namesrv: str, topic: str, n: int) -> list:
+    """What a PushConsumer of group cg gets of ``topic`` once it has ``n`` messages."""
     col = Collector()
-    c = consumer(ns.addr, "cg", "N", col)
+    c = consumer(namesrv, "cg", topic, col)
     try:
-        assert col.wait_for(lambda s: len(s.msgs) >= 1), len(col.msgs)
+        assert col.wait_for(lambda s: len(s.msgs) >= n), len(col.msgs)
     finally:
         c.shutdown()
-    assert col.msgs[0].body == b"n-first" and col.msgs[0].msg_id == r.msg_id
+    return col.msgs
