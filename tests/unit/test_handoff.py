@@ -130,9 +130,10 @@ def test_the_client_loops_turn_runs_readers_writers_and_timers_as_asyncio_does()
             b.send(b"hi")
         for i in range(3):
             loop.call_soon(order.append, i)
-        loop.call_later(0.004, order.append, "t2")
-        loop.call_later(0.002, order.append, "t1")
-        loop.call_later(0.003, order.append, "cancelled").cancel()
+        t0 = loop.time()  # one base: call_later's own clock reads, 2 ms apart under load, swapped t1/t2
+        loop.call_at(t0 + 0.004, order.append, "t2")
+        loop.call_at(t0 + 0.002, order.append, "t1")
+        loop.call_at(t0 + 0.003, order.append, "cancelled").cancel()
         loop.call_later(0.006, lambda: (loop.add_reader(a, on_read), loop.add_writer(b, on_write)))
         loop.run_forever()
         a.close()
