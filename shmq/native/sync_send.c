@@ -292,7 +292,7 @@ static int attr_true(PyObject *obj, PyObject *name) {
  * fallback's, -1 raised */
 static int batch_ready(PyObject *p, PyObject *s, PyObject *msgs, PyObject **info, PyObject **targets, PyObject **enc) {
     PyObject *inst = NULL, *m0 = NULL, *topic = NULL, *tags = NULL, *head = NULL, *routes = NULL, *pub = NULL,
-             *lim = NULL, *set = NULL;
+             *lim = NULL, *set = NULL, *r = NULL;
     int rc = -1, t;
     if ((t = attr_true(s, n_fault)) != 0) return t;
     PyObject *links = PyObject_GetAttr(s, n_links);
@@ -316,8 +316,9 @@ static int batch_ready(PyObject *p, PyObject *s, PyObject *msgs, PyObject **info
     if ((t = (int)PyUnicode_Tailmatch(topic, b_retry, 0, PY_SSIZE_T_MAX, -1)) != 0) { if (t < 0) goto fail; goto out; }
     if (!(routes = PyObject_GetAttr(p, n_batch_routes)) || !(pub = PyObject_GetAttr(inst, n_publish))) goto fail;
     if (!PyDict_CheckExact(routes) || !PyDict_CheckExact(pub)) goto out;
-    PyObject *r = PyDict_GetItemWithError(routes, topic);
+    r = PyDict_GetItemWithError(routes, topic);
     if (!r) { if (PyErr_Occurred()) goto fail; goto out; }
+    Py_INCREF(r);  /* held across the calls below (_tags_head, the encoder) */
     PyObject *cur = PyDict_GetItemWithError(pub, topic);
     if (!cur && PyErr_Occurred()) goto fail;
     if (!PyTuple_CheckExact(r) || PyTuple_GET_SIZE(r) != 2 || PyTuple_GET_ITEM(r, 0) != cur ||
@@ -349,6 +350,7 @@ out:
     Py_XDECREF(routes);
     Py_XDECREF(pub);
     Py_XDECREF(lim);
+    Py_XDECREF(r);
     return rc;
 }
 
@@ -383,7 +385,7 @@ static PyObject *s_batch(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     PyObject *s = PyObject_GetAttr(p, n_lane_state);
     if (!s) return NULL;
     PyObject *info = NULL, *targets = NULL, *enc = NULL, *tmo = NULL, *nx = NULL, *addrs = NULL, *addr = NULL,
-             *tls = NULL, *conns = NULL, *c = NULL, *out = NULL, *r = NULL, *dl = NULL, *op = NULL;
+             *tls = NULL, *conns = NULL, *c = NULL, *out = NULL, *r = NULL, *dl = NULL, *op = NULL, *tg = NULL;
     long long opaque = 0;
     int st = s == Py_None ? 0 : batch_ready(p, s, msgs, &info, &targets, &enc);
     if (st <= 0) {
@@ -402,7 +404,7 @@ static PyObject *s_batch(PyObject *self, PyObject *const *a, Py_ssize_t na) {
     if (!nx) { if (!PyErr_Occurred()) PyErr_SetNone(PyExc_StopIteration); goto done; }
     Py_ssize_t k = PyLong_AsSsize_t(nx), len = PyList_GET_SIZE(targets);
     if (k == -1 && PyErr_Occurred()) goto done;
-    PyObject *tg = PyList_GET_ITEM(targets, k % len);
+    tg = Py_NewRef(PyList_GET_ITEM(targets, k % len));  /* (its mq and template: borrowed from it) */
     if (!PyTuple_CheckExact(tg) || PyTuple_GET_SIZE(tg) != 2) { PyErr_SetString(PyExc_TypeError, "a batch target"); goto done; }
     PyObject *mq = PyTuple_GET_ITEM(tg, 0), *t = PyTuple_GET_ITEM(tg, 1);
     if (!PyTuple_Check(mq) || PyTuple_GET_SIZE(mq) != 3) { PyErr_SetString(PyExc_TypeError, "a MessageQueue"); goto done; }
@@ -482,6 +484,7 @@ done:
     Py_DECREF(s);
     Py_XDECREF(info);
     Py_XDECREF(targets);
+    Py_XDECREF(tg);
     Py_XDECREF(enc);
     Py_XDECREF(tmo);
     Py_XDECREF(nx);
