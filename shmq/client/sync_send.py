@@ -172,9 +172,10 @@ def encode_plain_batch(msgs: list, head: bytes, limit: int):
 
 
 def send_batch_plain(p, msgs):
-    """``Producer._hot_batch`` of a producer that never sends locally: ``p.send_batch(msgs)`` of
-    a uniform batch (``encode_plain_batch``) to a topic a send has checked (``p._sendable``) over
-    TCP, its first try made here, as ``send_plain`` makes a plain message's: the queue's route and
+    """What ``send_batch_steady`` (a never-local producer's ``Producer._hot_batch``, the same steps
+    in C) hands over before its draw, and their reference: ``p.send_batch(msgs)`` of a uniform
+    batch (``encode_plain_batch``) to a topic a send has checked (``p._sendable``) over TCP, its
+    first try made here, as ``send_plain`` makes a plain message's: the queue's route and
     batch template from the producer's cache (``_batch_targets``), the round robin drawn from the
     producer's counter after the body is encoded (as ``_send_batch`` draws it after
     ``_batch_body``), the thread's open sync connection. Returns None with nothing sent (nor the
