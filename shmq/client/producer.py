@@ -37,7 +37,7 @@ from .producer_batch import BatchSends
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture, done_future as _done
-from .sync_send import exchange, plain, send_batch_plain, send_plain as send_plain_sync
+from .sync_send import exchange, plain, send_batch_steady, send_plain as send_plain_sync
 from .uniq_id import new_uniq_id
 
 log = logging.getLogger("shmq.client.producer")
@@ -89,7 +89,7 @@ class Producer(ProducerBase, BatchSends):
         # (a producer that never sends locally: a plain message's TCP send, client/sync_send.py)
         self._hot = self._fast.hot if self._fast is not None else types.MethodType(send_plain_sync, self)
         self._hot_batch = (self._fast.hot.batch if self._fast is not None
-                           else types.MethodType(send_batch_plain, self))
+                           else types.MethodType(send_batch_steady, self))
         self._frames = Frames(group)
         # topic -> its route and batch templates (sync_send.send_batch_plain); made anew, as the
         # LaneState is, whenever an attribute of the producer is set (__setattr__)

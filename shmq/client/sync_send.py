@@ -68,15 +68,27 @@ def _exchange(p, addr: str, c, t, mq, flag: int, tags, body: bytes, uniq, deadli
         while r == EMONTH:
             _UNIQ.roll()
             r = _sync.call(c.sock, t.pieces, 0, flag, tags, body, uniq, opaque, timeout, c.spin_s, mq, block)
-    except TimeoutError:
-        p._drop_sync(addr, c)
-        raise RemotingTimeout(f"nothing from {addr} in time") from None
     except OSError as e:
-        p._drop_sync(addr, c)
-        raise RemotingClosed(f"connection to {addr} failed: {e}") from None
+        raise _broken(p, addr, c, e) from None
+    return _settle(p, addr, c, mq, opaque, r, deadline)
+
+
+def _broken(p, addr: str, c, e: OSError) -> RemotingError:
+    """A try's call raised ``e`` (TimeoutError, or another OSError): the connection dropped, and
+    the RemotingError the producer's retries take."""
+    p._drop_sync(addr, c)
+    if isinstance(e, TimeoutError):
+        return RemotingTimeout(f"nothing from {addr} in time")
+    return RemotingClosed(f"connection to {addr} failed: {e}")
+
+
+def _settle(p, addr: str, c, mq, opaque: int, r, deadline: float):
+    """What ``_sync.call`` answered, as a SendResult (or BrokerError); None when it sent nothing
+    (an int: UNSUPPORTED, tags the Python encoder escapes). Bytes the C reader did not take go to
+    the connection's decoder and the Python answer path."""
     if r.__class__ is SendResult:
         return r
-    if r.__class__ is int:  # UNSUPPORTED: tags the Python encoder escapes
+    if r.__class__ is int:
         return None
     uniq, data = r
     try:
@@ -160,9 +172,10 @@ def encode_plain_batch(msgs: list, head: bytes, limit: int):
 
 
 def send_batch_plain(p, msgs):
-    """``Producer._hot_batch`` of a producer that never sends locally: ``p.send_batch(msgs)`` of
-    a uniform batch (``encode_plain_batch``) to a topic a send has checked (``p._sendable``) over
-    TCP, its first try made here, as ``send_plain`` makes a plain message's: the queue's route and
+    """What ``send_batch_steady`` (a never-local producer's ``Producer._hot_batch``, the same steps
+    in C) hands over before its draw, and their reference: ``p.send_batch(msgs)`` of a uniform
+    batch (``encode_plain_batch``) to a topic a send has checked (``p._sendable``) over TCP, its
+    first try made here, as ``send_plain`` makes a plain message's: the queue's route and
     batch template from the producer's cache (``_batch_targets``), the round robin drawn from the
     producer's counter after the body is encoded (as ``_send_batch`` draws it after
     ``_batch_body``), the thread's open sync connection. Returns None with nothing sent (nor the
@@ -229,3 +242,29 @@ def _batch_targets(p, topic: str):
         p._batch_routes.clear()
     r = p._batch_routes[topic] = (info, targets)
     return r
+
+
+def _resume(p, body: bytes, ids: bytes, info, mq, addr, c, opaque: int, deadline: float, out):
+    """``send_batch_steady``'s batch after its round robin was drawn, as ``send_batch_plain`` goes
+    on after its ``_exchange``: ``out`` None (no connection open for ``addr``, or bytes read
+    ahead: no try made), an int (nothing sent), the OSError the try raised, or the bytes read that
+    the C reader did not take; the rest in ``Producer._batch_tries`` from the queue drawn."""
+    failed = None
+    if out is not None:
+        try:
+            if isinstance(out, OSError):
+                raise _broken(p, addr, c, out) from None
+            r = _settle(p, addr, c, mq, opaque, out, deadline)
+            if r is not None:
+                return r
+        except (RemotingError, BrokerError) as e:
+            failed = e
+    return p._batch_tries(body, ids, info, deadline, mq, failed)
+
+
+#: ``Producer._hot_batch`` of a producer that never sends locally: ``p.send_batch(msgs)``'s steady
+#: case whole in C (native/sync_send.c ``batch``: the steps of ``send_batch_plain``, the same
+#: objects read), ``send_batch_plain`` for every batch it does not take before drawing the round
+#: robin, ``_resume`` for a try it did not finish
+send_batch_steady = _sync.batch
+_sync.bind_batch(hot_encode_batch, _UNIQ_ADDR, Message, _tags_head, send_batch_plain, _resume, RETRY_PREFIX)

@@ -43,7 +43,7 @@ void rt_free(Sends *s) {
     s->rt_next = 0;
 }
 
-/* the layout of a header p[0..n) the scan read into h (a plain send, stored): kept in the next of
+/* the layout of a header p[0..n) the scan read into h (a plain send or a batch, stored): kept in the next of
  * the RT_N places, unless a slot is missing or another value is not in the header itself */
 void rt_learn(Sends *s, const uint8_t *p, uint32_t n, const header *h) {
     for (int i = 0; i < HS_N; i++)

@@ -150,3 +150,16 @@ def test_slot_values_the_scan_refuses_or_reads_otherwise_are_not_taken_by_the_la
         frames += [base(8), _edit(base(opaque), old, new)]
     _, hits = _compare(tmp_path, frames, "slots", each=True)
     assert hits >= len(edits)
+
+
+def test_a_producers_batch_headers_are_read_by_a_learnt_layout_too(tmp_path):
+    """A SEND_BATCH_MESSAGE the C path stored teaches its header's layout as a plain send's does
+    (its code is part of the layout's bytes, so only batches match it): a producer's later
+    batches, their queue, born time, opaque and oneway flag varied, plain sends between, are read
+    by it and answered and stored as the Python path answers and stores them."""
+    from .test_send_fast_batch import _batch, _entries
+    frames = [_batch(1 + i, entries=_entries(4, seed=i), qid=i % 4, oneway=i % 5 == 4) for i in range(40)]
+    frames += [_send(100 + q, qid=q) for q in range(4)]
+    frames += [_batch(200 + i, entries=_entries(3, seed=50 + i), qid=i % 4) for i in range(10)]
+    _, hits = _compare(tmp_path, frames, "batches")
+    assert hits >= 35  # all but each queue's first (Python's) and the first C one (scanned)
