@@ -79,6 +79,20 @@ class ClientInstance:
                 inst._refs += 1
                 return inst
 
+    @property
+    def rpc_hook(self):
+        """The request signer every request of this client goes through, or None."""
+        return self._rpc_hook
+
+    @rpc_hook.setter
+    def rpc_hook(self, hook) -> None:
+        # the lane's copy is what the C sends look at (native/async_plain.c: a signed request is
+        # the Python path's), one load a send instead of this attribute's read
+        self._rpc_hook = hook
+        lane = self.__dict__.get("oneway_lane")
+        if lane is not None:
+            lane.hooked = hook is not None
+
     def __init__(self, namesrv: str, *, route_poll_s: float = ROUTE_POLL_S, heartbeat_s: float = HEARTBEAT_S,
                  credentials: Credentials | None = None):
         addrs = [a.strip() for a in namesrv.replace(",", ";").split(";") if a.strip()]
@@ -113,6 +127,7 @@ class ClientInstance:
         #: the plain oneway sends' frames (client/oneway.py); it also counts the bytes of the
         #: other oneway bodies submitted and not yet written or failed, against one bound
         self.oneway_lane = Lane(self._submitted.append, MARK, ONEWAY_BACKLOG_BYTES, ONEWAY_BACKLOG)
+        self.oneway_lane.hooked = self._rpc_hook is not None
         # a lane frame may be written by its caller's thread when nothing is queued (client/direct_write.py);
         # _draining: jobs taken off the deque and not yet on their connection (no such write then)
         self._draining = False

@@ -74,7 +74,7 @@ typedef struct {
 static PyTypeObject *rr_type;
 #endif
 
-static PyObject *str_rpc_hook, *str_drain_scheduled, *str_loop, *str_call_soon_threadsafe, *str_drain_submitted,
+static PyObject *str_drain_scheduled, *str_loop, *str_call_soon_threadsafe, *str_drain_submitted,
     *str_template, *str_pieces, *zero;
 
 /* tags as oneway.plain takes them: NULL when not plain (or not certainly: the caller's Python
@@ -207,10 +207,7 @@ static int plan_drain(plan *self) {
  * AsyncSend, or None with nothing written; NULL only with an exception */
 static PyObject *plan_put(plan *self, PyObject *msg, PyObject *topic, PyObject *body, PyObject *tags, PyObject *flag,
                           PyObject *cb, PyObject *timeout) {
-    PyObject *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
-    if (!hook) goto python;
-    Py_DECREF(hook);
-    if (hook != Py_None) Py_RETURN_NONE;
+    if (self->lane->hooked) Py_RETURN_NONE;  /* a request signer: the Python path's (oneway.plain) */
     PyObject *mq, *addr, *t;
     if (plan_route(self, topic, NULL, &mq, &addr, &t) || !addr) goto python;
     PyObject *entry = Py_NewRef(t), *w;  /* (holds the queue and the pieces) */
@@ -299,17 +296,12 @@ static PyObject *plan_sync(plan *self, PyObject *msg) {
     PyObject *f[4], *info, *mq, *addr, *t;
     if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
-    PyObject *out = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
-    if (hook) {
-        Py_DECREF(hook);
-        if (hook == Py_None && !plan_route(self, f[0], &info, &mq, &addr, &t)) {
-            PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, RT_TARGET), str_template);
-            if (tpl) {
-                out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
-                Py_DECREF(tpl);
-            }
-        } else if (!PyErr_Occurred()) {
-            out = Py_NewRef(Py_None);
+    PyObject *out = NULL;
+    if (!self->lane->hooked && !plan_route(self, f[0], &info, &mq, &addr, &t)) {
+        PyObject *tpl = PyObject_GetAttr(PyTuple_GET_ITEM(t, RT_TARGET), str_template);
+        if (tpl) {
+            out = PyTuple_Pack(7, info, mq, addr ? addr : Py_None, tpl, f[3], f[2], f[1]);
+            Py_DECREF(tpl);
         }
     }
     if (!out && !PyErr_Occurred()) out = Py_NewRef(Py_None);
@@ -329,8 +321,8 @@ static PyObject *plan_oneway(plan *self, PyObject *msg) {
     PyObject *f[4], *mq, *addr, *t;
     if (!plan_plain(self, msg, f)) Py_RETURN_NONE;
     PyObject *held[4] = {Py_NewRef(f[0]), Py_NewRef(f[1]), Py_NewRef(f[2]), Py_NewRef(f[3])};
-    PyObject *out = NULL, *pieces = NULL, *hook = PyObject_GetAttr(self->inst, str_rpc_hook);
-    if (!hook || (Py_DECREF(hook), hook != Py_None) || plan_route(self, f[0], NULL, &mq, &addr, &t)) {
+    PyObject *out = NULL, *pieces = NULL;
+    if (self->lane->hooked || plan_route(self, f[0], NULL, &mq, &addr, &t)) {
         /* an exception a look-up raised is raised (as plan_sync does: the round robin may have
          * been drawn, and the Python path would draw again); else the Python path's */
         if (!PyErr_Occurred()) out = Py_NewRef(Py_None);
@@ -442,11 +434,11 @@ static PyTypeObject plan_type = {
 };
 
 int shmq_async_plain_add(PyObject *m) {
-    static const char *const names[] = {"rpc_hook", "_drain_scheduled", "loop", "call_soon_threadsafe",
-                                        "_drain_submitted", "template", "pieces"};
-    PyObject **strs[] = {&str_rpc_hook, &str_drain_scheduled, &str_loop, &str_call_soon_threadsafe,
-                         &str_drain_submitted, &str_template, &str_pieces};
-    for (int i = 0; i < 7; i++)
+    static const char *const names[] = {"_drain_scheduled", "loop", "call_soon_threadsafe", "_drain_submitted",
+                                        "template", "pieces"};
+    PyObject **strs[] = {&str_drain_scheduled, &str_loop, &str_call_soon_threadsafe, &str_drain_submitted,
+                         &str_template, &str_pieces};
+    for (int i = 0; i < 6; i++)
         if (!*strs[i] && !(*strs[i] = PyUnicode_InternFromString(names[i]))) return -1;
     if (!zero && !(zero = PyLong_FromLong(0))) return -1;
 #ifdef RR_PEEK

@@ -241,6 +241,12 @@ static PyObject *bind_pending(PyObject *self, PyObject *args) {
  * subclass's slots and calls this as its base's; an AsyncSend whose class was given a finalizer
  * after the bind (a __del__ set on it) goes back to the general dealloc. */
 static destructor as_general_dealloc;  /* the class's dealloc before bind_async (subtype_dealloc) */
+/* freed AsyncSends of the bound class (untracked, every slot NULL), the next puts' (new_waiter):
+ * a windowed sender frees one a put on the same thread, and the allocation, its zeroing and the
+ * free were ~250 instructions of it. GIL held; emptied when another class is bound. */
+#define AS_FREE_MAX 64
+static PyObject *as_free[AS_FREE_MAX];
+static int as_n_free;
 
 static void as_dealloc(PyObject *w) {
     PyTypeObject *tp = Py_TYPE(w);
@@ -250,7 +256,8 @@ static void as_dealloc(PyObject *w) {
     }
     PyObject_GC_UnTrack(w);
     for (int i = 0; i < AS_N; i++) Py_CLEAR(AS_SLOT(w, i));
-    tp->tp_free(w);
+    if (tp == as_type && as_n_free < AS_FREE_MAX) as_free[as_n_free++] = w;  /* (a subclass's: freed) */
+    else tp->tp_free(w);
     Py_DECREF(tp);  /* (an instance of a heap type holds its type: subtype_dealloc leaves it to the
                      * dealloc of a heap base, this) */
 }
@@ -270,6 +277,8 @@ static int as_fast_ok(PyTypeObject *cls) {
 
 /* bind_async(AsyncSend): its slots' offsets, once at import; its dealloc made as_dealloc */
 static PyObject *bind_async(PyObject *self, PyObject *arg) {
+    if (arg != (PyObject *)as_type)
+        while (as_n_free) PyObject_GC_Del(as_free[--as_n_free]);  /* (the old class's size) */
     if (as_bind(arg)) return NULL;
     if (as_type->tp_dealloc != as_dealloc) {
         if (!as_fast_ok(as_type)) {
@@ -318,10 +327,12 @@ static PyObject *bind_result(PyObject *self, PyObject *fn) {
 /* a pending AsyncSend with what SendFuture.__init__ and AsyncSend.__init__ set (vals: AS_CALLBACK
  * on; AS_STATE's 0 made here); its _value is unset until it is done, as there */
 static PyObject *new_waiter(PyObject *const *vals) {
-    PyObject *w = as_type->tp_alloc(as_type, 0);
-    if (!w) return NULL;
+    PyObject *w = as_n_free ? as_free[--as_n_free] : NULL;
+    if (w) PyObject_Init(w, as_type);  /* (the type's reference and the object's, as tp_alloc) */
+    else if (!(w = as_type->tp_alloc(as_type, 0))) return NULL;  /* (tracked) */
     AS_SLOT(w, AS_STATE) = PyLong_FromLong(0);
     for (int i = AS_CALLBACK; i < AS_N; i++) AS_SLOT(w, i) = Py_NewRef(vals[i]);
+    if (!PyObject_GC_IsTracked(w)) PyObject_GC_Track(w);
     return w;
 }
 
@@ -526,6 +537,11 @@ static PyGetSetDef lane_getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+static PyMemberDef lane_members[] = {
+    {"hooked", T_BOOL, offsetof(Lane, hooked), 0, "its client signs requests (ClientInstance.rpc_hook set)"},
+    {NULL, 0, 0, 0, NULL},
+};
+
 PyTypeObject shmq_lane_type = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "shmq.native._oneway.Lane",
@@ -537,6 +553,7 @@ PyTypeObject shmq_lane_type = {
     .tp_dealloc = (destructor)lane_dealloc,
     .tp_methods = lane_methods,
     .tp_getset = lane_getset,
+    .tp_members = lane_members,
 };
 
 static PyMethodDef methods[] = {

@@ -409,3 +409,74 @@ def test_a_route_or_address_changed_is_seen_by_the_next_c_send(prod):
     with pytest.raises(Exception):
         p.send_async(Message("T", b"x")).result(5)
     assert all(a != "127.0.0.1:4" for a, _ in _addrs_taken(p))
+
+
+def test_a_request_signer_set_or_unset_is_seen_by_the_next_c_send_of_every_kind(prod):
+    """The C sends (async, oneway, sync) look at the lane's copy of ``ClientInstance.rpc_hook``:
+    a signer set after the plan exists leaves every kind to the Python path with nothing written
+    or drawn, and unset again the next send is C's."""
+    p = prod
+    p.send_async(Message("T", b"first"))  # the plan and the route cache
+    _taken(p)
+    inst, plan = p.instance, p._hot_async
+    assert plan.__class__ is AsyncPlain and inst.oneway_lane.hooked is False
+    inst.rpc_hook = lambda cmd: None
+    try:
+        assert inst.oneway_lane.hooked is True
+        m = Message("T", b"x")
+        _not_taken(p, m)
+        assert plan.oneway(m) is None and plan.sync(m) is None and inst.oneway_lane.queued == (0, 0)
+    finally:
+        inst.rpc_hook = None
+    assert inst.oneway_lane.hooked is False
+    q0 = plan.sync(Message("T", b"x"))[1].queue_id  # nothing was drawn by the refusals above
+    assert p.send_async(Message("T", b"x")).mq.queue_id == (q0 + 1) % 4
+    assert plan.oneway(Message("T", b"x")) is True
+    assert inst.oneway_lane.queued[1] == 2  # both written, C's
+
+
+def test_a_client_made_with_credentials_has_its_lane_marked_signed():
+    from shmq.client.instance import ClientInstance
+    from shmq.protocol.acl_sign import Credentials
+    ns = socket.create_server(("127.0.0.1", 0))
+    inst = ClientInstance(f"127.0.0.1:{ns.getsockname()[1]}", credentials=Credentials("ak", "sk12345678"))
+    try:
+        assert inst.rpc_hook is not None and inst.oneway_lane.hooked is True
+    finally:
+        inst.release()
+        ns.close()
+
+
+def test_a_send_made_in_a_freed_ones_memory_holds_only_its_own(prod):
+    """AsyncSends freed are kept for the next puts (hot_oneway.c as_free): a send made there is
+    tracked by the cyclic GC, pending, and holds its own message, queue, callback and timeout."""
+    import gc
+    import weakref
+    p = prod
+    p.send_async(Message("T", b"first"))
+    _taken(p)
+    class Callback:
+        def __call__(self, r) -> None:
+            pass
+
+    old = [p.send_async(Message("T", b"o%d" % i), Callback(), 1.5) for i in range(100)]
+    _taken(p)
+    freed = {id(w) for w in old}
+    wm = weakref.ref(old[0]._callback)
+    del old
+    assert wm() is None
+    cb = lambda r: None  # noqa: E731
+    new = [(p.send_async(m := Message("T", b"n%d" % i), cb if i % 2 else None, 2.0 if i % 3 else None), m)
+           for i in range(100)]
+    assert any(id(w) in freed for w, _ in new)  # (the kept memory reused)
+    for i, (w, m) in enumerate(new):
+        assert gc.is_tracked(w) and not w.done()
+        assert w.req is m and w._callback is (cb if i % 2 else None) and w.timeout == (2.0 if i % 3 else 3.0)
+        assert w.mq.topic == "T" and w.left == p.retry_times_async
+    assert [w for _, w in _taken(p)] == [w for w, _ in new]
+    w, marker = new[0][0], Callback()
+    w.req = [w, marker]  # a cycle through a reused send is collected
+    wm = weakref.ref(marker)
+    del new, w, marker
+    gc.collect()
+    assert wm() is None
