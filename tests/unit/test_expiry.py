@@ -29,7 +29,8 @@ def test_only_expired_files_go(open_store, store_root):
     first_view = s.get_messages("T", 0, 0, max_count=1).messages[0]
     deleted = s.cleaner.run_once(at_delete_hour=True, disk_ratio=10)
     assert deleted == [0, 1, 2]
-    assert sorted(cl.iterdir()) == files[3:]
+    # (a later file the store makes ahead meanwhile may have joined them: a helper's run at load 8)
+    assert not any(f.exists() for f in files[:3]) and all(f.exists() for f in files[3:])
     # a reader that held a view into a deleted file still reads it
     assert bytes(decode_record(first_view).body)[:6] == b"000000"
     mn = s.min_offset("T", 0)
