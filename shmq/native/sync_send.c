@@ -274,8 +274,8 @@ out:
  *     send_batch_plain does after its _exchange (the same drops, errors and retries). */
 static PyObject *b_encode, *b_uniq, *b_message, *b_tags_head, *b_fallback, *b_resume, *b_retry, *b_zero;
 static PyObject *n_lane_state, *n_fault, *n_links, *n_inst, *n_sendable, *n_rr, *n_timeout, *n_rpc_hook,
-    *n_publish, *n_broker_addrs, *n_batch_routes, *n_max_size, *n_tls, *n_conns, *n_ready, *n_decoder, *n_buf,
-    *n_opaque, *n_block_s, *n_block, *n_spin_s, *n_sock, *n_pieces, *n_topic, *n_tags;
+    *n_publish, *n_broker_addrs, *n_batch_routes, *n_max_size, *n_tls, *n_conns, *n_turn, *n_block_s, *n_block,
+    *n_spin_s, *n_sock, *n_pieces, *n_topic, *n_tags;
 
 static PyObject *s_call(PyObject *self, PyObject *const *a, Py_ssize_t na);
 
@@ -354,26 +354,15 @@ out:
     return rc;
 }
 
-/* c's SyncRemotingClient.turn(): the next opaque, or 0 (none drawn) with bytes read ahead */
+/* c.turn() (protocol/client.py SyncRemotingClient): the next opaque, or 0 (none drawn) with
+ * bytes read ahead; called, not mirrored: the opaque's step and the read-ahead test are the
+ * client's own */
 static long long conn_turn(PyObject *c) {
-    int t = attr_true(c, n_ready);
-    if (t) return t < 0 ? -1 : 0;
-    PyObject *d = PyObject_GetAttr(c, n_decoder);
-    if (!d) return -1;
-    t = attr_true(d, n_buf);
-    Py_DECREF(d);
-    if (t) return t < 0 ? -1 : 0;
-    PyObject *o = PyObject_GetAttr(c, n_opaque);
+    PyObject *o = PyObject_CallMethodNoArgs(c, n_turn);
     if (!o) return -1;
     long long v = PyLong_AsLongLong(o);
     Py_DECREF(o);
-    if (v == -1 && PyErr_Occurred()) return -1;
-    v = v % 0x7FFFFFFF + 1;
-    PyObject *nv = PyLong_FromLongLong(v);
-    if (!nv) return -1;
-    int st = PyObject_SetAttr(c, n_opaque, nv);
-    Py_DECREF(nv);
-    return st ? -1 : v;
+    return v == -1 && PyErr_Occurred() ? -1 : v;
 }
 
 /* batch(p, msgs): p.send_batch(msgs)'s TCP steady case (above) -> its SendResult, or what
@@ -510,8 +499,8 @@ static PyObject *s_bind_batch(PyObject *self, PyObject *args) {
         {&n_lane_state, "_lane_state"}, {&n_fault, "fault"}, {&n_links, "links"}, {&n_inst, "inst"},
         {&n_sendable, "sendable"}, {&n_rr, "rr"}, {&n_timeout, "timeout"}, {&n_rpc_hook, "rpc_hook"},
         {&n_publish, "publish"}, {&n_broker_addrs, "broker_addrs"}, {&n_batch_routes, "_batch_routes"},
-        {&n_max_size, "max_message_size"}, {&n_tls, "_tls"}, {&n_conns, "conns"}, {&n_ready, "_ready"},
-        {&n_decoder, "_decoder"}, {&n_buf, "_buf"}, {&n_opaque, "_opaque"}, {&n_block_s, "block_s"},
+        {&n_max_size, "max_message_size"}, {&n_tls, "_tls"}, {&n_conns, "conns"}, {&n_turn, "turn"},
+        {&n_block_s, "block_s"},
         {&n_block, "block"}, {&n_spin_s, "spin_s"}, {&n_sock, "sock"}, {&n_pieces, "pieces"}, {&n_topic, "topic"},
         {&n_tags, "tags"}};
     for (size_t k = 0; k < sizeof names / sizeof names[0]; k++)
