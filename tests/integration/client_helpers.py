@@ -6,6 +6,8 @@ import collections
 import threading
 import time
 
+import pytest
+
 from shmq import ConsumeResult, PushConsumer
 from shmq.protocol import SyncRemotingClient
 
@@ -77,6 +79,16 @@ class Collector:
                 self.changed.wait(left)
         return True
 
+
+
+@pytest.fixture
+def env(namesrv, start_broker):
+    """A NameServer and a broker with topic T of 4 queues, routed: (namesrv, broker). Import it
+    into a test module with the ``namesrv`` and ``start_broker`` fixtures it asks for."""
+    b = start_broker(namesrv)
+    make_topic(b, "T", 4)
+    wait_route(namesrv.addr, "T")
+    return namesrv, b
 
 def consumer(namesrv_addr: str, group: str, topic: str, listener, *, local: str = "never",
              expr: str = "*", **kw) -> PushConsumer:

@@ -11,18 +11,11 @@ from shmq import Message, Producer, SendStatus
 from shmq.errors import InvalidMessage, InvalidTopic, MessageTooLarge, RemotingError
 
 from .broker_helpers import start_broker  # noqa: F401
-from .client_helpers import Collector, consumer, make_topic, wait_route
+from .client_helpers import Collector, consumer, env, make_topic, wait_route  # noqa: F401 (env: a fixture)
 from .conftest import namesrv, processes, start_namesrv  # noqa: F401
 
 MODES = ["never", "always"]
 
-
-@pytest.fixture
-def env(namesrv, start_broker):
-    b = start_broker(namesrv)
-    make_topic(b, "T", 4)
-    wait_route(namesrv.addr, "T")
-    return namesrv, b
 
 
 def consume_all(ns, n, group="cg", topic="T", local="never", **kw):

@@ -18,16 +18,9 @@ from shmq.message.names import RETRY_PREFIX
 from shmq.native import _sync, hot_encode_batch
 
 from .broker_helpers import start_broker  # noqa: F401
-from .client_helpers import Collector, consumer, make_topic, wait_route
+from .client_helpers import Collector, consumer, env  # noqa: F401 (env: a fixture)
 from .conftest import namesrv, processes, start_namesrv  # noqa: F401
 
-
-@pytest.fixture
-def env(namesrv, start_broker):
-    b = start_broker(namesrv)
-    make_topic(b, "T", 4)
-    wait_route(namesrv.addr, "T")
-    return namesrv, b
 
 
 def _bind(fallback, resume):

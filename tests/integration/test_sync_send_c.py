@@ -12,16 +12,9 @@ from shmq import Message, Producer, SendStatus
 from shmq.client import sync_send
 
 from .broker_helpers import start_broker  # noqa: F401
-from .client_helpers import Collector, consumer, make_topic, wait_route
+from .client_helpers import Collector, consumer, env, make_topic, wait_route  # noqa: F401 (env: a fixture)
 from .conftest import namesrv, processes, start_namesrv  # noqa: F401
 
-
-@pytest.fixture
-def env(namesrv, start_broker):
-    b = start_broker(namesrv)
-    make_topic(b, "T", 4)
-    wait_route(namesrv.addr, "T")
-    return namesrv, b
 
 
 @pytest.mark.parametrize("spin_us", [0, 100])
