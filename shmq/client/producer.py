@@ -33,7 +33,7 @@ from .local import LocalLinks
 from .local_send import LocalSender
 from .message import COMPRESS_LEVEL, COMPRESS_THRESHOLD, UNIQ_KEY, Message, MessageQueue, SendResult, SendStatus
 from .oneway import lane_state, send_plain, targets_ahead
-from .producer_batch import BatchSends
+from .producer_batch import BatchSends, topic_sendable
 from .remote_send import RETRY_CODES, STATUS_OF_CODE, AsyncSend, Frames, RemoteSend, send_result
 from .route import TopicPublishInfo
 from .send_future import SendFuture, done_future as _done
@@ -197,16 +197,19 @@ class Producer(ProducerBase, BatchSends):
         (oneway.targets_ahead). Without it a new topic's first sync send took the Python
         path (``_wire``, ``_prepare``, a RemoteSend, ``_invoke_sync``) and its second made every
         queue's templates: issue 16, each ~0.2-0.3 ms of the producer's CPU."""
-        try:
-            validate.check_sendable_topic(topic)
-        except InvalidMessage:
+        if not topic_sendable(topic):
             return
+        self._remember_sendable(topic)
+        targets_ahead(self, lane_state(self), topic, info)
+
+    def _remember_sendable(self, topic: str) -> None:
+        """``topic`` passed ``_prepare``'s topic check: kept in ``_sendable``, the bounded cache
+        of checked topics the plain sends' C paths ask (``_wire``, a batch, a route's arrival)."""
         sendable = self._sendable
         if topic not in sendable:
-            if len(sendable) >= 4096:  # (the bound _wire keeps)
+            if len(sendable) >= 4096:
                 sendable.clear()
             sendable.add(topic)
-        targets_ahead(self, lane_state(self), topic, info)
 
     def _select(self, info: TopicPublishInfo, avoid: str | None) -> MessageQueue:
         queues = info.queues
@@ -367,9 +370,7 @@ class Producer(ProducerBase, BatchSends):
                 uniq = new_uniq_id()
                 return body, _TAGS_HEAD + tags + _TAGS_END + uniq, 0, uniq
         body, props, sysflag = self._prepare(msg)
-        if len(self._sendable) >= 4096:  # a bounded cache of checked topics
-            self._sendable.clear()
-        self._sendable.add(msg.topic)
+        self._remember_sendable(msg.topic)
         return body, encode_properties(props), sysflag, props.get(UNIQ_KEY)
 
     _send_result = staticmethod(send_result)

@@ -87,10 +87,8 @@ class BatchSends:
             tags = msgs[0].tags
             head = _tags_head(tags) if tags else b""
             r = None
-            if head is not None and _sendable(topic):
-                if len(self._sendable) >= 4096:  # the topics checked (_wire's): send_batch_plain's too
-                    self._sendable.clear()
-                self._sendable.add(topic)
+            if head is not None and topic_sendable(topic):
+                self._remember_sendable(topic)  # (send_batch_plain's check too)
                 r = encode_plain_batch(msgs, head, self.max_message_size)
             if r is not None and r.__class__ is not int:
                 return r
@@ -144,8 +142,9 @@ class BatchSends:
         return send
 
 
-def _sendable(topic: str) -> bool:
-    """A topic a batch may take the C encoder with; otherwise the Python path raises the error."""
+def topic_sendable(topic: str) -> bool:
+    """Whether ``topic`` passes ``_prepare``'s topic check (a batch's C encoder, a route's
+    arrival); otherwise the Python path raises the precise error."""
     try:
         validate.check_sendable_topic(topic)
     except ShmqError:

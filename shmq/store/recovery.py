@@ -152,14 +152,16 @@ class _OwnRecord:
             return False
         if phys < self.first:
             return True
-        idx, off = divmod(phys, self.log.file_size)
-        if idx not in self.present or off + size > self.log.file_size:
+        if phys // self.log.file_size not in self.present:
+            return False
+        rec = self.log.record_at(phys)
+        if rec is None or len(rec) != size:
             return False
         try:
-            rec = unpack_record(memoryview(self.log.map(idx))[off:off + size])
+            (_, _, qid, _, qoff, at, _, _, _, _, _, _, _, _, topic, _) = unpack_record(rec)
         except StoreCorrupt:
             return False
-        return rec[0] == size and rec[5] == phys and rec[2] == key[1] and rec[4] == i and rec[14] == key[0]
+        return at == phys and qid == key[1] and qoff == i and topic == key[0]
 
 
 def _cut_log(commitlog: CommitLog, indexes, present, end: int, report: RecoveryReport) -> None:
