@@ -33,6 +33,9 @@ class WireConn:
     def write_frame(self, frame):
         self.frames.append(frame)
 
+    def defer_flush(self):  # (as a connection in its own read: nothing to flush after)
+        return False
+
 
 def processor(store, **cfg):
     bc = BrokerConfig()

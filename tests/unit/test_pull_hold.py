@@ -16,7 +16,11 @@ from ..conftest import small_config
 
 
 class Conn:
+    """A hold's owner as check() uses it: a connection's ``closed`` and ``defer_flush``."""
     closed = False
+
+    def defer_flush(self) -> bool:
+        return False
 
 
 def run(store_root, coro_fn, own_bit=None):

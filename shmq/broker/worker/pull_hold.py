@@ -53,7 +53,11 @@ class _Hold:
 
 
 class _Nobody:
+    """The owner of a hold made with none: never closed, never in a read (``check`` asks)."""
     closed = False
+
+    def defer_flush(self) -> bool:
+        return False
 
 
 _NOBODY = _Nobody()
@@ -178,9 +182,10 @@ class PullHolds:
             lib.shmq_pull_armed(self.store.cb.ctl, self._bit, 1)
 
     def _release(self, h: _Hold, grew: bool) -> None:
-        if h not in self._holds:
+        try:
+            self._holds.remove(h)
+        except KeyError:  # (answered already)
             return
-        self._holds.discard(h)
         if h.owner.closed:
             return
         try:
@@ -248,7 +253,7 @@ class PullHolds:
             if h.watch is None and self._unknown(h) <= h.offset and not conn.closed:
                 continue  # (its queue is still not there, or has not grown)
             if not conn.closed and conn not in answered:
-                answered[conn] = conn.defer_flush() if hasattr(conn, "defer_flush") else False
+                answered[conn] = conn.defer_flush()
             self._release(h, True)  # (dropped, not called, when its owner is closed)
         for conn, deferred in answered.items():
             if deferred:  # False: in its own read, which flushes
