@@ -58,7 +58,11 @@ def placement(row: psutil.Process) -> dict | None:
 def _segs_in() -> dict[tuple[int, int], int]:
     """Every established loopback TCP socket's data segments taken in (``ss -ti``), by its
     (local port, peer port): on a worker's socket, what its client sent."""
-    text = subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True).stdout
+    return parse_ss(subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True).stdout)
+
+
+def parse_ss(text: str) -> dict[tuple[int, int], int]:
+    """``ss -tinH state established``'s text to {(local port, peer port): data_segs_in}."""
     out, key = {}, None
     for line in text.splitlines():
         if not line.startswith(("\t", " ")):
