@@ -132,7 +132,8 @@ class PullHolds:
              owner=None) -> None:
         """On the loop: call ``ready(True)`` once queue (topic, qid) holds an entry at
         ``offset``, or ``ready(False)`` after ``timeout_s`` (or at shutdown). A hold whose
-        ``owner`` (the connection) is closed is dropped at the next check, not called."""
+        ``owner`` (the connection: ``closed``, ``defer_flush``, ``flush``) is closed is dropped
+        at the next check, not called."""
         if not self._armed:  # the position before the look below: nothing after it is missed
             self._arm()
         watch, addr = self._pair(topic, qid)
