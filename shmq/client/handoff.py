@@ -45,7 +45,6 @@ log = logging.getLogger("shmq.client.push")
 _LOOK_MIN_S = 0.0005
 MAX_POOLS = 8       # pools of one client loop whose wake-ups wait for its sleep; more post at once
 EPOLL_BATCH = 64    # native/handoff.c's; level-triggered, the rest comes at the next select
-MAX_LATE = 8        # late writes a turn (connections: one per broker a consumer pulls from); more flush at once
 IDLE_WAIT_MS = 1000  # a consume thread looks at its stop flag at least this often
 
 
@@ -66,12 +65,6 @@ class HandoffSelector(selectors.EpollSelector):
         self._wait = lib.shmq_handoff_epoll  # bound once: a lib attribute is a cffi lookup per read
         self._epfd = self._selector.fileno()  # the stdlib's epoll object's, fixed for its life
         self.owed = False  # some pool's posts > 0 (set by ConsumePool.submit, on the loop thread)
-        # connections whose queued frames the turn's C wait writes after its wake-ups (a steady
-        # pull answer's next PULL: native/pull_steady.c appends its connection, and client_read.c
-        # then leaves the read's flush to the wait); _late_writes / _late_done
-        self._late: list = []
-        self._late_c = ffi.new(f"shmq_late[{MAX_LATE}]")
-        self._late_held: list = []  # each slot's (connection, bytes, cffi buffer), kept through the wait
 
     def attach(self, h, pool: "ConsumePool") -> bool:
         """Let ``h``'s owed wake-ups (``pool``'s) wait for this loop's next sleep; False when full."""
@@ -128,50 +121,6 @@ class HandoffSelector(selectors.EpollSelector):
         elif spread == 3:
             self.marks()
 
-    def _late_writes(self) -> int:
-        """Before the C wait: the late connections' queued frames into the C slots (their count).
-        Taken only when the connection could write them now, as ``Connection._flush`` would
-        (open, the transport's buffer empty, no write under way), and then marked ``_writing``
-        until ``_late_done``: lane_direct.c's rule (no other thread writes a connection with a
-        write under way or queued) holds while the bytes are out of ``_out``. Any other case,
-        and a connection flushed meanwhile (its ``_out`` empty: nothing to do), is the usual
-        ``_flush`` now."""
-        n, held, slots = 0, self._late_held, self._late_c
-        for conn in self._late:
-            out = conn._out
-            if not out:
-                continue
-            t = conn._transport
-            if (n == MAX_LATE or conn.closed or conn._writing or t is None or t.is_closing()
-                    or t.get_write_buffer_size()):
-                conn._flush()
-                continue
-            data = out[0] if len(out) == 1 else b"".join(out)
-            out.clear()
-            conn._writing = True
-            buf = ffi.from_buffer(data)
-            slot = slots[n]
-            slot.fd, slot.data, slot.len = t._sock_fd, buf, len(data)
-            held.append((conn, data, buf))
-            n += 1
-        self._late.clear()
-        return n
-
-    def _late_done(self, n: int) -> None:
-        """After the C wait: what a late write left (EAGAIN, a partial write, an error) goes to
-        the transport as ``_flush`` would have given it (it buffers the rest, or meets the error
-        and reports it), before any handle of this turn writes."""
-        held, slots = self._late_held, self._late_c
-        for i in range(n):
-            conn, data, _ = held[i]
-            conn._writing = False
-            sent = slots[i].sent
-            if sent < len(data):
-                t = conn._transport
-                if not conn.closed and t is not None and not t.is_closing():
-                    t.write(data[sent:] if sent > 0 else data)
-        held.clear()
-
     def detach(self, h) -> None:
         for i, kept in enumerate(self._keep):
             if kept == h:
@@ -179,7 +128,7 @@ class HandoffSelector(selectors.EpollSelector):
 
     def select(self, timeout=None):
         spread = self._spread[0]  # (the C wait's: 1 look at the spare tasks now, 2 later, 3 set)
-        if not self.owed and not spread and not self._late:
+        if not self.owed and not spread:
             return super().select(timeout)
         if spread:
             self.look(spread)
@@ -198,11 +147,7 @@ class HandoffSelector(selectors.EpollSelector):
                 ms += 1
         keys = self._fd_to_key  # the stdlib's own fd -> key map
         # (handoff.c clamps the batch to 1..EPOLL_BATCH)
-        late = self._late_writes() if self._late else 0
-        n = self._wait(self._epfd, self._slots, len(self._keep), ms, self._fds, self._evs, len(keys), self._spread,
-                       self._late_c, late)
-        if late:
-            self._late_done(late)
+        n = self._wait(self._epfd, self._slots, len(self._keep), ms, self._fds, self._evs, len(keys), self._spread)
         if n == 1:
             key = keys.get(self._fds[0])
             if not key:
@@ -278,10 +223,7 @@ class ClientLoop(asyncio.SelectorEventLoop):
                 ms += 1
         keys = sel._fd_to_key
         fds, evs = sel._fds, sel._evs
-        late = sel._late_writes() if sel._late else 0
-        n = sel._wait(sel._epfd, sel._slots, len(sel._keep), ms, fds, evs, len(keys), sel._spread, sel._late_c, late)
-        if late:
-            sel._late_done(late)
+        n = sel._wait(sel._epfd, sel._slots, len(sel._keep), ms, fds, evs, len(keys), sel._spread)
         if n < 0:
             if n != -errno.EINTR:
                 raise OSError(-n, os.strerror(-n))
@@ -378,13 +320,11 @@ class ConsumePool:
 
     def steady(self, fn) -> tuple | None:
         """``submit(fn, pq, msgs)`` from the loop thread, for native/pull_steady.c to do in C:
-        (this pool, the queue's append, fn, the owed-posts word's address, the selector, its late
-        writes' list); None
+        (this pool, the queue's append, fn, the owed-posts word's address, the selector); None
         when called off the loop thread or with no selector (submit posts at once then)."""
         if self._selector is None or threading.get_ident() != self._loop_ident:
             return None
-        return (self, self._tasks.append, fn, int(ffi.cast("intptr_t", self._posts)), self._selector,
-                self._selector._late)
+        return (self, self._tasks.append, fn, int(ffi.cast("intptr_t", self._posts)), self._selector)
 
     def _run(self) -> None:
         tasks, h, wait = self._tasks, self._h, lib.shmq_handoff_wait

@@ -32,8 +32,7 @@
  * - pausing and resuming reading (read_native.py: the loop's reader removed and added again;
  *   the transport's own reader stays paused), closing (the transport's ``close`` and
  *   ``_force_close`` remove whatever reads the fd, this reader included, and cancel its handle).
- * Writes stay the transport's, except a steady pull answer's next PULL: the client loop's C wait writes
- * it after the wake-up it pays (client/handoff.py's late writes; the read's flush leaves it).
+ * Writes stay the transport's.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -46,7 +45,6 @@
 typedef struct {
     PyObject_HEAD
     PyObject *conn, *transport, *decoder, *pending, *out, *now;  /* the connection's, fixed for its life */
-    PyObject *late;  /* the client loop's late writes (client/handoff.py ``HandoffSelector._late``), or NULL */
     int fd;
     Py_ssize_t size;  /* the most one recv reads */
     Py_ssize_t held;  /* the start of a frame kept at buf[0:held] from the reads before */
@@ -74,9 +72,6 @@ static PyObject *fatal(Reader *r, PyObject *why) {
 static int end_read(Reader *r) {
     if (PyObject_SetAttr(r->conn, s_in_read, Py_False)) return -1;
     if (!PyList_GET_SIZE(r->out)) return 0;  /* (what _flush does with nothing to write) */
-    Py_ssize_t k;
-    if (r->late && (k = PyList_GET_SIZE(r->late)) && PyList_GET_ITEM(r->late, k - 1) == r->conn)
-        return 0;  /* a steady pull answer's next PULL (pull_steady.c): the turn's C wait writes it after its wake-up */
     PyObject *res = PyObject_CallMethodNoArgs(r->conn, s_flush);
     Py_XDECREF(res);
     return res ? 0 : -1;
@@ -180,13 +175,6 @@ static PyObject *reader_new(PyTypeObject *type, PyObject *args, PyObject *kw) {
         Py_DECREF(r);
         return NULL;
     }
-    /* the late writes' list of a client loop (client/handoff.py's ClientLoop: ``handoff._late``);
-     * another loop has none, and every read's frames are flushed at its end */
-    PyObject *loop = PyObject_GetAttrString(conn, "_loop"), *ho = loop ? PyObject_GetAttrString(loop, "handoff") : NULL;
-    r->late = ho ? PyObject_GetAttrString(ho, "_late") : NULL;
-    Py_XDECREF(loop), Py_XDECREF(ho);
-    PyErr_Clear();
-    if (r->late && !PyList_CheckExact(r->late)) Py_CLEAR(r->late);
     if (!PyList_CheckExact(r->out)) {
         PyErr_SetString(PyExc_TypeError, "conn._out is not a list");
         Py_DECREF(r);
@@ -202,7 +190,6 @@ static int reader_traverse(Reader *r, visitproc visit, void *arg) {
     Py_VISIT(r->pending);
     Py_VISIT(r->out);
     Py_VISIT(r->now);
-    Py_VISIT(r->late);
     return 0;
 }
 
@@ -213,7 +200,6 @@ static int reader_clear(Reader *r) {
     Py_CLEAR(r->pending);
     Py_CLEAR(r->out);
     Py_CLEAR(r->now);
-    Py_CLEAR(r->late);
     return 0;
 }
 

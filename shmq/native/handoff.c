@@ -20,7 +20,6 @@
 #include <errno.h>
 #include <linux/futex.h>
 #include <sys/epoll.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -96,7 +95,7 @@ static int64_t now_us(void) {
  * seq is bumped by every pay, a wake or not: a consume thread on its way to sleep then finds
  * the new task (handoff.c's rule above). */
 int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
-                       int32_t *spread, shmq_late *late, int nlate) {
+                       int32_t *spread) {
     int64_t now = 0, left = -1;  /* µs until the first spare look, -1: none */
     int set = 0;                 /* a look set by this call (handoff.py's marks) */
     for (int i = 0; i < nh; i++) {
@@ -132,17 +131,6 @@ int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int 
         int64_t l = h->due > now ? h->due - now : 0;
         if (left < 0 || l < left)
             left = l;
-    }
-    /* The late writes (handoff.py's ``_late_writes``: a steady pull answer's next PULL), after
-     * the wake-ups above: the woken consume thread takes the GIL and runs its listener while this
-     * thread, without the GIL, writes. Written before in the read's flush, the send (the loopback's
-     * TCP work and the broker's wake-up, often a preemption on 2 vCPUs) sat between the answer's
-     * read and the consume thread's wake-up (bench/RESULTS.md, "Session 16, consumer16"). No other
-     * write of these connections runs meanwhile: their ``_writing`` is set and their ``_out`` and
-     * the transport's buffer were empty when the bytes were taken (lane_direct.c's rule). */
-    for (int i = 0; i < nlate; i++) {
-        ssize_t w = send(late[i].fd, late[i].data, (size_t)late[i].len, MSG_DONTWAIT | MSG_NOSIGNAL);
-        late[i].sent = w < 0 ? -errno : w;
     }
     /* none / look now / later (still the C wait's turn) / later, a look set now */
     *spread = left < 0 ? 0 : left == 0 ? 1 : set ? 3 : 2;

@@ -19,16 +19,10 @@
 typedef struct shmq_handoff {
     uint32_t seq; int32_t waiters; int32_t posts; int32_t spare; int32_t force; int32_t woken; int64_t due;
 } shmq_handoff;
-/* A write the loop's turn left for its C wait to make after the wake-ups it pays (handoff.py's
- * late writes: a steady pull answer's next PULL): fd, the bytes (kept alive by Python), and what
- * send() answered (the count written, or -errno), set by shmq_handoff_epoll. */
-typedef struct shmq_late {
-    int32_t fd; int32_t len; const char *data; int64_t sent;
-} shmq_late;
 int shmq_handoff_wait(shmq_handoff *h, uint32_t seen, int timeout_ms);
 void shmq_handoff_post(shmq_handoff *h, int n);
 int shmq_handoff_epoll(int epfd, shmq_handoff **hs, int nh, int timeout_ms, int *fds, uint32_t *evs, int maxevents,
-                       int32_t *spread, shmq_late *late, int nlate);
+                       int32_t *spread);
 /* CDEF-END */
 
 #endif

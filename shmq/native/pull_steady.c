@@ -25,9 +25,8 @@
  * the next PULL queued by ``Connection.start_frame`` (the one queueing; its frame built by the
  * chain's PullBuild from the queue's template: pull_answer.c's ``pull_frame`` encoder), and
  * only then the messages handed over: ConsumePool.submit's steps from the loop thread (the task
- * appended before the owed wake-up is counted: handoff.c's rule; the connection noted for the
- * turn's late write, so the PULL leaves after the consume thread's wake-up), or the consumer's
- * own ``_deliver``. An error raised on the way goes to ``TcpPull._steady_failed``, which logs it and
+ * appended before the owed wake-up is counted: handoff.c's rule), or the consumer's own
+ * ``_deliver``. An error raised on the way goes to ``TcpPull._steady_failed``, which logs it and
  * ends the chain as ``_pulled``'s handler does; never the connection.
  */
 #define PY_SSIZE_T_CLEAN
@@ -39,7 +38,7 @@
 /* TcpPull._steady's items (client/tcp_pull.py _arm) */
 enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_FLAGS, S_COMMIT_FLAGS, S_N };
 /* the pool's hand-over, S_POOL's items when not None (PushConsumer._steady_pool) */
-enum { D_POOL, D_APPEND, D_FN, D_POSTS, D_SELECTOR, D_LATE, D_N };
+enum { D_POOL, D_APPEND, D_FN, D_POSTS, D_SELECTOR, D_N };
 
 static PyObject *s_dropped, *s_running, *s_gated, *s_filters, *s_queue_offset, *s_max_seen, *s_count, *s_threshold,
     *s_unreachable, *s_broker_addrs, *s_closed, *s_stopping, *s_pull_from, *s_next_offset, *s_lock, *s_acquire,
@@ -250,15 +249,7 @@ static int hand_over(PyObject *const *st, PyObject *msgs) {
     void *posts = PyLong_AsVoidPtr(PyTuple_GET_ITEM(pool, D_POSTS));
     if (!posts) return -1;
     *(int32_t *)posts += 1;  /* the loop thread's own field: no atomics (handoff.h) */
-    if (PyObject_SetAttr(PyTuple_GET_ITEM(pool, D_SELECTOR), s_owed, Py_True)) return -1;
-    /* the next PULL queued above is written by the turn's C wait, after the wake-up it pays
-     * (handoff.py's late writes): the connection noted once a run of its answers, and the read's
-     * flush (client_read.c) leaves it to the wait */
-    PyObject *late = PyTuple_GET_ITEM(pool, D_LATE);
-    Py_ssize_t k;
-    if (!PyList_CheckExact(late) || ((k = PyList_GET_SIZE(late)) && PyList_GET_ITEM(late, k - 1) == st[S_CONN]))
-        return 0;
-    return PyList_Append(late, st[S_CONN]);
+    return PyObject_SetAttr(PyTuple_GET_ITEM(pool, D_SELECTOR), s_owed, Py_True);
 }
 
 int pull_steady(PyObject *w, PyObject **opaque_slot, PyObject *st_obj, int64_t suggest, int64_t next, PyObject *msgs) {

@@ -32,7 +32,7 @@ def _pay(h, ep):
     """One C wait of the loop (timeout 0) over the one word ``h``: pays what its turn owes."""
     slots = ffi.new("shmq_handoff *[1]", [h])
     fds, evs, spread = ffi.new("int[4]"), ffi.new("uint32_t[4]"), ffi.new("int32_t[1]")
-    assert lib.shmq_handoff_epoll(ep.fileno(), slots, 1, 0, fds, evs, 4, spread, ffi.NULL, 0) == 0
+    assert lib.shmq_handoff_epoll(ep.fileno(), slots, 1, 0, fds, evs, 4, spread) == 0
     return spread[0]
 
 
