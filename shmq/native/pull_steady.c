@@ -39,13 +39,13 @@
 enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_FLAGS, S_COMMIT_FLAGS,
        /* the containers read per answer, fixed for the chain (_arm: made once by their owners,
         * only changed in place): core._filters, core._pull_from, inst._unreachable,
-        * inst.broker_addrs, pq.lock, pq._spans, core.offsets.table */
-       S_FILTERS, S_PULL_FROM, S_UNREACHABLE, S_BROKER_ADDRS, S_LOCK, S_SPANS, S_TABLE, S_N };
+        * inst.broker_addrs, pq.lock's bound acquire and release, pq._spans, core.offsets.table */
+       S_FILTERS, S_PULL_FROM, S_UNREACHABLE, S_BROKER_ADDRS, S_ACQUIRE, S_RELEASE, S_SPANS, S_TABLE, S_N };
 /* the pool's hand-over, S_POOL's items when not None (PushConsumer._steady_pool) */
 enum { D_POOL, D_APPEND, D_FN, D_POSTS, D_SELECTOR, D_N };
 
 static PyObject *s_dropped, *s_running, *s_gated, *s_queue_offset, *s_max_seen, *s_count, *s_threshold,
-    *s_closed, *s_stopping, *s_next_offset, *s_acquire, *s_release, *s_low, *s_put, *s_start_frame, *s_deliver,
+    *s_closed, *s_stopping, *s_next_offset, *s_low, *s_put, *s_start_frame, *s_deliver,
     *s_owed, *s_failed;
 
 static int names(void) {
@@ -54,7 +54,7 @@ static int names(void) {
     N(s_dropped, "dropped"); N(s_running, "_running"); N(s_gated, "_gated");
     N(s_queue_offset, "queue_offset"); N(s_max_seen, "max_seen"); N(s_count, "count"); N(s_threshold, "threshold");
     N(s_closed, "closed"); N(s_stopping, "_stopping"); N(s_next_offset, "next_offset");
-    N(s_acquire, "acquire"); N(s_release, "release"); N(s_low, "_low"); N(s_put, "put");
+    N(s_low, "_low"); N(s_put, "put");
     N(s_start_frame, "start_frame"); N(s_deliver, "_deliver"); N(s_owed, "owed"); N(s_failed, "_steady_failed");
 #undef N
     return 0;
@@ -143,11 +143,8 @@ static int steady(PyObject *const *st, int64_t suggest, PyObject *msgs, int64_t 
 /* ProcessQueue.put(msgs) of a span (contiguous, above max_seen: checked again under its lock,
  * else put's general case in Python). Its lock is a threading.Lock, taken as put takes it. */
 static int put(PyObject *const *st, PyObject *msgs, int64_t lo, int64_t hi) {
-    PyObject *pq = st[S_PQ], *lock = Py_NewRef(st[S_LOCK]), *r;
-    if (!(r = PyObject_VectorcallMethod(s_acquire, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL))) {
-        Py_DECREF(lock);
-        return -1;
-    }
+    PyObject *pq = st[S_PQ], *r;
+    if (!(r = PyObject_CallNoArgs(st[S_ACQUIRE]))) return -1;
     Py_DECREF(r);
     int64_t max_seen, count;
     int ok, rc = -1, general = 0;
@@ -169,8 +166,7 @@ out:;
     /* released whatever happened above, as put's finally does (an error stays raised) */
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_VectorcallMethod(s_release, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(lock);
+    r = PyObject_CallNoArgs(st[S_RELEASE]);
     if (!r) {
         Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
         return -1;
