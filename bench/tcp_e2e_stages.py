@@ -19,9 +19,12 @@ bytes each ``Connection`` reads (``data_received``) and writes (``_flush``):
   thread's write; a sync send writes in C, and so does an async / oneway caller's thread when
   the connection is idle (client/direct_write.py): for those the hop starts at ``S``);
 * ``r`` / ``w`` in a worker: the send frame read, then the pull answer carrying it written;
-* ``r`` in the consumer: the answer read; ``u``: ``TcpPull._pulled`` (the C read of the answer
-  done); ``o``: the loop's select that pays the hand-over's wake-ups; ``c``: the consume
-  task starts;
+* ``r`` in the consumer: the answer read (the C reader's reads, protocol/read_native.py, by a
+  ``MSG_PEEK`` of the socket just before each: one more ``recv`` a read); ``u``:
+  ``TcpPull._pulled`` (the C read of the answer done; a steady answer, native/pull_steady.c,
+  never reaches it); ``q``: ``Connection.start_frame`` (the steady answer's next PULL queued);
+  ``o``: the loop's select, or ``ClientLoop``'s turn, that pays the hand-over's wake-ups;
+  ``c``: the consume task starts;
 * ``D``: the producer's loop thread starts a drain; ``e``: a client loop's select returned;
   ``h`` / ``x`` / ``k``: a worker parks a pull (queue:offset:holds), checks its holds, is
   woken by its pull-wake thread.
