@@ -19,9 +19,12 @@ bytes each ``Connection`` reads (``data_received``) and writes (``_flush``):
   thread's write; a sync send writes in C, and so does an async / oneway caller's thread when
   the connection is idle (client/direct_write.py): for those the hop starts at ``S``);
 * ``r`` / ``w`` in a worker: the send frame read, then the pull answer carrying it written;
-* ``r`` in the consumer: the answer read; ``u``: ``TcpPull._pulled`` (the C read of the answer
-  done); ``o``: the loop's select that pays the hand-over's wake-ups; ``c``: the consume
-  task starts;
+* ``r`` in the consumer: the answer read (the C reader's reads, protocol/read_native.py, by a
+  ``MSG_PEEK`` of the socket just before each: one more ``recv`` a read); ``u``:
+  ``TcpPull._pulled`` (the C read of the answer done; a steady answer, native/pull_steady.c,
+  never reaches it); ``q``: ``Connection.start_frame`` (the steady answer's next PULL queued);
+  ``o``: the loop's select, or ``ClientLoop``'s turn, that pays the hand-over's wake-ups;
+  ``c``: the consume task starts;
 * ``D``: the producer's loop thread starts a drain; ``e``: a client loop's select returned;
   ``h`` / ``x`` / ``k``: a worker parks a pull (queue:offset:holds), checks its holds, is
   woken by its pull-wake thread.
@@ -136,6 +139,33 @@ if _dir:
         return make
 
     _wrap("shmq.protocol.transport", "Connection", "data_received", _read)
+    try:
+        # the C reader (protocol/read_native.py, native/client_read.c) reads the socket without
+        # data_received: its read is traced by a peek at the socket just before it (one more
+        # recv a read, MSG_PEEK: the bytes stay for the C reader), so ``r`` stays the answer read
+        import socket as _socket
+        from shmq.protocol import read_native as _rn
+
+        def _use_reader(hook, factory, _orig=_rn.use_reader):
+            def traced(conn, t, fd, size):
+                reader, sock = factory(conn, t, fd, size), t._sock
+
+                def read():
+                    t0 = _clock()
+                    try:
+                        data = sock.recv(size, _socket.MSG_PEEK)
+                    except OSError:
+                        data = b""
+                    if len(data) >= 100:
+                        s = _seqs(data)
+                        if s:
+                            _emit("r", t0, s)
+                    return reader()
+                return read
+            return _orig(hook, traced)
+        _rn.use_reader = _use_reader
+    except Exception as e:  # noqa: BLE001 - a tree without the C reader
+        _emit("E", _clock(), [], f"read_native:{type(e).__name__}")
     _wrap("shmq.protocol.transport", "Connection", "_flush", _write)
     _wrap("shmq.bench.loops", "Consumer", "handle", _handle)
     try:
@@ -157,6 +187,16 @@ if _dir:
     _wrap("shmq.client.tcp_pull", "TcpPull", "_pulled", lambda f: _msgs("u", f))
     _wrap("shmq.client.push_consumer", "PushConsumer", "_consume_pulled", lambda f: _msgs("c", f))
     _wrap("shmq.client.handoff", "HandoffSelector", "select", _select)
+
+    def _turn(f):
+        def _run_once(self):
+            if self.handoff.owed:  # this turn's C wait pays a hand-over's wake-up
+                _emit("o", _clock(), [])
+            return f(self)
+        return _run_once
+    _wrap("shmq.client.handoff", "ClientLoop", "_run_once", _turn)
+    # the steady pull answer (native/pull_steady.c) queues the next PULL through start_frame
+    _wrap("shmq.protocol.transport", "Connection", "start_frame", _mark("q"))
     _wrap("shmq.client.instance", "ClientInstance", "_drain_submitted", _mark("D"))
     _wrap("shmq.broker.worker.pull_hold", "PullHolds", "hold",
           _mark("h", lambda self, topic, qid, offset, *a: f"{qid}:{offset}:{len(self._holds)}"))
@@ -164,7 +204,7 @@ if _dir:
     _wrap("shmq.broker.worker.pull_hold", "PullHolds", "_woken", _mark("k"))
 '''
 
-KINDS = "rwLSucoeDhxk"
+KINDS = "rwLSucoeDhxkq"
 
 
 def load(d: str) -> list[dict]:
@@ -250,7 +290,10 @@ def summary(d: str, skip: int, first: int) -> None:
     inner = {"producer: send call": [], "producer: call returned -> its loop's select returned": [],
              "producer: select returned -> drain": [], "producer: drain -> frame written": [],
              "consumer: answer read -> TcpPull._pulled": [], "consumer: _pulled -> the select paying the wake-up": [],
-             "consumer: that select -> consume task": [], "consumer: consume task -> listener": []}
+             "consumer: that select -> consume task": [],
+             "consumer (C steady): answer read -> next PULL queued": [],
+             "consumer (C steady): PULL queued -> the turn paying the wake-up": [],
+             "consumer (C steady): that turn -> consume task": [], "consumer: consume task -> listener": []}
     for s in seqs[skip:]:
         if s in p["seq"]["w"] and s in p["ret"]:
             a = p["ret"][s]
@@ -261,6 +304,16 @@ def summary(d: str, skip: int, first: int) -> None:
                 inner["producer: select returned -> drain"].append(dr[j] - e[i])
                 inner["producer: drain -> frame written"].append(pw[s] - dr[j])
         cs = c["seq"]
+        if all(s in cs[k] for k in "rcL") and s not in cs["u"]:  # the steady answer (pull_steady.c)
+            q, o = c["times"]["q"], c["times"]["o"]
+            i = bisect.bisect_left(q, cs["r"][s])
+            if i < len(q) and q[i] <= cs["c"][s]:
+                j = bisect.bisect_left(o, q[i])
+                inner["consumer (C steady): answer read -> next PULL queued"].append(q[i] - cs["r"][s])
+                if j < len(o) and o[j] <= cs["c"][s]:
+                    inner["consumer (C steady): PULL queued -> the turn paying the wake-up"].append(o[j] - q[i])
+                    inner["consumer (C steady): that turn -> consume task"].append(cs["c"][s] - o[j])
+            inner["consumer: consume task -> listener"].append(cs["L"][s] - cs["c"][s])
         if all(s in cs[k] for k in "rucL"):
             o = c["times"]["o"]
             i = bisect.bisect_left(o, cs["u"][s])

@@ -174,16 +174,29 @@ class TcpPull:
         answer ``_pulled``'s) without a plain template (an ACL hook signs each pull) or for an
         orderly consumer's gated queues (``_may_pull`` per pull, its broker lock). Fixed for the
         chain: what can change while it runs (a drop, a filter, the threshold, the route, the
-        connection) is read by the C per answer, which leaves any other case to ``_pulled``."""
+        connection) is read by the C per answer, which leaves any other case to ``_pulled``.
+        Then the containers that C reads per answer, held here rather than looked up on their
+        owners each time (~190 instructions an attribute read, seven of them an answer, and two
+        method look-ups): the consumer's tag filters and suggested brokers, the instance's route
+        and unreachable marks, the ProcessQueue's lock (its bound acquire and release) and
+        spans, the offset table. Each is made once in its owner's ``__init__`` and only changed
+        in place (tests/unit/test_steady_fixed.py fails on a rebinding), so the chain sees every
+        change. A stand-in without them (a test's fake): None, every answer ``_pulled``'s, as the
+        C read would find."""
         core = self.core
         if not self._plain or core._gated:
             return None
-        t = self.template
+        t, pq, inst = self.template, self.pq, core.instance
         # the sysFlag of a pull without and with the commit bit (_issue's rule: the commit bit for
         # a clustering consumer asking a master; the model is fixed for the consumer's life)
         commit_flags = _FLAGS_COMMIT if core.model == "CLUSTERING" else _FLAGS
-        return (core, self.pq, self.pq.mq, conn, addr, core.instance, PullBuild(t.pieces, t.slots), core._steady_pool(),
-                _FLAGS, commit_flags)
+        try:
+            fixed = (core._filters, core._pull_from, inst._unreachable, inst.broker_addrs, pq.lock.acquire,
+                     pq.lock.release, pq._spans, core.offsets.table)
+        except AttributeError:
+            return None
+        return (core, pq, pq.mq, conn, addr, inst, PullBuild(t.pieces, t.slots), core._steady_pool(),
+                _FLAGS, commit_flags) + fixed
 
     def _steady_failed(self, e: BaseException) -> bool:
         """pull_steady.c's error, raised after it changed something: as ``_issue``'s ShmqError

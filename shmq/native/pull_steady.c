@@ -36,24 +36,25 @@
 #include "pull_answer.h"
 
 /* TcpPull._steady's items (client/tcp_pull.py _arm) */
-enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_FLAGS, S_COMMIT_FLAGS, S_N };
+enum { S_CORE, S_PQ, S_MQ, S_CONN, S_ADDR, S_INST, S_BUILD, S_POOL, S_FLAGS, S_COMMIT_FLAGS,
+       /* the containers read per answer, fixed for the chain (_arm: made once by their owners,
+        * only changed in place): core._filters, core._pull_from, inst._unreachable,
+        * inst.broker_addrs, pq.lock's bound acquire and release, pq._spans, core.offsets.table */
+       S_FILTERS, S_PULL_FROM, S_UNREACHABLE, S_BROKER_ADDRS, S_ACQUIRE, S_RELEASE, S_SPANS, S_TABLE, S_N };
 /* the pool's hand-over, S_POOL's items when not None (PushConsumer._steady_pool) */
 enum { D_POOL, D_APPEND, D_FN, D_POSTS, D_SELECTOR, D_N };
 
-static PyObject *s_dropped, *s_running, *s_gated, *s_filters, *s_queue_offset, *s_max_seen, *s_count, *s_threshold,
-    *s_unreachable, *s_broker_addrs, *s_closed, *s_stopping, *s_pull_from, *s_next_offset, *s_lock, *s_acquire,
-    *s_release, *s_low, *s_spans, *s_put, *s_offsets, *s_table, *s_start_frame, *s_deliver,
+static PyObject *s_dropped, *s_running, *s_gated, *s_queue_offset, *s_max_seen, *s_count, *s_threshold,
+    *s_closed, *s_stopping, *s_next_offset, *s_low, *s_put, *s_start_frame, *s_deliver,
     *s_owed, *s_failed;
 
 static int names(void) {
     if (s_failed) return 0;
 #define N(v, t) if (!(v = PyUnicode_InternFromString(t))) return -1
-    N(s_dropped, "dropped"); N(s_running, "_running"); N(s_gated, "_gated"); N(s_filters, "_filters");
+    N(s_dropped, "dropped"); N(s_running, "_running"); N(s_gated, "_gated");
     N(s_queue_offset, "queue_offset"); N(s_max_seen, "max_seen"); N(s_count, "count"); N(s_threshold, "threshold");
-    N(s_unreachable, "_unreachable"); N(s_broker_addrs, "broker_addrs"); N(s_closed, "closed");
-    N(s_stopping, "_stopping"); N(s_pull_from, "_pull_from"); N(s_next_offset, "next_offset"); N(s_lock, "lock");
-    N(s_acquire, "acquire"); N(s_release, "release"); N(s_low, "_low"); N(s_spans, "_spans"); N(s_put, "put");
-    N(s_offsets, "offsets"); N(s_table, "table");
+    N(s_closed, "closed"); N(s_stopping, "_stopping"); N(s_next_offset, "next_offset");
+    N(s_low, "_low"); N(s_put, "put");
     N(s_start_frame, "start_frame"); N(s_deliver, "_deliver"); N(s_owed, "owed"); N(s_failed, "_steady_failed");
 #undef N
     return 0;
@@ -101,14 +102,13 @@ static int steady(PyObject *const *st, int64_t suggest, PyObject *msgs, int64_t 
         (r = is(core, s_gated, Py_False)) != 1)
         return r;
     /* no tag filter: ConsumerCore._filters has no entry for the topic, or (None, ...) */
-    if (!(v = PyObject_GetAttr(core, s_filters))) return -1;
+    v = st[S_FILTERS];
     r = 0;
     if (PyDict_CheckExact(v)) {
         PyObject *f = PyDict_GetItemWithError(v, PyTuple_GET_ITEM(mq, 0));  /* borrowed */
         r = f ? PyTuple_CheckExact(f) && PyTuple_GET_SIZE(f) && PyTuple_GET_ITEM(f, 0) == Py_None
               : PyErr_Occurred() ? -1 : 1;
     }
-    Py_DECREF(v);
     if (r != 1) return r;
     /* ProcessQueue.put's one-span case, with room under the threshold after it */
     int64_t max_seen, count, threshold;
@@ -119,11 +119,8 @@ static int steady(PyObject *const *st, int64_t suggest, PyObject *msgs, int64_t 
         return PyErr_Occurred() ? -1 : 0;
     if (*lo <= max_seen || *hi - *lo != n - 1 || count + n >= threshold) return 0;
     /* read_addr's usual case: nothing marked unreachable, the suggested broker's address the chain's */
-    if (!(v = PyObject_GetAttr(st[S_INST], s_unreachable))) return -1;
-    r = PyObject_IsTrue(v);
-    Py_DECREF(v);
-    if (r) return r < 0 ? -1 : 0;
-    if (!(v = PyObject_GetAttr(st[S_INST], s_broker_addrs))) return -1;
+    if ((r = PyObject_IsTrue(st[S_UNREACHABLE]))) return r < 0 ? -1 : 0;
+    v = st[S_BROKER_ADDRS];
     r = 0;
     if (PyDict_CheckExact(v)) {
         PyObject *addrs = PyDict_GetItemWithError(v, PyTuple_GET_ITEM(mq, 1)), *key, *a = NULL;
@@ -134,7 +131,6 @@ static int steady(PyObject *const *st, int64_t suggest, PyObject *msgs, int64_t 
         if (PyErr_Occurred()) r = -1;
         else if (a && PyUnicode_CheckExact(a)) r = a == st[S_ADDR] || PyUnicode_Compare(a, st[S_ADDR]) == 0;
     }
-    Py_DECREF(v);
     if (r != 1) return r;
     if ((r = is(st[S_CONN], s_closed, Py_False)) != 1) return r;
     if (st[S_POOL] != Py_None) {
@@ -146,13 +142,9 @@ static int steady(PyObject *const *st, int64_t suggest, PyObject *msgs, int64_t 
 
 /* ProcessQueue.put(msgs) of a span (contiguous, above max_seen: checked again under its lock,
  * else put's general case in Python). Its lock is a threading.Lock, taken as put takes it. */
-static int put(PyObject *pq, PyObject *msgs, int64_t lo, int64_t hi) {
-    PyObject *lock = PyObject_GetAttr(pq, s_lock), *r;
-    if (!lock) return -1;
-    if (!(r = PyObject_VectorcallMethod(s_acquire, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL))) {
-        Py_DECREF(lock);
-        return -1;
-    }
+static int put(PyObject *const *st, PyObject *msgs, int64_t lo, int64_t hi) {
+    PyObject *pq = st[S_PQ], *r;
+    if (!(r = PyObject_CallNoArgs(st[S_ACQUIRE]))) return -1;
     Py_DECREF(r);
     int64_t max_seen, count;
     int ok, rc = -1, general = 0;
@@ -162,22 +154,19 @@ static int put(PyObject *pq, PyObject *msgs, int64_t lo, int64_t hi) {
         rc = 0;
         goto out;
     }
-    PyObject *spans, *key;
+    PyObject *spans = st[S_SPANS], *key;
     if (!count && set_int(pq, s_low, lo)) goto out;
-    if (!(spans = PyObject_GetAttr(pq, s_spans))) goto out;
     if ((key = PyLong_FromLongLong(lo))) {
         if (!PyObject_SetItem(spans, key, msgs) && !set_int(pq, s_count, count + PyList_GET_SIZE(msgs)) &&
             !set_int(pq, s_max_seen, hi))
             rc = 0;
         Py_DECREF(key);
     }
-    Py_DECREF(spans);
 out:;
     /* released whatever happened above, as put's finally does (an error stays raised) */
     PyObject *et, *ev, *tb;
     PyErr_Fetch(&et, &ev, &tb);
-    r = PyObject_VectorcallMethod(s_release, &lock, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-    Py_DECREF(lock);
+    r = PyObject_CallNoArgs(st[S_RELEASE]);
     if (!r) {
         Py_XDECREF(et); Py_XDECREF(ev); Py_XDECREF(tb);
         return -1;
@@ -195,18 +184,14 @@ out:;
  * the commit bit (the chain's S_COMMIT_FLAGS, _arm's: the model's rule) only with an offset to
  * commit and to a master (suggest 0), else S_FLAGS; the bits are client/tcp_pull.py's */
 static int commit_of(PyObject *const *st, int64_t suggest, int64_t *commit, int64_t *flags) {
-    PyObject *offsets = PyObject_GetAttr(st[S_CORE], s_offsets), *table = offsets ? PyObject_GetAttr(offsets, s_table) : NULL;
-    Py_XDECREF(offsets);
-    if (!table) return -1;
+    PyObject *table = st[S_TABLE];
     if (!PyDict_CheckExact(table)) {  /* OffsetStore.table is a dict */
-        Py_DECREF(table);
         PyErr_SetString(PyExc_TypeError, "the offset store's table is not a dict");
         return -1;
     }
     PyObject *c = PyDict_GetItemWithError(table, st[S_MQ]);  /* borrowed: table.get(mq, -1) */
     int64_t v = -1;
     if (c) v = PyLong_AsLongLong(c);
-    Py_DECREF(table);
     if (PyErr_Occurred()) return -1;
     *commit = v > 0 ? v : 0;
     *flags = PyLong_AsLongLong(st[v > 0 && !suggest ? S_COMMIT_FLAGS : S_FLAGS]);
@@ -265,12 +250,11 @@ int pull_steady(PyObject *w, PyObject **opaque_slot, PyObject *st_obj, int64_t s
     }
     if (r != 1) goto done;
     /* from here the answer is this path's: nothing below answers 0 */
-    PyObject *core = st[S_CORE], *pq = st[S_PQ], *mq = st[S_MQ];
+    PyObject *pq = st[S_PQ], *mq = st[S_MQ];
     Py_XSETREF(*opaque_slot, PyLong_FromLong(0));  /* (a small int: never NULL) */
-    PyObject *pull_from = PyObject_GetAttr(core, s_pull_from), *s = PyLong_FromLongLong(suggest);
-    int bad = !pull_from || !s || PyObject_SetItem(pull_from, mq, s) || set_int(pq, s_next_offset, next) ||
-              put(pq, msgs, lo, hi);
-    Py_XDECREF(pull_from);
+    PyObject *s = PyLong_FromLongLong(suggest);
+    int bad = !s || PyObject_SetItem(st[S_PULL_FROM], mq, s) || set_int(pq, s_next_offset, next) ||
+              put(st, msgs, lo, hi);
     Py_XDECREF(s);
     int64_t commit, flags;
     if (!bad && commit_of(st, suggest, &commit, &flags)) bad = 1;

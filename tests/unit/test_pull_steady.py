@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -77,6 +78,9 @@ def state(pq, core):
             dict(core._pull_from))
 
 
+CURRENT = [None]  # the running script's Core, for a step that changes it mid-stream
+
+
 def run(mode, script, topic="T", **kw):
     """The chain of ``topic``:0 fed ``script``'s answers (step(opaque, queueOffset, pq) -> frame):
     mode "python" (no C hook), "c" (C read, steady off), "steady". Returns (log, _pulled calls)."""
@@ -92,7 +96,7 @@ def run(mode, script, topic="T", **kw):
         conn.fast = None if mode == "python" else answers
         t = _Transport()
         conn.connection_made(t)
-        core = Core(topic, conn, **kw)
+        core = CURRENT[0] = Core(topic, conn, **kw)
         log = core.log
         pq = ProcessQueue(MessageQueue(topic, BROKER, 0), 0)
         puller = tcp_pull.TcpPull(core, pq)
@@ -255,3 +259,28 @@ def test_the_hand_over_in_c_is_submits(store_root):
         pool._h.posts = 0
         pool.shutdown()
         sel.close()
+
+
+def test_a_filter_or_an_unreachable_mark_set_mid_stream_is_seen_by_the_armed_chain(store_root):
+    """The chain holds the consumer's filters and the instance's unreachable marks from its start
+    (TcpPull._arm): a filter subscribed, or the master marked unreachable, while it runs is seen
+    by the next answer, which goes to Python as it would have from the start."""
+    b = _bodies(store_root)
+    T = b["T"]
+
+    def subscribe(o, off, pq):
+        CURRENT[0]._filters["T"] = ({"only-tags", "big"}, None)  # ConsumerCore.subscribe's, in place
+        return answer(o, body=T[2], nxt=3)
+    script = [lambda o, off, pq: answer(o, body=T[0], nxt=1), lambda o, off, pq: answer(o, body=T[1], nxt=2),
+              subscribe, lambda o, off, pq: answer(o, body=T[3], nxt=4), lambda o, off, pq: answer(o, body=T[4], nxt=5)]
+    log, calls = three(script)
+    assert offsets_delivered(log) == [0, 1, 4]  # T[2] and T[3] filtered out once subscribed
+    assert calls[1:] == (5, 3)  # _pulled calls: the steady case took T[0] and T[1] only
+
+    def unreachable(o, off, pq):
+        CURRENT[0].instance._unreachable["127.0.0.1:1"] = time.monotonic() + 60  # the master, marked
+        return answer(o, body=T[1], nxt=2)
+    script = [lambda o, off, pq: answer(o, body=T[0], nxt=1), unreachable]
+    log, calls = three(script)
+    assert offsets_delivered(log) == [0, 1]
+    assert calls[1:] == (2, 1)  # _pulled calls: the answer after the mark is Python's
