@@ -20,6 +20,8 @@ import collections
 import gc
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
@@ -87,6 +89,8 @@ def main() -> None:
     ap.add_argument("--switch-ms", type=float, default=None)
     ap.add_argument("--style", choices=("procs", "paths"), default="procs")
     ap.add_argument("--duration", type=float, default=3.0)
+    ap.add_argument("--perf-trace", metavar="FILE", help="`perf trace -s` of this process's threads over each "
+                    "timed run (futex: GIL and lock waits; epoll_wait, sendto, recvfrom), into FILE")
     a = ap.parse_args()
     if a.switch_ms:
         sys.setswitchinterval(a.switch_ms / 1000)
@@ -107,9 +111,20 @@ def main() -> None:
         for path in a.paths.split(","):
             w0, _ = broker_cpu(pair)
             g0 = [st["collections"] for st in gc.get_stats()]
+            tracer = None
+            if a.perf_trace:
+                tracer = subprocess.Popen(["perf", "trace", "-s", "-o", f"{a.perf_trace}.{path}", "-p", str(os.getpid())],
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                time.sleep(1.0)  # attached
             b = threads()
             got, dt = timed(a.style, path, a.n, a.duration, p, "Turns", pair)
             e = threads()
+            if tracer is not None:
+                tracer.send_signal(signal.SIGINT)
+                tracer.wait(30)
+                tids = {t.name: t.native_id for t in threading.enumerate()}
+                print(f"# perf trace of {path}: {a.perf_trace}.{path}; caller tid {tids.get('MainThread')}, loop tid "
+                      f"{[v for k, v in tids.items() if k.startswith('shmq-client')]}; {got} messages")
             w1, _ = broker_cpu(pair)
             gcs = " / ".join(str(st["collections"] - g) for st, g in zip(gc.get_stats(), g0))
             d = {k: tuple(x - y for x, y in zip(e[k], b[k])) for k in ("caller", "loop")}
