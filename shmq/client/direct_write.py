@@ -9,6 +9,12 @@ a ``call_later`` per send, which from another thread would be a wake-up of the l
 times out at most ``SWEEP_S`` after its deadline.
 
 ``SHMQ_CALLER_WRITE=0`` turns it off (every frame through the loop thread, as before).
+
+The loop thread's own writes of a client connection go out the same way, a non-blocking send()
+with the GIL held (``_oneway.write_held``, given to ``protocol.transport.ClientConnection``):
+through the transport's send() it let the GIL go at every write, an async producer's caller took
+it, and the loop thread waited up to the switch interval (5 ms) to finish its turn and read the
+answers. ``SHMQ_HELD_WRITE=0`` turns that off (the transport's own write).
 """
 from __future__ import annotations
 
@@ -16,7 +22,8 @@ import collections
 import os
 import time
 
-from shmq.protocol import RequestCode
+from shmq.native import _oneway
+from shmq.protocol import RequestCode, transport
 
 #: A put goes to the socket only when it and the put before it each came at least this long after
 #: the put before them: at a higher rate the loop's batching (one write per burst) is cheaper
@@ -28,6 +35,9 @@ SWEEP_S = 0.05
 
 def enabled() -> bool:
     return os.environ.get("SHMQ_CALLER_WRITE", "1") != "0"
+
+
+transport.use_held_write(None if os.environ.get("SHMQ_HELD_WRITE") == "0" else _oneway.write_held)
 
 
 class DirectWrites:

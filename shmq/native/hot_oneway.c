@@ -562,6 +562,7 @@ static PyMethodDef methods[] = {
     {"bind_pending", (PyCFunction)bind_pending, METH_VARARGS, "bind_pending(Pending, Run): _answer's tables"},
     {"bind_result", (PyCFunction)bind_result, METH_O,
      "bind_result(SendFuture.result) -> AsyncSend.result's C method (its answered case in C)"},
+    {"write_held", (PyCFunction)(void (*)(void))lane_write_held, METH_FASTCALL, "write_held(transport, data) -> n"},
     {NULL, NULL, 0, NULL},
 };
 

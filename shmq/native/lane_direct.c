@@ -12,9 +12,10 @@
  * Order (frames put to one address leave in the order they were put, after every request
  * submitted before them; no two writes of one connection interleave): every write of a client
  * connection is made with the GIL held up to the system call -- the loop thread's in
- * Connection._flush (which marks ``_writing`` around the transport's write, whose send()
- * releases the GIL) or the transport's buffered ``_write_ready`` (its buffer is non-empty all
- * along), this one holding the GIL through its send(). The checks that nothing is queued or
+ * Connection._flush (which marks ``_writing`` around its write: write_held below, whose send()
+ * holds the GIL, then for a rest the transport's write, whose send() releases it) or the
+ * transport's buffered ``_write_ready`` (its buffer is non-empty all along), this one holding
+ * the GIL through its send(). The checks that nothing is queued or
  * being written and the send() are one stretch with no Python code in it, so no other thread
  * runs between them. What is queued and not yet on the connection: the lane's segments (none:
  * ``head`` is NULL), the jobs deque, a drain or a connect between taking jobs and writing them
@@ -37,6 +38,7 @@
 #include "oneway_lane.h"
 #include "pending_table.h"
 
+static PyObject *s_eof, *s_empty_waiter;
 static PyObject *s_out, *s_writing, *s_write_paused, *s_closed, *s_transport, *s_buffer, *s_sock, *s_closing,
     *s_conn_lost, *s_pending, *s_fileno, *s_empty;
 
@@ -47,6 +49,8 @@ int lane_direct_init(void) {
                          &s_closing, &s_conn_lost, &s_pending, &s_fileno};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (!(*strs[i] = PyUnicode_InternFromString(names[i]))) return -1;
+    if (!(s_eof = PyUnicode_InternFromString("_eof")) || !(s_empty_waiter = PyUnicode_InternFromString("_empty_waiter")))
+        return -1;
     return (s_empty = PyBytes_FromStringAndSize(NULL, 0)) ? 0 : -1;
 }
 
@@ -179,4 +183,38 @@ PyObject *lane_set_direct(Lane *self, PyObject *args) {
     }
     self->gap_ns = gap;
     Py_RETURN_NONE;
+}
+
+/* write_held(transport, data) -> n: the loop thread's write of a client connection's coalesced
+ * frames (protocol/transport.py Connection._flush), as the standard socket transport's write
+ * begins it -- "if not self._buffer: try self._sock.send(data)" -- but holding the GIL through
+ * the non-blocking send(): the transport's send() lets the GIL go, the caller thread of an async
+ * producer takes it, and the loop thread then waits for it up to the switch interval (5 ms) before
+ * it can finish the write and read the answers (bench/RESULTS.md, "Session 16, asyncgil16").
+ * n bytes of data are on the socket, from its start; the caller hands the rest (all of it when
+ * n is 0: not this transport's kind, its buffer not empty, closing, EAGAIN or an error, which
+ * the transport's own send meets again and reports) to transport.write, which keeps the order:
+ * its buffer was empty, so nothing of the connection was queued before these bytes. */
+PyObject *lane_write_held(PyObject *mod, PyObject *const *a, Py_ssize_t na) {
+    (void)mod;
+    if (na != 2 || !PyBytes_CheckExact(a[1])) return PyLong_FromLong(0);
+    PyObject *t = a[0], *b = NULL, *s = NULL, *f = NULL, *w = NULL;
+    long n = 0;
+    if (strcmp(Py_TYPE(t)->tp_name, "_SelectorSocketTransport")) goto end;
+    if (!attr_false(t, s_closing) || !attr_false(t, s_conn_lost) || !attr_false(t, s_eof)) goto end;
+    if (!(w = PyObject_GetAttr(t, s_empty_waiter)) || w != Py_None) goto end;
+    if (!(b = PyObject_GetAttr(t, s_buffer))) goto end;
+    if (!PyByteArray_CheckExact(b) && strcmp(Py_TYPE(b)->tp_name, "collections.deque")) goto end;
+    if (PyObject_Length(b) != 0) goto end;
+    if (!(s = PyObject_GetAttr(t, s_sock)) || !Py_TYPE(s)->tp_base) goto end;
+    if (strcmp(Py_TYPE(s)->tp_base->tp_name, "_socket.socket")) goto end;
+    if (!(f = PyObject_CallMethodNoArgs(s, s_fileno))) goto end;
+    int fd = (int)PyLong_AsLong(f);
+    if (fd < 0) goto end;
+    ssize_t r = send(fd, PyBytes_AS_STRING(a[1]), (size_t)PyBytes_GET_SIZE(a[1]), MSG_DONTWAIT | MSG_NOSIGNAL);
+    n = r > 0 ? (long)r : 0;
+end:
+    if (PyErr_Occurred()) PyErr_Clear();
+    Py_XDECREF(b), Py_XDECREF(s), Py_XDECREF(f), Py_XDECREF(w);
+    return PyLong_FromLong(n);
 }

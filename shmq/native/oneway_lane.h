@@ -84,6 +84,7 @@ int lane_direct_send(Lane *self, PyObject *conn, const char *frame, Py_ssize_t n
 extern PyTypeObject *lane_pending_type, *lane_run_type;
 PyObject *lane_set_direct(Lane *self, PyObject *args);
 int lane_direct_init(void);
+PyObject *lane_write_held(PyObject *mod, PyObject *const *a, Py_ssize_t na);
 
 /* the module's AsyncPlain type, added by PyInit__oneway: 0, or -1 with an exception */
 int shmq_async_plain_add(PyObject *m);

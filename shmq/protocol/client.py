@@ -27,7 +27,7 @@ from shmq.protocol import read_native
 from shmq.protocol.codes import FLAG_ONEWAY, FLAG_RESPONSE
 from shmq.protocol.command import RemotingCommand, decode_command, encode_command
 from shmq.protocol.frame import DEFAULT_MAX_FRAME_SIZE, FrameDecoder
-from shmq.protocol.transport import Connection, FastFrames, Handler, Limits, sweeper
+from shmq.protocol.transport import ClientConnection, Connection, FastFrames, Handler, Limits, sweeper
 from shmq.service import AsyncService
 
 __all__ = ["RemotingClient", "SyncRemotingClient", "parse_addr"]
@@ -98,7 +98,7 @@ class RemotingClient:
             try:
                 _, conn = await asyncio.wait_for(
                     loop.create_connection(
-                        lambda: Connection(self.handlers, self.limits, on_close=self.on_close, name=self.name),
+                        lambda: ClientConnection(self.handlers, self.limits, on_close=self.on_close, name=self.name),
                         self.host,
                         self.port,
                     ),

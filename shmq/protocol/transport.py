@@ -116,6 +116,10 @@ class Connection(ReadPath, asyncio.Protocol):
     owner's per-connection state, e.g. the client id a heartbeat announced), ``closed``.
     """
 
+    #: a function (transport, data) -> bytes sent, with the GIL held, from data's start: _flush's
+    #: first send (``ClientConnection``'s, ``use_held_write``); None: the transport's own write
+    held_write: Callable[[Any, bytes], int] | None = None
+
     def __init__(
         self,
         handlers: Mapping[int, Handler],
@@ -367,7 +371,12 @@ class Connection(ReadPath, asyncio.Protocol):
         try:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            t.write(data)
+            # a client's: the first send() as the transport's own write makes it, with the GIL
+            # held (lane_direct.c write_held says why); the rest, or all of it, the transport's
+            held = self.held_write
+            n = held(t, data) if held is not None else 0
+            if n < len(data):
+                t.write(memoryview(data)[n:] if n else data)
         finally:
             self._writing = False
 
@@ -549,3 +558,18 @@ def sweeper(connections: Callable[[], list[Connection]], period: float, name: st
                 conn.abort() if conn.partial_since is not None else conn.close()
 
     return AsyncService(f"{name}-sweep", period, sweep_once, log=log)
+
+
+class ClientConnection(Connection):
+    """A client's connection (``protocol.client.RemotingClient``): what its loop thread writes
+    leaves in a send() made with the GIL held (``held_write``, set by the client layer:
+    ``client/direct_write.py``, ``native/lane_direct.c`` ``write_held``). An async producer's
+    caller thread wants the GIL all the time, and CPython hands it back to a thread that let it
+    go only when the holder blocks or after the switch interval (5 ms): through the transport's
+    send() the loop thread lost it at every write and waited to finish its turn and read the
+    answers (bench/RESULTS.md, "Session 16, asyncgil16")."""
+
+
+def use_held_write(fn: Callable[[Any, bytes], int] | None) -> None:
+    """Client connections' first send of a flush through ``fn`` (None: the transport's write)."""
+    ClientConnection.held_write = None if fn is None else staticmethod(fn)
