@@ -54,10 +54,11 @@ def role_of(p: psutil.Process, spawned: list[int]) -> str | None:
         return "producer"
     if "broker.worker" in cmd:
         return "worker"
+    # the supervisor's command line names the NameServer too (--namesrv <addr>): the module first
+    if "shmq.cli.broker" in cmd or "shmq-broker" in cmd:
+        return "supervisor"
     if "namesrv" in cmd:
         return "namesrv"
-    if "broker" in cmd:
-        return "supervisor"
     if "spawn_main" in cmd:
         # the harness spawns its consumer first, then its producer (shmq/bench/engine.py)
         return "consumer" if p.pid == spawned[0] else "producer"
