@@ -16,7 +16,6 @@ the run (the experiment only: the library never changes it). Broker on a temp st
 from __future__ import annotations
 
 import argparse
-import collections
 import gc
 import os
 import shutil
@@ -34,33 +33,23 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from shmq import Message, Producer  # noqa: E402
+from shmq import Producer  # noqa: E402
 from shmq.bench.peers.shmq_client import create_topic  # noqa: E402
 from tcp_paths import async_sends, batch_sends  # noqa: E402
 from tcp_send_procs import broker_cpu, run  # noqa: E402
+from thread_stats import TICK, snap  # noqa: E402
 from vs_rocketmq import ShmqPair  # noqa: E402
-
-BODY = b"x" * 100
-TICK = os.sysconf("SC_CLK_TCK")
 
 
 def threads() -> dict[str, tuple[float, float, int, int]]:
     """name -> (user CPU s, system CPU s, voluntary, involuntary context switches) of this
-    process's threads."""
+    process's threads (``thread_stats.snap``), named by their Python thread."""
     names = {t.native_id: t.name for t in threading.enumerate()}
     out = {}
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            stat = open(f"/proc/self/task/{tid}/stat").read()
-            status = open(f"/proc/self/task/{tid}/status").read()
-        except OSError:
-            continue
-        f = stat.rsplit(")", 1)[1].split()
-        user, system = int(f[11]) / TICK, int(f[12]) / TICK
-        sw = dict(ln.split(":\t") for ln in status.splitlines() if ln.endswith(tuple("0123456789")) and "ctxt" in ln)
-        name = names.get(int(tid), f"tid {tid}")
+    for (_, tid), st in snap([os.getpid()]).items():
+        name = names.get(tid, f"tid {tid}")
         name = "caller" if name == "MainThread" else "loop" if name.startswith("shmq-client") else name
-        out[name] = (user, system, int(sw["voluntary_ctxt_switches"]), int(sw["nonvoluntary_ctxt_switches"]))
+        out[name] = (st.utime / TICK, st.stime / TICK, st.vol, st.invol)
     return out
 
 

@@ -1,5 +1,5 @@
 """Per-thread figures from /proc for the bench scripts that count wake-ups and CPU per message
-(broker_wakes.py, paced_wakes.py, async_rows_cpu.py): one reader of the files, one tuple.
+(broker_wakes.py, paced_wakes.py, async_rows_cpu.py, async_gil_turns.py): one reader of the files, one tuple.
 
     snap(pids) -> {(pid, tid): ThreadStat}
 

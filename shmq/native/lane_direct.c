@@ -70,17 +70,13 @@ static int attr_false(PyObject *o, PyObject *name) {
     return r;
 }
 
-/* the socket of conn (a protocol.transport.Connection on the standard loop's socket transport)
- * when nothing of it is queued, being written or closing: its fd, with *out (conn._out, empty)
- * and *pending (conn._pending, a Pending) as new references; else -1, nothing set, no exception */
-static int idle_fd(PyObject *conn, PyObject **out, PyObject **pending) {
+/* the socket fd of t (the standard loop's socket transport) when nothing of it is buffered and it
+ * is not closing or lost: the transport's own write would begin with a send() then; else -1, no
+ * exception. idle_fd's and write_held's one test of the transport. */
+static int transport_fd(PyObject *t) {
     int fd = -1;
-    PyObject *o = NULL, *p = NULL, *t = NULL, *b = NULL, *s = NULL, *f = NULL;
-    if (!attr_false(conn, s_writing) || !attr_false(conn, s_write_paused) || !attr_false(conn, s_closed)) return -1;
-    if (!(o = PyObject_GetAttr(conn, s_out)) || !PyList_CheckExact(o) || PyList_GET_SIZE(o)) goto end;
-    if (!(p = PyObject_GetAttr(conn, s_pending)) || !lane_pending_type || !Py_IS_TYPE(p, lane_pending_type)) goto end;
-    if (!(t = PyObject_GetAttr(conn, s_transport)) || t == Py_None) goto end;
-    if (!attr_false(t, s_closing) || !attr_false(t, s_conn_lost)) goto end;
+    PyObject *b = NULL, *s = NULL, *f = NULL;
+    if (!attr_false(t, s_closing) || !attr_false(t, s_conn_lost)) return -1;
     /* the transport's buffer: a bytearray (3.11) or a deque (3.12+), empty */
     if (!(b = PyObject_GetAttr(t, s_buffer))) goto end;
     if (!PyByteArray_CheckExact(b) && strcmp(Py_TYPE(b)->tp_name, "collections.deque")) goto end;
@@ -91,12 +87,29 @@ static int idle_fd(PyObject *conn, PyObject **out, PyObject **pending) {
     if (strcmp(Py_TYPE(s)->tp_base->tp_name, "_socket.socket")) goto end;  /* socket.socket: fileno is C */
     if (!(f = PyObject_CallMethodNoArgs(s, s_fileno))) goto end;  /* _socket.socket.fileno: C, no GIL release */
     fd = (int)PyLong_AsLong(f);
-    if (fd < 0) { fd = -1; goto end; }
+    if (fd < 0) fd = -1;
+end:
+    if (PyErr_Occurred()) PyErr_Clear(), fd = -1;
+    Py_XDECREF(b), Py_XDECREF(s), Py_XDECREF(f);
+    return fd;
+}
+
+/* the socket of conn (a protocol.transport.Connection on the standard loop's socket transport)
+ * when nothing of it is queued, being written or closing: its fd, with *out (conn._out, empty)
+ * and *pending (conn._pending, a Pending) as new references; else -1, nothing set, no exception */
+static int idle_fd(PyObject *conn, PyObject **out, PyObject **pending) {
+    int fd = -1;
+    PyObject *o = NULL, *p = NULL, *t = NULL;
+    if (!attr_false(conn, s_writing) || !attr_false(conn, s_write_paused) || !attr_false(conn, s_closed)) return -1;
+    if (!(o = PyObject_GetAttr(conn, s_out)) || !PyList_CheckExact(o) || PyList_GET_SIZE(o)) goto end;
+    if (!(p = PyObject_GetAttr(conn, s_pending)) || !lane_pending_type || !Py_IS_TYPE(p, lane_pending_type)) goto end;
+    if (!(t = PyObject_GetAttr(conn, s_transport)) || t == Py_None) goto end;
+    if ((fd = transport_fd(t)) < 0) goto end;
     *out = Py_NewRef(o);
     *pending = Py_NewRef(p);
 end:
     if (PyErr_Occurred()) PyErr_Clear(), fd = -1;
-    Py_XDECREF(o), Py_XDECREF(p), Py_XDECREF(t), Py_XDECREF(b), Py_XDECREF(s), Py_XDECREF(f);
+    Py_XDECREF(o), Py_XDECREF(p), Py_XDECREF(t);
     return fd;
 }
 
@@ -198,23 +211,18 @@ PyObject *lane_set_direct(Lane *self, PyObject *args) {
 PyObject *lane_write_held(PyObject *mod, PyObject *const *a, Py_ssize_t na) {
     (void)mod;
     if (na != 2 || !PyBytes_CheckExact(a[1])) return PyLong_FromLong(0);
-    PyObject *t = a[0], *b = NULL, *s = NULL, *f = NULL, *w = NULL;
+    PyObject *t = a[0], *w = NULL;
     long n = 0;
-    if (strcmp(Py_TYPE(t)->tp_name, "_SelectorSocketTransport")) goto end;
-    if (!attr_false(t, s_closing) || !attr_false(t, s_conn_lost) || !attr_false(t, s_eof)) goto end;
+    /* (besides transport_fd's: the standard transport itself, no write_eof, no sendfile waiting,
+     * each of which its write would refuse or queue behind) */
+    if (strcmp(Py_TYPE(t)->tp_name, "_SelectorSocketTransport") || !attr_false(t, s_eof)) goto end;
     if (!(w = PyObject_GetAttr(t, s_empty_waiter)) || w != Py_None) goto end;
-    if (!(b = PyObject_GetAttr(t, s_buffer))) goto end;
-    if (!PyByteArray_CheckExact(b) && strcmp(Py_TYPE(b)->tp_name, "collections.deque")) goto end;
-    if (PyObject_Length(b) != 0) goto end;
-    if (!(s = PyObject_GetAttr(t, s_sock)) || !Py_TYPE(s)->tp_base) goto end;
-    if (strcmp(Py_TYPE(s)->tp_base->tp_name, "_socket.socket")) goto end;
-    if (!(f = PyObject_CallMethodNoArgs(s, s_fileno))) goto end;
-    int fd = (int)PyLong_AsLong(f);
+    int fd = transport_fd(t);
     if (fd < 0) goto end;
     ssize_t r = send(fd, PyBytes_AS_STRING(a[1]), (size_t)PyBytes_GET_SIZE(a[1]), MSG_DONTWAIT | MSG_NOSIGNAL);
     n = r > 0 ? (long)r : 0;
 end:
     if (PyErr_Occurred()) PyErr_Clear();
-    Py_XDECREF(b), Py_XDECREF(s), Py_XDECREF(f), Py_XDECREF(w);
+    Py_XDECREF(w);
     return PyLong_FromLong(n);
 }

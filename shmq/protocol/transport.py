@@ -371,12 +371,15 @@ class Connection(ReadPath, asyncio.Protocol):
         try:
             data = out[0] if len(out) == 1 else b"".join(out)
             out.clear()
-            # a client's: the first send() as the transport's own write makes it, with the GIL
-            # held (lane_direct.c write_held says why); the rest, or all of it, the transport's
             held = self.held_write
-            n = held(t, data) if held is not None else 0
-            if n < len(data):
-                t.write(memoryview(data)[n:] if n else data)
+            if held is None:  # a server's connection: the transport's write, as always
+                t.write(data)
+            else:
+                # a client's: the first send() as the transport's own write makes it, with the GIL
+                # held (lane_direct.c write_held says why); the rest, or all of it, the transport's
+                n = held(t, data)
+                if n < len(data):
+                    t.write(memoryview(data)[n:] if n else data)
         finally:
             self._writing = False
 
