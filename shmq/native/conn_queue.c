@@ -4,13 +4,13 @@
  * and its waiter put in ``_pending``, the flush arranged as the Python method arranges it.
  *
  * Why: a caught-up TCP PushConsumer queues its next PULL once per message (pull_steady.c) and
- * a sync producer its send once per message (client/request_start.py); the Python method was
- * ~3k instructions of the loop thread a message (its frame, ten attribute operations through the
- * interpreter, the call from C; bench/RESULTS.md, "Session 16, consumer16"). Here the same steps
- * in the same order, the connection's attributes read and set in its dict (conn_dict.h), the
- * waiter put straight into the C table when ``_pending`` is one (pending_table.h). Measured:
- * the steps ~1,950 instructions where the Python method's were ~2,700 (each without the frame's
- * build, ~860), and no Python frame or method look-up for pull_steady.c (~1,400 a call).
+ * a sync producer its send once per message (client/request_start.py); called from pull_steady.c
+ * the Python method was ~3,600 instructions of the loop thread a call (its method look-up and
+ * frame, ten attribute operations, the PULL frame's build ~860). Here the same steps in the same
+ * order, the connection's attributes read and set in its dict (conn_dict.h: through the C API's
+ * generic attribute operations this cost more than the Python), the waiter put straight into
+ * the C table when ``_pending`` is one (pending_table.h): ~2,800 from pull_steady.c, ~3,700 from
+ * Python where the Python method is ~4,000 (bench/RESULTS.md, "Session 17, cons17").
  *
  * One way of queueing a frame: the client layer makes this the client connections' method
  * (``transport.use_start_frame``, as it gives them the C pending table), so every caller on a
