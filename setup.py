@@ -24,11 +24,13 @@ setup(
                  # buffer (remote_answer.c and pull_answer.c say why), and the client connection's read
                  # itself (client_read.c)
                  Extension("shmq.native._answer", ["shmq/native/remote_answer.c", "shmq/native/pull_answer.c",
-                                                       "shmq/native/pull_steady.c", "shmq/native/pending_table.c", "shmq/native/client_read.c"],
+                                                       "shmq/native/pull_steady.c", "shmq/native/pending_table.c", "shmq/native/client_read.c",
+                                                       "shmq/native/conn_queue.c"],
                            include_dirs=["shmq/native"],
                            depends=["shmq/native/remoting_header.h", "shmq/native/send_answer.h", "shmq/native/async_slots.h",
                                     "shmq/native/pull_answer.h", "shmq/native/pull_records.h", "shmq/native/send_frame.h",
-                                    "shmq/native/pending_table.h", "shmq/native/hot_result.h", "shmq/native/client_read.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
+                                    "shmq/native/pending_table.h", "shmq/native/hot_result.h", "shmq/native/client_read.h",
+                                    "shmq/native/conn_queue.h", "shmq/native/conn_dict.h"], extra_compile_args=["-O2", "-std=gnu11", "-Wall", "-Wextra"]),
                  # the TCP producer's oneway lane: whole frames written in C (hot_oneway.c says why)
                  Extension("shmq.native._oneway", ["shmq/native/hot_oneway.c", "shmq/native/async_plain.c",
                                                         "shmq/native/lane_direct.c"],

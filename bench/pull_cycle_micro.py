@@ -114,7 +114,9 @@ async def cycles(answers_: list[bytes]) -> None:
     from shmq.client.handoff import HandoffSelector
     from shmq.client.remote_send import answers
     from shmq.native import lib
-    from shmq.protocol.transport import Connection, Limits
+    from shmq.protocol import transport
+    from shmq.protocol.transport import Limits
+    Connection = getattr(transport, "ClientConnection", transport.Connection)  # a client's, as RemotingClient makes
     conn = Connection({}, Limits())
     conn.fast = answers
     t = _Transport()
@@ -169,7 +171,9 @@ def loop_cycles(answers_: list[bytes]) -> None:
     from shmq.client import tcp_pull
     from shmq.client.handoff import ClientLoop
     from shmq.client.remote_send import answers
-    from shmq.protocol.transport import Connection, Limits
+    from shmq.protocol import transport
+    from shmq.protocol.transport import Limits
+    Connection = getattr(transport, "ClientConnection", transport.Connection)  # a client's, as RemotingClient makes
     n = len(answers_)
     mine, theirs = socket.socketpair()
     tmp = Path(tempfile.mkdtemp(prefix="pcl-"))

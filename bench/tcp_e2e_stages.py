@@ -197,6 +197,13 @@ if _dir:
     _wrap("shmq.client.handoff", "ClientLoop", "_run_once", _turn)
     # the steady pull answer (native/pull_steady.c) queues the next PULL through start_frame
     _wrap("shmq.protocol.transport", "Connection", "start_frame", _mark("q"))
+    try:  # a client connection's own, the C one (native/conn_queue.c), set when the client layer loads
+        import shmq.client.remote_send  # noqa: F401
+        from shmq.protocol.transport import ClientConnection as _cc
+        if "start_frame" in vars(_cc):  # (wrapped, pull_steady.c calls the wrapper as a Python method)
+            _wrap("shmq.protocol.transport", "ClientConnection", "start_frame", _mark("q"))
+    except Exception as e:  # noqa: BLE001 - a tree before it
+        _emit("E", _clock(), [], f"ClientConnection.start_frame:{type(e).__name__}")
     _wrap("shmq.client.instance", "ClientInstance", "_drain_submitted", _mark("D"))
     _wrap("shmq.broker.worker.pull_hold", "PullHolds", "hold",
           _mark("h", lambda self, topic, qid, offset, *a: f"{qid}:{offset}:{len(self._holds)}"))

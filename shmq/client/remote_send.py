@@ -174,6 +174,7 @@ class AsyncSend(SendFuture):
 
 _answer.bind(AsyncSend, AsyncSend._resolve, SendResult, SendStatus.SEND_OK, InvalidStateError, callback_raised)
 transport.use_pending_table(_answer.Pending)  # a client connection's requests in flight: the C table
+transport.use_start_frame(_answer.start_frame)  # and its request frames queued in C (native/conn_queue.c)
 _answer.bind_template(answer_pieces())  # this broker's SUCCESS answers are matched, not scanned
 #: The client connection's fast path (RemotingClient(fast=...)): the SUCCESS answers to
 #: AsyncSends matched, turned into SendResults (send_result's rules) and set, in C

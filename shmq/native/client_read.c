@@ -40,6 +40,7 @@
 #include <sys/socket.h>
 
 #include "client_read.h"
+#include "conn_dict.h"
 #include "remoting_header.h"
 
 typedef struct {
@@ -68,9 +69,9 @@ static PyObject *fatal(Reader *r, PyObject *why) {
 }
 
 /* the end of a read served here: _in_read off and the coalesced answers written (data_received's
- * ``finally``); 0, or -1 with an exception */
-static int end_read(Reader *r) {
-    if (PyObject_SetAttr(r->conn, s_in_read, Py_False)) return -1;
+ * ``finally``); 0, or -1 with an exception. d: the connection's dict (conn_dict.h) */
+static int end_read(Reader *r, PyObject *d) {
+    if (PyDict_SetItem(d, s_in_read, Py_False)) return -1;
     if (!PyList_GET_SIZE(r->out)) return 0;  /* (what _flush does with nothing to write) */
     PyObject *res = PyObject_CallMethodNoArgs(r->conn, s_flush);
     Py_XDECREF(res);
@@ -78,13 +79,13 @@ static int end_read(Reader *r) {
 }
 
 /* n bytes at r->buf (what was held, then this read), served (the module comment: the common
- * read here, the rest Python's) */
-static int serve(Reader *r, Py_ssize_t n) {
-    PyObject *partial = PyObject_GetAttr(r->conn, s_partial_since);
+ * read here, the rest Python's); the connection's attributes read and set in its dict d
+ * (conn_dict.h says why) */
+static int serve(Reader *r, PyObject *d, Py_ssize_t n) {
+    PyObject *partial = cd_get(d, s_partial_since);  /* (borrowed) */
     if (!partial) return -1;
     int mine = partial == Py_None || r->held;  /* nothing held, or held here (not by the decoder) */
     PyObject *error = mine ? PyObject_GetAttr(r->decoder, s_error) : Py_NewRef(Py_None);
-    Py_DECREF(partial);
     if (!error) return -1;
     mine = mine && error == Py_None;
     Py_DECREF(error);
@@ -102,13 +103,13 @@ static int serve(Reader *r, Py_ssize_t n) {
     Py_ssize_t was_held = r->held;
     r->held = 0;
     int rc = -1, stop;
-    if (PyObject_SetAttr(r->conn, s_last_activity, now) || PyObject_SetAttr(r->conn, s_in_read, Py_True)) goto out;
+    if (PyDict_SetItem(d, s_last_activity, now) || PyDict_SetItem(d, s_in_read, Py_True)) goto out;
     Py_ssize_t pos = shmq_answers_scan(r->pending, r->buf, n, 0, &stop);
     rc = 0;
     if (pos < 0) {
         rc = -1;
     } else if (pos == n) {  /* every frame taken: the common read */
-        if (was_held) rc = PyObject_SetAttr(r->conn, s_partial_since, Py_None);
+        if (was_held) rc = PyDict_SetItem(d, s_partial_since, Py_None);
     } else {
         Py_ssize_t tail = n - pos, total = tail >= 4 ? (Py_ssize_t)rh_be32((const uint8_t *)r->buf + pos) : -1;
         if (!stop && (tail < 4 || (total >= 4 && 4 + total <= r->size))) {
@@ -117,7 +118,7 @@ static int serve(Reader *r, Py_ssize_t n) {
              * (partial_since: frame_timeout) starts with the frame, as the decoder's does */
             if (pos) memmove(r->buf, r->buf + pos, (size_t)tail);
             r->held = tail;
-            if (pos || !was_held) rc = PyObject_SetAttr(r->conn, s_partial_since, now);
+            if (pos || !was_held) rc = PyDict_SetItem(d, s_partial_since, now);
         } else {  /* from the first frame not taken: read_path.py's, a copy of the rest only */
             PyObject *rest = PyBytes_FromStringAndSize(r->buf + pos, tail);
             res = rest ? PyObject_CallMethodObjArgs(r->conn, s_read_rest, rest, stop ? Py_True : Py_False, now, NULL) : NULL;
@@ -128,7 +129,7 @@ static int serve(Reader *r, Py_ssize_t n) {
     }
     PyObject *et, *e, *tb;  /* (the end of the read runs whatever was raised, as a ``finally``) */
     PyErr_Fetch(&et, &e, &tb);
-    if (end_read(r)) {
+    if (end_read(r, d)) {
         if (rc) PyErr_Clear();  /* the first exception is the one reported */
         else rc = -1;
     }
@@ -150,8 +151,14 @@ static PyObject *reader_call(PyObject *self, PyObject *args, PyObject *kw) {
         return fatal(r, s_read_error);
     }
     Py_INCREF(self);  /* (serving may drop the loop's handle, and with it this reader) */
-    PyObject *res = n ? (serve(r, r->held + n) ? fatal(r, s_serve_error) : Py_NewRef(Py_None))
-                      : PyObject_CallMethodNoArgs(r->transport, s_on_eof);  /* EOF: the transport's own */
+    PyObject *res, *d;
+    if (!n) {
+        res = PyObject_CallMethodNoArgs(r->transport, s_on_eof);  /* EOF: the transport's own */
+    } else {
+        d = cd_dict(r->conn);
+        res = d && !serve(r, d, r->held + n) ? Py_NewRef(Py_None) : fatal(r, s_serve_error);
+        Py_XDECREF(d);
+    }
     Py_DECREF(self);
     return res;
 }

@@ -22,7 +22,8 @@
  * - the consume pool not shutting down (when the hand-over is done here).
  * Then, as ``_pulled``: the suggested broker noted, next_offset set, the span put under the
  * ProcessQueue's lock (rechecked under it: otherwise ProcessQueue.put's general case in Python),
- * the next PULL queued by ``Connection.start_frame`` (the one queueing; its frame built by the
+ * the next PULL queued by ``Connection.start_frame`` (the one queueing: a client connection's is
+ * conn_queue.c's, called directly; its frame built by the
  * chain's PullBuild from the queue's template: pull_answer.c's ``pull_frame`` encoder), and
  * only then the messages handed over: ConsumePool.submit's steps from the loop thread (the task
  * appended before the owed wake-up is counted: handoff.c's rule), or the consumer's own
@@ -33,6 +34,7 @@
 #include <Python.h>
 #include <stdint.h>
 
+#include "conn_queue.h"
 #include "pull_answer.h"
 
 /* TcpPull._steady's items (client/tcp_pull.py _arm) */
@@ -262,8 +264,11 @@ int pull_steady(PyObject *w, PyObject **opaque_slot, PyObject *st_obj, int64_t s
         if (pull_build_set(st[S_BUILD], next, flags, commit)) {
             bad = 1;
         } else {
+            /* the connection's own start_frame: conn_queue.c's, called here with no Python frame
+             * between, when it is the class's (a client connection's); else the method, as Python */
             PyObject *args[3] = {st[S_CONN], st[S_BUILD], w};
-            PyObject *o = PyObject_VectorcallMethod(s_start_frame, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+            PyObject *o = shmq_has_start_frame(st[S_CONN]) ? shmq_start_frame(st[S_CONN], st[S_BUILD], w)
+                : PyObject_VectorcallMethod(s_start_frame, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
             if (o) {
                 Py_XSETREF(*opaque_slot, o);
             } else {

@@ -35,6 +35,7 @@
 #include "pending_table.h"
 #include "hot_result.h"
 #include "client_read.h"
+#include "conn_queue.h"
 
 extern PyTypeObject shmq_pending_type;
 int shmq_pending_add(PyObject *m);
@@ -311,6 +312,6 @@ PyMODINIT_FUNC PyInit__answer(void) {
         || !(state_ok = PyLong_FromLong(1)))
         return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (shmq_pending_add(m) < 0 || shmq_reader_add(m) < 0)) Py_CLEAR(m);
+    if (m && (shmq_pending_add(m) < 0 || shmq_reader_add(m) < 0 || shmq_conn_queue_add(m) < 0)) Py_CLEAR(m);
     return m;
 }

@@ -407,18 +407,23 @@ class Connection(ReadPath, asyncio.Protocol):
         or a lighter object that needs no task (the producer's async send). The caller arranges
         the timeout (:meth:`expire`). Sets ``cmd.opaque`` and returns it."""
         if self.closed or self._transport is None:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
+            raise self._closed_error()
         cmd.opaque = opaque = self._new_opaque()
         cmd.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         self._pending[opaque] = waiter
         self.send(cmd)
         return opaque
 
+    def _closed_error(self) -> RemotingClosed:
+        """What a request on this closed connection raises (the C ``start_frame`` too)."""
+        return RemotingClosed(f"connection to {self.peer} is closed")
+
     def start_frame(self, build: Callable[[int], bytes], waiter) -> int:
         """:meth:`start_request` for a request that makes its own frame: ``build(opaque)`` returns
-        the encoded request (a producer's send, client.remote_send). Returns the opaque."""
+        the encoded request (a producer's send, client.remote_send). Returns the opaque. A
+        client's connections run the C core's, the same steps (:func:`use_start_frame`)."""
         if self.closed or self._transport is None:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
+            raise self._closed_error()
         self._next_opaque = opaque = self._next_opaque % 0x7FFFFFFF + 1  # _new_opaque's numbering
         self._out.append(build(opaque))  # write_frame's steps, inline (once per pull of a consumer)
         self._pending[opaque] = waiter
@@ -463,7 +468,7 @@ class Connection(ReadPath, asyncio.Protocol):
     def send_frames(self, builds) -> None:
         """:meth:`send_oneway` of requests whose ``build(opaque)`` makes the frame, written together."""
         if self.closed:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
+            raise self._closed_error()
         t = self._transport
         if t is None or t.is_closing():
             return
@@ -492,7 +497,7 @@ class Connection(ReadPath, asyncio.Protocol):
     def send_oneway(self, cmd: RemotingCommand) -> None:
         """Send a request with the oneway bit: the peer answers nothing."""
         if self.closed:
-            raise RemotingClosed(f"connection to {self.peer} is closed")
+            raise self._closed_error()
         cmd.opaque = self._new_opaque()
         cmd.flag = (cmd.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         self.send(cmd)
@@ -576,3 +581,12 @@ class ClientConnection(Connection):
 def use_held_write(fn: Callable[[Any, bytes], int] | None) -> None:
     """Client connections' first send of a flush through ``fn`` (None: the transport's write)."""
     ClientConnection.held_write = None if fn is None else staticmethod(fn)
+
+
+def use_start_frame(method: Any) -> None:
+    """Client connections' :meth:`Connection.start_frame` is ``method`` (the C core's, a method
+    of the class: native/conn_queue.c, which pull_steady.c calls directly); None: the Python one."""
+    if method is not None:
+        ClientConnection.start_frame = method
+    elif "start_frame" in ClientConnection.__dict__:
+        del ClientConnection.start_frame

@@ -7,7 +7,8 @@ spans), the same suggested broker and chain ends. Each script runs three ways: t
 (C leaves it to Python), a queue dropped mid-stream, flow control (the threshold reached: the
 chain pauses), an orderly consumer's gated queue, the error / not-found / moved answers between
 steady ones, and the hand-over done in C to a real ConsumePool (the task queued, the wake-up owed
-to the loop's selector) as ConsumePool.submit does it."""
+to the loop's selector) as ConsumePool.submit does it. The steady mode's connection is a client's,
+whose next PULL is queued by the C start_frame (native/conn_queue.c), the others' by Python's."""
 from __future__ import annotations
 
 import asyncio
@@ -26,7 +27,7 @@ from shmq.client.remote_send import answers
 from shmq.protocol import ResponseCode
 from shmq.protocol.bodies import SubscriptionData
 from shmq.protocol.command import decode_command
-from shmq.protocol.transport import Connection, Limits
+from shmq.protocol.transport import ClientConnection, Connection, Limits
 
 from .test_pull_answer import BROKER, _bodies, answer
 from .test_pulled_records import FIELDS
@@ -92,7 +93,9 @@ def run(mode, script, topic="T", **kw):
         return real(self, *a)
 
     async def go():
-        conn = Connection({}, Limits())
+        # steady: a client's connection, whose start_frame is the C one pull_steady.c calls directly
+        # (native/conn_queue.c); the other modes the Python Connection.start_frame: the same log
+        conn = (ClientConnection if mode == "steady" else Connection)({}, Limits())
         conn.fast = None if mode == "python" else answers
         t = _Transport()
         conn.connection_made(t)
