@@ -192,7 +192,8 @@ def placed(pair, producer_pid: int, consumer_pid: int) -> dict:
     if seen is None:
         return {"where": "not seen"}
     idx = {pid: i + 1 for i, pid in enumerate(seen["workers"])}
-    return {"where": f"producer w{idx[seen['producer']]}, consumer w{idx[seen['consumer']]}"}
+    return {"where": f"producer w{idx[seen['producer']]}, consumer w{idx[seen['consumer']]}",
+            "pulls_key": seen["conns"]["consumer"]}
 
 
 def _lines(p: subprocess.Popen, sink: list[dict], ready: threading.Event | None = None) -> None:
@@ -232,6 +233,9 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
             if prod.poll() is None:
                 prod.kill()
         cpu1, w_cpu1 = broker_cpu(pair.pids()), worker_cpu(pair)
+        # the consumer's requests so far (data segments its worker took in: pulls, a few
+        # heartbeats and offset commits), against the messages of the whole run below
+        pulls = worker_placement.segs_in().get(seen["pulls_key"], 0) if "pulls_key" in seen else 0
         time.sleep(1.5)  # the consumer's line for the window's last second
     finally:
         cons.stdin.close()
@@ -250,6 +254,7 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     # bounds its rate when the 2 cores are shared (the other sessions' load included)
     summ["broker_cpu_us_per_msg"] = (cpu1 - cpu0) / sent_all * 1e6 if sent_all else 0.0
     summ["placement"] = seen.get("where", "")
+    summ["msgs_per_pull"] = sent_all / pulls if pulls else 0.0
     summ["worker_cpu_us_per_msg"] = ([(w_cpu1.get(pid, 0.0) - c) / sent_all * 1e6 for pid, c in sorted(w_cpu0.items())]
                                      if sent_all else [])
     summ["consumer"] = consumer_window(cons_lines, summ["start_ms"], summ["end_ms"])
@@ -323,7 +328,8 @@ def main() -> None:
                                   f"{r['p99_ms']} ms; consumed {c.get('tps', 0):,.0f}/s; broker CPU "
                                   f"{r['broker_cpu_us_per_msg']:.1f} µs/msg"
                                   + (f" (workers {' / '.join(f'{x:.1f}' for x in r['worker_cpu_us_per_msg'])}; "
-                                     f"{r['placement']})" if r.get("placement") else ""), flush=True)
+                                     f"{r['placement']}; {r['msgs_per_pull']:.1f} msgs a consumer segment)"
+                                     if r.get("placement") else ""), flush=True)
                             if r.get("failed"):
                                 print(f"#   {r['failed']:,} sends failed, the first: {r.get('first_error')}",
                                       flush=True)
