@@ -165,15 +165,16 @@ def broker_cpu(pids: list[int]) -> float:
     return total
 
 
-def worker_cpu(pair) -> dict[int, float]:
-    """CPU seconds of each shmq broker worker by pid ({} for Apache's broker)."""
+def worker_cpu(pair) -> dict[int, tuple[float, int]]:
+    """(CPU seconds, its main thread's voluntary context switches: the loop's sleeps, so its
+    wake-ups) of each shmq broker worker by pid ({} for Apache's broker)."""
     if pair.name != "shmq":
         return {}
     out = {}
     for w in worker_placement.broker_workers(psutil.Process(pair.pids()[0]).children()):
         try:
             t = w.cpu_times()
-            out[w.pid] = t.user + t.system
+            out[w.pid] = (t.user + t.system, w.num_ctx_switches().voluntary)
         except psutil.NoSuchProcess:
             pass
     return out
@@ -255,8 +256,9 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     summ["broker_cpu_us_per_msg"] = (cpu1 - cpu0) / sent_all * 1e6 if sent_all else 0.0
     summ["placement"] = seen.get("where", "")
     summ["msgs_per_pull"] = sent_all / pulls if pulls else 0.0
-    summ["worker_cpu_us_per_msg"] = ([(w_cpu1.get(pid, 0.0) - c) / sent_all * 1e6 for pid, c in sorted(w_cpu0.items())]
-                                     if sent_all else [])
+    per = sorted(w_cpu0.items()) if sent_all else []
+    summ["worker_cpu_us_per_msg"] = [(w_cpu1.get(pid, c)[0] - c[0]) / sent_all * 1e6 for pid, c in per]
+    summ["worker_wakes_per_msg"] = [(w_cpu1.get(pid, c)[1] - c[1]) / sent_all for pid, c in per]
     summ["consumer"] = consumer_window(cons_lines, summ["start_ms"], summ["end_ms"])
     summ["consumer_per_second"] = [d for d in cons_lines if d.get("kind") == "consumer"]
     return summ
@@ -327,7 +329,8 @@ def main() -> None:
                             print(f"# {pair.name} {flush} {size} B round {rnd}: send {r['tps']:,.0f}/s p99 "
                                   f"{r['p99_ms']} ms; consumed {c.get('tps', 0):,.0f}/s; broker CPU "
                                   f"{r['broker_cpu_us_per_msg']:.1f} µs/msg"
-                                  + (f" (workers {' / '.join(f'{x:.1f}' for x in r['worker_cpu_us_per_msg'])}; "
+                                  + (f" (workers {' / '.join(f'{x:.1f}' for x in r['worker_cpu_us_per_msg'])}, "
+                                     f"loop wake-ups a msg {' / '.join(f'{x:.2f}' for x in r['worker_wakes_per_msg'])}; "
                                      f"{r['placement']}; {r['msgs_per_pull']:.1f} msgs a consumer segment)"
                                      if r.get("placement") else ""), flush=True)
                             if r.get("failed"):
