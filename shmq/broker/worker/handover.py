@@ -26,15 +26,11 @@ class HandOver:
         self.boxes = boxes
         self.servers: list[RemotingServer] = []
         self.served = 0  # connections open on this worker's servers (both ports)
-        self.handed = 0  # sockets sent to siblings (the placement test reads it in the logs' stead)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def offer(self, fd: int) -> bool:
         to = self.counts.fewest(self.wid, self.served)
-        if to is None or not placement.send_fd(self.boxes.send[to], fd):
-            return False
-        self.handed += 1
-        return True
+        return to is not None and placement.send_fd(self.boxes.send[to], fd)
 
     def count(self, delta: int) -> None:
         self.served += delta
