@@ -12,24 +12,47 @@ import time
 
 import psutil
 
+from shmq.broker.shared import placement
 from shmq.errors import RemotingClosed, RemotingConnectError
 from shmq.protocol import RequestCode, SyncRemotingClient, request
 
-from .broker_helpers import start_broker, worker_id  # noqa: F401
+from .broker_helpers import create_topic, send, start_broker, worker_id  # noqa: F401
 from .conftest import processes  # noqa: F401
 
 
 def test_connections_spread_evenly_over_both_workers(start_broker):
     br = start_broker(workers=2)
-    clients = [SyncRemotingClient(br.addr, timeout=10) for _ in range(8)]
+    clients: list[SyncRemotingClient] = []
     try:
         served = collections.Counter()
-        for c in clients:  # one at a time: each is counted before the next arrives
-            served[worker_id(c)] += 1
+        for _ in range(8):  # one at a time: each is served (so counted) before the next connects
+            clients.append(SyncRemotingClient(br.addr, timeout=10))
+            served[worker_id(clients[-1])] += 1
         assert served == {1: 4, 2: 4}, served
     finally:
         for c in clients:
             c.close()
+
+
+def test_a_new_client_goes_to_the_idle_worker_beside_a_busy_one(start_broker):
+    """A producer's worker moves messages; an idle connection keeps the other as many
+    connections (a client's second, idle connection): each new client goes to the idle one."""
+    br = start_broker(workers=2)
+    sender = SyncRemotingClient(br.addr, timeout=10)
+    idle = SyncRemotingClient(br.addr, timeout=10)
+    try:
+        assert create_topic(sender, "Busy", queues=1).code == 0
+        busy_wid = worker_id(sender)
+        assert worker_id(idle) != busy_wid  # (spread while both were idle)
+        for round_ in range(4):
+            for i in range(2 * placement.BUSY):
+                assert send(sender, "Busy", f"m{round_}-{i}".encode(), queue_id=0).code == 0
+            time.sleep(2 * placement.MOVED_PERIOD_S)  # (the busy worker says so)
+            with SyncRemotingClient(br.addr, timeout=10) as c:
+                assert worker_id(c) != busy_wid, f"round {round_}: the new client is on the busy worker"
+    finally:
+        sender.close()
+        idle.close()
 
 
 def test_one_worker_serves_every_connection_when_there_is_one(start_broker):

@@ -1,5 +1,5 @@
-"""broker/shared/placement.py: the shared connection counts pick the live sibling serving
-fewest, and an inbox carries an accepted socket to another holder with its stream intact."""
+"""broker/shared/placement.py: the shared loads pick the lighter live sibling (idle before
+fewer connections), and an inbox carries an accepted socket to another holder with its stream intact."""
 from __future__ import annotations
 
 import os
@@ -8,28 +8,34 @@ import socket
 from shmq.broker.shared import placement
 
 
-def test_fewest_is_a_live_sibling_serving_fewer():
-    counts = placement.ConnCounts.create(3)
+def test_the_lighter_sibling_is_idle_before_it_has_fewer_connections():
+    loads = placement.WorkerLoads.create(3)
+    busy = placement.BUSY
     try:
-        assert counts.fewest(1, 5) is None  # every sibling down (not started, or reaped)
-        counts.set(2, 4)
-        counts.set(3, 2)
-        assert counts.fewest(1, 5) == 3
-        assert counts.fewest(1, 2) is None  # a tie keeps the connection where it landed
-        counts.set(3, placement.DOWN)
-        assert counts.fewest(1, 5) == 2
-        assert counts.fewest(2, 0) is None
+        assert loads.lighter(1, 5, 0) is None  # every sibling down (not started, or reaped)
+        loads.set(2, 4, 0)
+        loads.set(3, 2, 0)
+        assert loads.get(3) == (2, 0)
+        assert loads.lighter(1, 5, 0) == 3  # fewer connections, all idle
+        assert loads.lighter(1, 2, 0) is None  # a tie keeps the connection where it landed
+        loads.set(3, 2, busy)
+        assert loads.lighter(1, 5, 0) == 2  # idle wins over busy, whatever the connections
+        assert loads.lighter(1, 1, busy) == 2  # this one busy: an idle sibling is lighter
+        assert loads.lighter(1, 1, 0) is None  # idle with fewer: keep
+        loads.set(2, placement.DOWN, 0)
+        assert loads.lighter(1, 5, busy) == 3  # busy too, but fewer connections
+        assert loads.lighter(1, 2, busy) is None
     finally:
-        counts.close()
+        loads.close()
 
 
 def test_the_worker_environment_round_trips():
     counts, boxes = placement.create([1, 2])
     try:
-        got_counts, got_boxes = placement.parse_env(placement.env_value(counts, boxes))
-        assert (got_counts.n, got_boxes.recv, got_boxes.send) == (2, boxes.recv, boxes.send)
+        got_loads, got_boxes = placement.parse_env(placement.env_value(counts, boxes))
+        assert (got_loads.n, got_boxes.recv, got_boxes.send) == (2, boxes.recv, boxes.send)
         assert set(placement.fds(counts, boxes)) == {counts.fd, *boxes.recv.values(), *boxes.send.values()}
-        got_counts._map.close()  # (the fd is counts')
+        got_loads._map.close()  # (the fd is counts')
         assert placement.parse_env(None) is None and placement.parse_env("0") is None
     finally:
         counts.close()

@@ -4,9 +4,12 @@ Every worker listens on the broker's ports with SO_REUSEPORT, and the kernel's h
 connection's 4-tuple picks the worker that accepts it: with two workers, a producer's and a
 consumer's connections share one about half the time, and the sync ``send()`` + PushConsumer
 row ran 7,654/s median on one worker against 9,761/s on two (bench/RESULTS.md, "Session 16,
-worker16"; "Session 17, place17"). So the worker that accepts a connection while a live sibling
-serves fewer connections hands the just-accepted socket (nothing read from it yet) to that
-sibling, and connections spread over the workers as they arrive.
+worker16"; "Session 17, place17"). So the worker that accepts a connection hands the
+just-accepted socket (nothing read from it yet) to a live sibling that is lighter: not moving
+messages while the acceptor is, or, as busy, serving fewer connections. Busy first: a client
+process may hold idle connections beside its busy one (the Python producer's sync sends have a
+connection of their own beside its instance's), so connection counts alone would tie a
+producer's worker with an idle one and leave the next client to the kernel's hash.
 
 What the processes share, all made by the supervisor at start and kept across worker restarts:
 
@@ -15,13 +18,14 @@ What the processes share, all made by the supervisor at start and kept across wo
   receive end. The supervisor holds both ends, so fds queued for a worker that died stay
   queued: the supervisor closes them when it reaps the worker (their clients see the
   connection close and reconnect), and a restarted worker serves any sent after that.
-* a memfd of one signed 64-bit slot per worker (``ConnCounts``): the connections the worker
-  serves, written by that worker only (its count after each open and close), -1 while it is
-  down (the supervisor writes that when it reaps the worker; the worker writes its count once
-  it serves). A reader may see a count a few connections old: the placement is a balance, not
-  a guarantee, and every connection is served either way.
+* a memfd of two signed 64-bit slots per worker (``WorkerLoads``), written by that worker only:
+  the connections it serves (after each open and close; -1 while it is down: the supervisor
+  writes that when it reaps the worker, the worker its count once it serves) and the messages
+  it stored and handed out over the last few seconds (``MOVED_WINDOW_S``, refreshed on its
+  loop every ``MOVED_PERIOD_S``). A reader may see figures a moment old: the placement is a
+  balance, not a guarantee, and every connection is served either way.
 
-``SHMQ_HANDOVER`` (``counts_fd;wid:recv_fd:send_fd,...``) passes them to each worker; a broker
+``SHMQ_HANDOVER`` (``loads_fd;wid:recv_fd:send_fd,...``) passes them to each worker; a broker
 of one worker, or ``SHMQ_HANDOVER=0`` in the supervisor's environment, hands nothing over (the
 kernel's placement, as before).
 """
@@ -32,46 +36,56 @@ import os
 import socket
 import struct
 
-__all__ = ["ConnCounts", "Inboxes", "create", "parse_env", "env_value", "DOWN"]
+__all__ = ["WorkerLoads", "Inboxes", "create", "parse_env", "env_value", "DOWN", "BUSY"]
 
-#: A worker's slot while it is down (not started yet, or reaped).
+#: A worker's connection slot while it is down (not started yet, or reaped).
 DOWN = -1
+#: Messages moved over the window from which a worker counts as busy.
+BUSY = 64
+MOVED_PERIOD_S = 0.5
+MOVED_WINDOW_S = 3.0
 _SLOT = struct.Struct("=q")
 
 
-class ConnCounts:
-    """One signed 64-bit slot per worker id (1..n) in a shared memfd; slot 0 unused."""
+class WorkerLoads:
+    """Two signed 64-bit slots per worker id (1..n) in a shared memfd, connections then messages
+    moved; id 0's unused."""
 
     def __init__(self, fd: int, n: int):
         self.fd = fd
         self.n = n
-        self._map = mmap.mmap(fd, _SLOT.size * (n + 1))
+        self._map = mmap.mmap(fd, 2 * _SLOT.size * (n + 1))
 
     @classmethod
-    def create(cls, n: int) -> "ConnCounts":
-        fd = os.memfd_create("shmq-conn-counts", os.MFD_CLOEXEC)
-        os.ftruncate(fd, _SLOT.size * (n + 1))
-        counts = cls(fd, n)
+    def create(cls, n: int) -> "WorkerLoads":
+        fd = os.memfd_create("shmq-worker-loads", os.MFD_CLOEXEC)
+        os.ftruncate(fd, 2 * _SLOT.size * (n + 1))
+        loads = cls(fd, n)
         for wid in range(1, n + 1):
-            counts.set(wid, DOWN)
-        return counts
+            loads.set(wid, DOWN, 0)
+        return loads
 
-    def set(self, wid: int, value: int) -> None:
-        # an aligned 8-byte store: a reader in another process sees the old or the new value
-        _SLOT.pack_into(self._map, _SLOT.size * wid, value)
+    def set(self, wid: int, conns: int, moved: int) -> None:
+        # aligned 8-byte stores: a reader in another process sees each old or new
+        _SLOT.pack_into(self._map, 2 * _SLOT.size * wid, conns)
+        _SLOT.pack_into(self._map, 2 * _SLOT.size * wid + _SLOT.size, moved)
 
-    def get(self, wid: int) -> int:
-        return _SLOT.unpack_from(self._map, _SLOT.size * wid)[0]
+    def get(self, wid: int) -> tuple[int, int]:
+        """(connections, messages moved over the window) of worker ``wid``."""
+        return (_SLOT.unpack_from(self._map, 2 * _SLOT.size * wid)[0],
+                _SLOT.unpack_from(self._map, 2 * _SLOT.size * wid + _SLOT.size)[0])
 
-    def fewest(self, own: int, own_count: int) -> int | None:
-        """The live sibling serving the fewest connections, if it serves fewer than ``own_count``;
-        else None (keep the connection)."""
-        best, best_count = None, own_count
+    def lighter(self, own: int, conns: int, moved: int) -> int | None:
+        """The lightest live sibling, if it is lighter than worker ``own`` with ``conns``
+        connections and ``moved`` messages: idle (below ``BUSY``) beats busy, then fewer
+        connections. None: keep the connection (a tie keeps it too)."""
+        best, best_key = None, (moved >= BUSY, conns)
         for wid in range(1, self.n + 1):
             if wid != own:
-                c = self.get(wid)
-                if DOWN < c < best_count:
-                    best, best_count = wid, c
+                c, m = self.get(wid)
+                key = (m >= BUSY, c)
+                if c > DOWN and key < best_key:
+                    best, best_key = wid, key
         return best
 
     def close(self) -> None:
@@ -104,32 +118,32 @@ class Inboxes:
             os.close(fd)
 
 
-def create(wids: list[int]) -> tuple[ConnCounts, Inboxes]:
+def create(wids: list[int]) -> tuple[WorkerLoads, Inboxes]:
     """The supervisor's shared pieces for workers ``wids`` (1..n)."""
-    return ConnCounts.create(max(wids)), Inboxes.create(wids)
+    return WorkerLoads.create(max(wids)), Inboxes.create(wids)
 
 
-def env_value(counts: ConnCounts, boxes: Inboxes) -> str:
+def env_value(loads: WorkerLoads, boxes: Inboxes) -> str:
     """``SHMQ_HANDOVER`` for a worker (every worker gets all of them; it uses its own receive
     end and its siblings' send ends)."""
-    return f"{counts.fd};" + ",".join(f"{w}:{boxes.recv[w]}:{boxes.send[w]}" for w in sorted(boxes.recv))
+    return f"{loads.fd};" + ",".join(f"{w}:{boxes.recv[w]}:{boxes.send[w]}" for w in sorted(boxes.recv))
 
 
-def fds(counts: ConnCounts, boxes: Inboxes) -> tuple[int, ...]:
+def fds(loads: WorkerLoads, boxes: Inboxes) -> tuple[int, ...]:
     """The fds :func:`env_value` names (the worker's ``pass_fds``)."""
-    return (counts.fd, *boxes.recv.values(), *boxes.send.values())
+    return (loads.fd, *boxes.recv.values(), *boxes.send.values())
 
 
-def parse_env(value: str | None) -> tuple[ConnCounts, Inboxes] | None:
+def parse_env(value: str | None) -> tuple[WorkerLoads, Inboxes] | None:
     """The worker's side of :func:`env_value`; None when there is none (one worker, or off)."""
     if not value or value == "0":
         return None
-    counts_fd, _, rest = value.partition(";")
+    loads_fd, _, rest = value.partition(";")
     recv, send = {}, {}
     for item in rest.split(","):
         wid, r, s = (int(x) for x in item.split(":"))
         recv[wid], send[wid] = r, s
-    return ConnCounts(int(counts_fd), max(recv)), Inboxes(recv, send)
+    return WorkerLoads(int(loads_fd), max(recv)), Inboxes(recv, send)
 
 
 def send_fd(send_end: int, fd: int) -> bool:

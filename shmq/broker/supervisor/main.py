@@ -137,7 +137,7 @@ class Supervisor:
         # pull_armed); SHMQ_PULL_PEERS=0: through each worker's pull-wake thread only
         self.pull_wake_fds = ({w.wid: os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for w in self.workers}
                               if os.environ.get("SHMQ_PULL_PEERS") != "0" and cfg.worker_count > 1 else {})
-        # the connection placement's counts and inboxes (broker/shared/placement.py), kept across
+        # the connection placement's loads and inboxes (broker/shared/placement.py), kept across
         # worker restarts like the eventfds; SHMQ_HANDOVER=0: the kernel's placement alone
         self.placement = (placement.create([w.wid for w in self.workers])
                           if os.environ.get("SHMQ_HANDOVER") != "0" and cfg.worker_count > 1 else None)
@@ -357,8 +357,8 @@ class Supervisor:
         closed (their clients see the connection close and reconnect, to a live worker)."""
         if self.placement is None:
             return
-        counts, boxes = self.placement
-        counts.set(wid, placement.DOWN)
+        loads, boxes = self.placement
+        loads.set(wid, placement.DOWN, 0)
         for fd in placement.take_fds(boxes.recv[wid]):
             os.close(fd)
 

@@ -67,7 +67,8 @@ class Worker:
         self._metrics = None  # MetricsPush when metricsExporterType=PROM
         self._send_fast = None  # send_fast.FastSends, when the C send path is on
         self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
-        self.hand_over = handover.from_env()  # None: the kernel's placement alone (one worker)
+        # None: the kernel's placement alone (one worker)
+        self.hand_over = handover.from_env(lambda: self.stats["put"] + self.stats["get"])
 
     # ================================================================ life ==
     async def run(self) -> int:
