@@ -45,6 +45,10 @@ from shmq.protocol.headers import CreateTopicRequestHeader  # noqa: E402
 from tests.thirdparty import jvm, rocketmq_server as rmq  # noqa: E402
 from tests.thirdparty.harnesses import _client_props  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+import psutil  # noqa: E402
+import worker_placement  # noqa: E402
+
 #: not "BenchmarkTest" (the tool's default): RocketMQ 4.9 counts that name as a system topic and
 #: refuses UPDATE_AND_CREATE_TOPIC for it
 TOPIC = "BenchTps"
@@ -149,7 +153,6 @@ def create_topic(broker_addr: str, namesrv: str) -> None:
 
 def broker_cpu(pids: list[int]) -> float:
     """CPU seconds (user + system) of these processes and their children."""
-    import psutil
     total = 0.0
     for pid in pids:
         try:
@@ -160,6 +163,38 @@ def broker_cpu(pids: list[int]) -> float:
         except psutil.NoSuchProcess:
             pass
     return total
+
+
+def worker_cpu(pair) -> dict[int, tuple[float, int]]:
+    """(CPU seconds, its main thread's voluntary context switches: the loop's sleeps, so its
+    wake-ups) of each shmq broker worker by pid ({} for Apache's broker)."""
+    if pair.name != "shmq":
+        return {}
+    out = {}
+    for w in worker_placement.broker_workers(psutil.Process(pair.pids()[0]).children()):
+        try:
+            t = w.cpu_times()
+            out[w.pid] = (t.user + t.system, w.num_ctx_switches().voluntary)
+        except psutil.NoSuchProcess:
+            pass
+    return out
+
+
+def placed(pair, producer_pid: int, consumer_pid: int) -> dict:
+    """{"where": "producer w1, consumer w2"} for shmq (worker numbers by pid order), {} else."""
+    if pair.name != "shmq":
+        return {}
+    try:
+        workers = worker_placement.broker_workers(psutil.Process(pair.pids()[0]).children())
+        seen = worker_placement.serving(workers, {"producer": psutil.Process(producer_pid),
+                                                  "consumer": psutil.Process(consumer_pid)})
+    except psutil.NoSuchProcess:
+        seen = None
+    if seen is None:
+        return {"where": "not seen"}
+    idx = {pid: i + 1 for i, pid in enumerate(seen["workers"])}
+    return {"where": f"producer w{idx[seen['producer']]}, consumer w{idx[seen['consumer']]}",
+            "pulls_key": seen["conns"]["consumer"]}
 
 
 def _lines(p: subprocess.Popen, sink: list[dict], ready: threading.Event | None = None) -> None:
@@ -183,12 +218,25 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
         if not ready.wait(90):
             raise SystemExit(f"consumer did not start; see {logs / (tag + '-c.err')}")
         time.sleep(5.0)  # its first rebalance takes the queues (3 s was sometimes too short here)
-        cpu0 = broker_cpu(pair.pids())
-        prod = subprocess.run(jvm.java_command("RmqBench", cp, "producer", pair.namesrv, TOPIC, str(threads),
-                                               str(size), str(warmup), str(measure), heap="256m", props=props),
-                              stdout=subprocess.PIPE, stderr=open(logs / f"{tag}-p.err", "wb"),
-                              stdin=subprocess.DEVNULL, timeout=warmup + measure + 120)
-        cpu1 = broker_cpu(pair.pids())
+        cpu0, w_cpu0 = broker_cpu(pair.pids()), worker_cpu(pair)
+        prod = subprocess.Popen(jvm.java_command("RmqBench", cp, "producer", pair.namesrv, TOPIC, str(threads),
+                                                 str(size), str(warmup), str(measure), heap="256m", props=props),
+                                stdout=subprocess.PIPE, stderr=open(logs / f"{tag}-p.err", "wb"),
+                                stdin=subprocess.DEVNULL)
+        seen: dict = {}
+        # where the two connections landed (shmq: which worker), read mid-window
+        look = threading.Timer(warmup + measure / 2, lambda: seen.update(placed(pair, prod.pid, cons.pid)))
+        look.start()
+        try:
+            out = prod.communicate(timeout=warmup + measure + 120)[0]
+        finally:
+            look.cancel()
+            if prod.poll() is None:
+                prod.kill()
+        cpu1, w_cpu1 = broker_cpu(pair.pids()), worker_cpu(pair)
+        # the consumer's requests so far (data segments its worker took in: pulls, a few
+        # heartbeats and offset commits), against the messages of the whole run below
+        pulls = worker_placement.segs_in().get(seen["pulls_key"], 0) if "pulls_key" in seen else 0
         time.sleep(1.5)  # the consumer's line for the window's last second
     finally:
         cons.stdin.close()
@@ -197,7 +245,7 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
         except subprocess.TimeoutExpired:
             cons.kill()
             cons.wait(10)
-    plines = [json.loads(x) for x in prod.stdout.splitlines() if x.startswith(b"{")]
+    plines = [json.loads(x) for x in out.splitlines() if x.startswith(b"{")]
     summ = next((d for d in plines if d["kind"] == "summary"), None)
     if summ is None:
         raise SystemExit(f"producer printed no summary (exit {prod.returncode}); see {logs / (tag + '-p.err')}")
@@ -206,6 +254,11 @@ def run_pair(pair, cp: str, size: int, threads: int, warmup: int, measure: int, 
     # the broker's CPU (all its processes) per message over the producer's whole run: what
     # bounds its rate when the 2 cores are shared (the other sessions' load included)
     summ["broker_cpu_us_per_msg"] = (cpu1 - cpu0) / sent_all * 1e6 if sent_all else 0.0
+    summ["placement"] = seen.get("where", "")
+    summ["msgs_per_pull"] = sent_all / pulls if pulls else 0.0
+    per = sorted(w_cpu0.items()) if sent_all else []
+    summ["worker_cpu_us_per_msg"] = [(w_cpu1.get(pid, c)[0] - c[0]) / sent_all * 1e6 for pid, c in per]
+    summ["worker_wakes_per_msg"] = [(w_cpu1.get(pid, c)[1] - c[1]) / sent_all for pid, c in per]
     summ["consumer"] = consumer_window(cons_lines, summ["start_ms"], summ["end_ms"])
     summ["consumer_per_second"] = [d for d in cons_lines if d.get("kind") == "consumer"]
     return summ
@@ -275,7 +328,11 @@ def main() -> None:
                             c = r["consumer"]
                             print(f"# {pair.name} {flush} {size} B round {rnd}: send {r['tps']:,.0f}/s p99 "
                                   f"{r['p99_ms']} ms; consumed {c.get('tps', 0):,.0f}/s; broker CPU "
-                                  f"{r['broker_cpu_us_per_msg']:.1f} µs/msg", flush=True)
+                                  f"{r['broker_cpu_us_per_msg']:.1f} µs/msg"
+                                  + (f" (workers {' / '.join(f'{x:.1f}' for x in r['worker_cpu_us_per_msg'])}, "
+                                     f"loop wake-ups a msg {' / '.join(f'{x:.2f}' for x in r['worker_wakes_per_msg'])}; "
+                                     f"{r['placement']}; {r['msgs_per_pull']:.1f} msgs a consumer segment)"
+                                     if r.get("placement") else ""), flush=True)
                             if r.get("failed"):
                                 print(f"#   {r['failed']:,} sends failed, the first: {r.get('first_error')}",
                                       flush=True)

@@ -37,25 +37,38 @@ def placement(row: psutil.Process) -> dict | None:
     """{"producer": worker pid, "consumer": worker pid, "workers": [pids]} of the row's broker,
     or None while the consumer or the workers are not up yet."""
     kids = row.children(recursive=True)
-    workers = [p for p in kids if "shmq.broker.worker.main" in " ".join(_cmd(p))]
+    workers = broker_workers(kids)
     consumer = next((p for p in kids if "--consumer" in _cmd(p)), None)
     if not workers or consumer is None:
         return None
+    return serving(workers, {"producer": row, "consumer": consumer})
+
+
+def broker_workers(procs: list[psutil.Process]) -> list[psutil.Process]:
+    """The broker worker processes among ``procs`` (e.g. a broker supervisor's children)."""
+    return [p for p in procs if "shmq.broker.worker.main" in " ".join(_cmd(p))]
+
+
+def serving(workers: list[psutil.Process], clients: dict[str, psutil.Process]) -> dict | None:
+    """{"workers": [pids], name: the pid of the worker serving that client process, ...,
+    "conns": {name: (the worker's port, the client's port)}}, or None while a client has no
+    connection to a worker. A client process with several connections to the broker (admin,
+    the VIP port) is placed by its busiest one (the most segments the worker took in): the one
+    carrying its sends or pulls."""
     # each worker's accepted connections by (its port, the client's port)
     served = {(c.laddr.port, c.raddr.port): w.pid for w in workers for c in _tcp(w)}
-    out = {"workers": sorted(w.pid for w in workers)}
-    sent = _segs_in()
-    for name, proc in (("producer", row), ("consumer", consumer)):
-        # the row process has admin connections too (the topic's creation): its busiest one
-        # (the most segments the worker took in) carries the sends; the consumer has one
+    out: dict = {"workers": sorted(w.pid for w in workers), "conns": {}}
+    sent = segs_in()
+    for name, proc in clients.items():
         conns = [(c.raddr.port, c.laddr.port) for c in _tcp(proc) if (c.raddr.port, c.laddr.port) in served]
         if not conns:
             return None
-        out[name] = served[max(conns, key=lambda k: sent.get(k, 0))]
+        key = out["conns"][name] = max(conns, key=lambda k: sent.get(k, 0))
+        out[name] = served[key]
     return out
 
 
-def _segs_in() -> dict[tuple[int, int], int]:
+def segs_in() -> dict[tuple[int, int], int]:
     """Every established loopback TCP socket's data segments taken in (``ss -ti``), by its
     (local port, peer port): on a worker's socket, what its client sent."""
     return parse_ss(subprocess.run(["ss", "-tinH", "state", "established"], capture_output=True, text=True).stdout)

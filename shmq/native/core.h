@@ -111,6 +111,7 @@ void shmq_set_data_wake_bit(int bit);
 void shmq_set_pull_peers(const int *fds, int n);
 void shmq_pull_armed(shmq_ctl *ctl, int bit, int on);
 void shmq_pull_signal_clear(shmq_ctl *ctl, int bit);
+void shmq_pull_peers_defer(shmq_ctl *ctl, int on);
 int shmq_wait_queues(shmq_ctl *ctl, int64_t *const *next, const int64_t *offs, int n, int start, int64_t *seen,
                      int hold, const int32_t *poke, int32_t poked, int64_t spin_ns, int64_t timeout_ns, int64_t now);
 uint32_t shmq_wait_timer(shmq_ctl *ctl, uint32_t seen, int64_t timeout_ns);

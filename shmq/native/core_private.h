@@ -94,6 +94,8 @@ static inline void futex_wake(uint32_t *addr, int n) { syscall(SYS_futex, addr, 
 extern SHMQ_HIDDEN uint32_t data_wake_bits, pull_peer_bits;
 extern SHMQ_HIDDEN int pull_peer_fds[32];
 extern SHMQ_HIDDEN uint64_t skip_ignore[2];
+/* this thread's run of appends (shmq_pull_peers_defer): its peers' eventfds written once, at its end */
+extern SHMQ_HIDDEN __thread int pull_peer_deferred, pull_peer_owed;
 
 /* A wake bit's count in data_skip_waiters (layout.h): the word, and the count's unit there. */
 #define SKIP_WORD(bit) ((bit) >> 4)
@@ -119,7 +121,10 @@ static inline void wake_peers(shmq_ctl *c);
 static inline void wake_data(shmq_ctl *c) {
     uint64_t skip0 = LOAD_SC(&c->pos.data_skip_waiters[0]), skip1 = LOAD_SC(&c->pos.data_skip_waiters[1]);
     uint32_t bits = data_wake_bits;
-    if (pull_peer_bits) wake_peers(c);
+    if (pull_peer_bits) {
+        if (pull_peer_deferred) pull_peer_owed = 1;
+        else wake_peers(c);
+    }
     skip0 &= ~skip_ignore[0];
     skip1 &= ~skip_ignore[1];
     int wake = skip0 || skip1;

@@ -278,6 +278,24 @@ void shmq_pull_armed(shmq_ctl *c, int bit, int on) {
     else __atomic_fetch_and(&c->pos.pull_armed, ~(1u << bit), __ATOMIC_SEQ_CST);
 }
 
+/* A run of appends in one read of a connection (the worker's C send path, send_fast.py): while on,
+ * this thread's appends owe their peers one wake_peers, written when it is turned off, after the
+ * run's last append, not at its first. A holder on another worker then answers the run's
+ * messages in one look, as a holder on the appending worker does (its check after the run),
+ * instead of waking at the first append and answering one or two a pull while the run goes on
+ * (the Java benchmark's 64 pipelined senders: bench/RESULTS.md "Session 17, place17"). No lost
+ * wake-up: every append of the run is published before the owed wake_peers runs, and
+ * wake_peers' protocol is unchanged. */
+__thread int pull_peer_deferred, pull_peer_owed;
+
+void shmq_pull_peers_defer(shmq_ctl *c, int on) {
+    pull_peer_deferred = on;
+    if (!on && pull_peer_owed) {
+        pull_peer_owed = 0;
+        wake_peers(c);
+    }
+}
+
 void shmq_pull_signal_clear(shmq_ctl *c, int bit) {
     if (bit >= 0 && bit < 32) __atomic_fetch_and(&c->pos.pull_signaled, ~(1u << bit), __ATOMIC_SEQ_CST);
 }

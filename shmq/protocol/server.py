@@ -54,7 +54,10 @@ class RemotingServer:
     further connections are closed at once; ``None`` = no per-peer bound),
     ``max_inflight`` / ``max_inflight_bytes`` (per connection, reading pauses beyond them),
     ``backlog``, ``name`` (for logs), ``fast`` (a fast path for the common requests, given to
-    every connection: see transport.py).
+    every connection: see transport.py), ``hand_over`` (given each accepted socket's fd before
+    anything is read from it; True: it took the socket, e.g. sent it to another process, and
+    this server drops its own copy unread, the connection never counted nor hooked here).
+    :meth:`adopt` serves a socket another process accepted.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class RemotingServer:
         backlog: int = 1024,
         name: str = "remoting",
         fast: FastFrames | None = None,
+        hand_over: Callable[[int], bool] | None = None,
     ):
         self.fast = fast
+        self.hand_over = hand_over
         self.handlers: dict[int, Handler] = dict(handlers or {})
         self.host = host
         self.port = port
@@ -165,6 +170,12 @@ class RemotingServer:
     def _make_connection(self) -> Connection:
         return _ServerConnection(self)
 
+    async def adopt(self, sock: socket.socket) -> None:
+        """Serve a connection accepted elsewhere (its socket handed over, nothing read yet) as
+        if this server had accepted it; it is not offered to ``hand_over`` again."""
+        await asyncio.get_running_loop().connect_accepted_socket(
+            lambda: _ServerConnection(self, handed=True), sock)
+
     def _opened(self, conn: Connection) -> bool:
         if len(self.connections) >= self.max_connections:
             log.warning("%s: %d connections already, refusing %s", self.name, len(self.connections), conn.peer)
@@ -190,7 +201,7 @@ class RemotingServer:
 
 
 class _ServerConnection(Connection):
-    def __init__(self, server: RemotingServer):
+    def __init__(self, server: RemotingServer, handed: bool = False):
         super().__init__(
             server.handlers,
             server.limits,
@@ -200,10 +211,19 @@ class _ServerConnection(Connection):
         )
         self._server = server
         self.fast = server.fast
+        self._handed = handed
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
         sock = transport.get_extra_info("socket")
+        if sock is not None and not self._handed and self._server.hand_over is not None \
+                and self._server.hand_over(sock.fileno()):
+            # Both loops start reading a new transport only after connection_made (a call queued
+            # behind it; uvloop: once it returned), so nothing was read: the taker's copy of the
+            # socket carries the whole stream. Closing ours sends nothing (another fd holds it).
+            self.closed = True  # never counted, so no on_close either
+            transport.abort()
+            return
         if sock is not None:
             try:
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)

@@ -17,13 +17,21 @@ from .test_broker_tx_sql_wire import _end, _half
 
 
 def _same_worker(addr: str, tries: int = 64) -> tuple[SyncRemotingClient, SyncRemotingClient]:
+    """Two connections one worker serves. The broker hands a new connection to the worker
+    serving fewer (broker/shared/placement.py), so the others stay open until a tie lets the
+    kernel's hash place one beside the first; then they are closed."""
     first = SyncRemotingClient(addr, timeout=10)
     w0 = worker_id(first)
-    for _ in range(tries):
-        c = SyncRemotingClient(addr, timeout=10)
-        if worker_id(c) == w0:
-            return first, c
-        c.close()
+    others: list[SyncRemotingClient] = []
+    try:
+        for _ in range(tries):
+            c = SyncRemotingClient(addr, timeout=10)
+            if worker_id(c) == w0:
+                return first, c
+            others.append(c)
+    finally:
+        for o in others:
+            o.close()
     first.close()
     raise AssertionError("no two connections went to the same worker")
 

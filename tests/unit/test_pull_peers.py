@@ -97,3 +97,47 @@ def test_an_append_by_anyone_else_still_wakes_through_the_thread(store_root):
     finally:
         for fd in fds.values():
             os.close(fd)
+
+
+def test_a_run_of_appends_wakes_the_holder_after_its_last(store_root):
+    """The worker's C send path defers the peers' wake-up over one read's run of appends
+    (send_fast.py, core_util.c ``shmq_pull_peers_defer``): the holder is woken once the run is
+    all stored, not at its first append, and is woken even so."""
+    fds = {1: os.eventfd(0, os.EFD_NONBLOCK), 2: os.eventfd(0, os.EFD_NONBLOCK)}
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        store = MessageStore.open(small_config(store_root))
+        holds = PullHolds(store, loop, own_bit=2, peer_fds=fds)
+        pos = store.cb.ctl.pos
+        try:
+            calls: list = []
+            holds.hold("T", 0, 0, 30.0, calls.append, Conn())
+            loop.remove_reader(fds[2])  # (this test reads the eventfd itself, below)
+            pid = os.fork()
+            if pid == 0:  # worker 1 serving one read of three sends
+                code = 1
+                try:
+                    lib.shmq_set_data_wake_bit(1)
+                    lib.shmq_set_pull_peers(ffi.new("int[32]", [fds.get(b, -1) for b in range(32)]), 32)
+                    lib.shmq_pull_peers_defer(store.cb.ctl, 1)
+                    for _ in range(3):
+                        store.put("T", 0, b"x")
+                    during = pos.pull_signaled
+                    lib.shmq_pull_peers_defer(store.cb.ctl, 0)
+                    code = 0 if (during, pos.pull_signaled) == (0, 1 << 2) else 2
+                finally:
+                    os._exit(code)
+            assert os.waitpid(pid, 0)[1] == 0  # not signalled during the run, signalled after it
+            assert os.eventfd_read(fds[2]) == 1  # one write, at the run's end
+            loop.add_reader(fds[2], holds._woken)
+            os.eventfd_write(fds[2], 1)
+            assert await _until(lambda: calls) and calls == [True]
+        finally:
+            holds.close()
+            store.close()
+    try:
+        asyncio.run(main())
+    finally:
+        for fd in fds.values():
+            os.close(fd)

@@ -46,7 +46,7 @@ from shmq.store.queue_files import QueueFilePreparer
 from shmq.service import AsyncService
 
 from shmq.broker.shared import attach
-from shmq.broker.shared import control_channel as cc
+from shmq.broker.shared import control_channel as cc, placement
 from shmq.broker.shared.acl import PlainAcl, acl_file_path
 from shmq.broker.shared.config import BrokerConfig
 
@@ -137,6 +137,10 @@ class Supervisor:
         # pull_armed); SHMQ_PULL_PEERS=0: through each worker's pull-wake thread only
         self.pull_wake_fds = ({w.wid: os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) for w in self.workers}
                               if os.environ.get("SHMQ_PULL_PEERS") != "0" and cfg.worker_count > 1 else {})
+        # the connection placement's loads and inboxes (broker/shared/placement.py), kept across
+        # worker restarts like the eventfds; SHMQ_HANDOVER=0: the kernel's placement alone
+        self.placement = (placement.create([w.wid for w in self.workers])
+                          if os.environ.get("SHMQ_HANDOVER") != "0" and cfg.worker_count > 1 else None)
         self._reserved: list[socket.socket] = []
         self._ctl_server: asyncio.AbstractServer | None = None
         self._housekeeping: list[AsyncService] = []
@@ -291,8 +295,14 @@ class Supervisor:
         fds = self.pull_wake_fds
         if fds:
             env["SHMQ_PULL_WAKE_FDS"] = ",".join(f"{wid}:{fd}" for wid, fd in fds.items())
+        passed = tuple(fds.values())
+        if self.placement is not None:
+            env["SHMQ_HANDOVER"] = placement.env_value(*self.placement)
+            passed += placement.fds(*self.placement)
+        else:
+            env.pop("SHMQ_HANDOVER", None)
         w.popen = subprocess.Popen([sys.executable, "-m", "shmq.broker.worker.main"], env=env,
-                                   stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=tuple(fds.values()))
+                                   stdin=subprocess.DEVNULL, start_new_session=True, pass_fds=passed)
         # Own session: a terminal's Ctrl-C reaches the supervisor only, which then stops
         # the workers in order (and does not mistake their exit for a crash).
         w.started = time.monotonic()
@@ -339,7 +349,18 @@ class Supervisor:
                         w.wid, w.popen.pid, rc, lived, w.backoff)
             w.popen = None
             w.restarts += 1
+            self._placement_down(w.wid)
             asyncio.get_running_loop().call_later(w.backoff, self._respawn, w)
+
+    def _placement_down(self, wid: int) -> None:
+        """A worker is gone: siblings send it no more sockets, and those it never took are
+        closed (their clients see the connection close and reconnect, to a live worker)."""
+        if self.placement is None:
+            return
+        loads, boxes = self.placement
+        loads.set(wid, placement.DOWN, 0)
+        for fd in placement.take_fds(boxes.recv[wid]):
+            os.close(fd)
 
     def _respawn(self, w: WorkerProc) -> None:
         if not self._stopping and w.popen is None:
@@ -436,6 +457,12 @@ class Supervisor:
         for s in self._reserved:
             s.close()
         self._reserved = []
+        if self.placement is not None:
+            for w in self.workers:
+                self._placement_down(w.wid)
+            for part in self.placement:
+                part.close()
+            self.placement = None
         log.info("broker %s stopped", self.cfg.brokerName)
 
     def describe(self) -> dict:

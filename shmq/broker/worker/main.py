@@ -35,7 +35,7 @@ from shmq.broker.shared.acl import PlainAcl
 from shmq.broker.shared.attach import AttachGuard
 from shmq.broker.shared.config import BrokerConfig, server_limits
 from shmq.broker.shared.control_channel import Ctl
-from . import dispatch
+from . import dispatch, handover
 from .pull_hold import PullHolds, peer_fds
 from shmq.broker.shared.topics import TopicTable
 
@@ -67,6 +67,8 @@ class Worker:
         self._metrics = None  # MetricsPush when metricsExporterType=PROM
         self._send_fast = None  # send_fast.FastSends, when the C send path is on
         self.acl_watch = None  # an AsyncService re-reading plain_acl.yml, when aclEnable
+        # None: the kernel's placement alone (one worker)
+        self.hand_over = handover.from_env(lambda: self.stats["put"] + self.stats["get"])
 
     # ================================================================ life ==
     async def run(self) -> int:
@@ -112,9 +114,12 @@ class Worker:
             srv = RemotingServer(
                 handlers, self.cfg.listenAddress, port, reuse_port=True,
                 **server_limits(self.cfg),
-                on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}", fast=fast)
+                on_connect=self._on_connect, on_close=self._on_close, name=f"broker-w{self.wid}", fast=fast,
+                hand_over=self.hand_over.offer if self.hand_over is not None else None)
             await srv.start()
             self.servers.append(srv)
+        if self.hand_over is not None:
+            self.hand_over.start(self.servers)
         await cc.call(self.ctl, cc.ctl(Ctl.READY, port=self.servers[0].port, vipPort=self.servers[1].port))
         log.info("worker %d (pid %d) serving on %s and %s", self.wid, os.getpid(),
                  self.servers[0].address, self.servers[1].address)
@@ -127,6 +132,8 @@ class Worker:
             await self._metrics.stop()
         if self.acl_watch is not None:
             await self.acl_watch.stop()
+        if self.hand_over is not None:
+            self.hand_over.stop()  # siblings send no more sockets here
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()
@@ -157,10 +164,14 @@ class Worker:
         chan = f"{self.wid}:{os.getpid()}.{self._seq}"  # unique across restarts of this worker
         conn.context["chan"] = chan
         self.channels[chan] = conn
+        if self.hand_over is not None:
+            self.hand_over.count(1)
 
     def _on_close(self, conn: Connection) -> None:
         chan = conn.context.get("chan")
         self.channels.pop(chan, None)
+        if self.hand_over is not None:
+            self.hand_over.count(-1)
         if conn.context.get("client") and self.ctl is not None and not self.ctl.closed:
             self.ctl.send_oneway(cc.ctl(Ctl.CHANNEL_CLOSED, chan=chan))
 

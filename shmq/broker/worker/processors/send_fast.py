@@ -37,6 +37,7 @@ environment turns it off too (worker/main.py: the A/B switch of the send benchma
 """
 from __future__ import annotations
 
+import os
 import socket
 import struct
 
@@ -45,7 +46,8 @@ from shmq.errors import FlushFailed, InvalidTopic
 from shmq.message.layout import TX_TYPE_MASK
 from shmq.message.msgid import host_prefix
 from shmq.message.names import PERM_READ, RETRY_PREFIX
-from shmq.native import BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, QUEUE_CREATE_ADDRESS, RemotingSends, ffi
+from shmq.native import (BATCH_PHYS_ADDRESS, PUT_ADDRESS, PUT_BATCH_ADDRESS, QUEUE_CREATE_ADDRESS, RemotingSends, ffi,
+                         lib)
 from shmq.protocol import (FLAG_ONEWAY, FLAG_RESPONSE, RemotingCommand, RequestCode, ResponseCode, decode_command,
                            encode_command)
 from shmq.protocol.send_answer import answer_pieces, send_ext  # noqa: F401 - send_ext: send.py, admin_clients.py
@@ -93,6 +95,10 @@ class FastSends:
         self._ahead: dict[str, object] = {}  # topics learnt by topics_changed, with their configs
         self._batch_texts: set[str] = set()
         self.pulls = None  # pull_fast.FastPulls once take_pulls is called
+        # the appends of one read wake the other workers' held pulls once, after the last of them
+        # (native/core_util.c shmq_pull_peers_defer), not at the first; SHMQ_PEER_WAKE_RUN=0: at
+        # each append, as before (the A/B switch)
+        self._run_ctl = store.cb.ctl if os.environ.get("SHMQ_PEER_WAKE_RUN") != "0" else None
         self.topics_changed(w.topics.table)
 
     def topics_changed(self, table: dict) -> None:
@@ -173,8 +179,15 @@ class FastSends:
                 if room < 0:
                     room = 0
         w = self.w
-        pos, answers, stored, stop, end, got, held = self.c.serve(
-            data, pos, w.topics.table, ip, port, limits.max_frame_size, room, w.sub_epoch)
+        run = self._run_ctl
+        if run is not None:
+            _defer_peer_wakes(run, 1)
+        try:
+            pos, answers, stored, stop, end, got, held = self.c.serve(
+                data, pos, w.topics.table, ip, port, limits.max_frame_size, room, w.sub_epoch)
+        finally:
+            if run is not None:
+                _defer_peer_wakes(run, 0)  # (the wake the run's appends owe, if any, now)
         if got:
             w.stats["get"] += got
         if stored:
@@ -193,6 +206,9 @@ class FastSends:
                 answers = None
             pulls.hold(conn, held)
         return pos, answers, stop
+
+
+_defer_peer_wakes = lib.shmq_pull_peers_defer
 
 
 def _answer_run(arg, exc) -> None:
