@@ -50,6 +50,7 @@ def test_a_handed_socket_carries_its_unread_bytes():
         assert placement.send_fd(boxes.send[2], b.fileno())
         b.close()  # the sender's copy: the connection stays open, the inbox holds it
         (fd,) = placement.take_fds(boxes.recv[2])
+        assert not os.get_inheritable(fd)  # close-on-exec, as the worker's own fds
         with socket.socket(fileno=fd) as taken:
             assert taken.recv(16) == b"request"
             taken.sendall(b"answer")

@@ -165,6 +165,8 @@ def take_fds(recv_end: int) -> list[int]:
             _msg, got, _flags, _addr = socket.recv_fds(sock, 16, 1)
         except (BlockingIOError, InterruptedError):
             return out
+        for fd in got:  # close-on-exec as every fd the worker opens itself (3.11's recv_fds drops its flags)
+            os.set_inheritable(fd, False)
         out.extend(got)
 
 
