@@ -2,8 +2,8 @@
 
 Every periodic job of shmq (flush, index dispatch, cleanup, delay delivery, transaction
 check-back, NameServer registration, housekeeping, client heartbeats, rebalance, offset
-persistence, the NameServer's liveness scan, connection sweeps) is a service of one of two
-flavours with the same life:
+persistence, the NameServer's liveness scan, connection sweeps, a broker worker's published
+load) is a service of one of two flavours with the same life:
 
 - :class:`ThreadService` runs on its own daemon thread (jobs that block: disk, futexes);
 - :class:`AsyncService` runs as a task on an asyncio loop (jobs that await the network).

@@ -585,8 +585,5 @@ def use_held_write(fn: Callable[[Any, bytes], int] | None) -> None:
 
 def use_start_frame(method: Any) -> None:
     """Client connections' :meth:`Connection.start_frame` is ``method`` (the C core's, a method
-    of the class: native/conn_queue.c, which pull_steady.c calls directly); None: the Python one."""
-    if method is not None:
-        ClientConnection.start_frame = method
-    elif "start_frame" in ClientConnection.__dict__:
-        del ClientConnection.start_frame
+    of the class: native/conn_queue.c, which pull_steady.c calls directly)."""
+    ClientConnection.start_frame = method

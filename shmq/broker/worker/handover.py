@@ -5,7 +5,8 @@ to the lightest live sibling when that one is lighter than this worker (idle whi
 messages, or as busy with fewer connections), and says whether it did. The worker's inbox is
 read on the loop: each socket taken from it is served by the server of its local port (the
 broker's port or its VIP port), as if accepted here. ``count`` publishes the connections this
-worker serves after each open and close; a loop timer, the messages it moved over the window.
+worker serves after each open and close; a service on the loop (shmq/service.py), the messages it
+moved over the window.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from collections.abc import Callable
 
 from shmq.broker.shared import placement
 from shmq.protocol import RemotingServer
+from shmq.service import AsyncService
 
 log = logging.getLogger("shmq.broker.worker")
 
@@ -35,7 +37,9 @@ class HandOver:
             maxlen=round(placement.MOVED_WINDOW_S / placement.MOVED_PERIOD_S))
         self._last = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._tick: asyncio.TimerHandle | None = None
+        self._measuring = AsyncService(f"placement-loads-w{wid}", placement.MOVED_PERIOD_S, self._measure,
+                                       log=log, first_delay_s=0)
+        self._adopting: set[asyncio.Task] = set()  # (held: the loop keeps only weak references)
 
     def offer(self, fd: int) -> bool:
         to = self.loads.lighter(self.wid, self.served, self.moved)
@@ -53,16 +57,14 @@ class HandOver:
         self._loop.add_reader(self.boxes.recv[self.wid], self._take)
         self._last = self.moved_total()
         self.loads.set(self.wid, self.served, self.moved)
-        self._measure()
+        self._measuring.start()
         self._take()
 
-    def stop(self) -> None:
+    async def stop(self) -> None:
         """No more sockets to this worker (shutdown): siblings keep theirs; sockets queued
         already are left to the supervisor (closed when it reaps this worker)."""
+        await self._measuring.stop()  # (first: no round of it then overwrites the DOWN below)
         self.loads.set(self.wid, placement.DOWN, 0)
-        if self._tick is not None:
-            self._tick.cancel()
-            self._tick = None
         if self._loop is not None:
             self._loop.remove_reader(self.boxes.recv[self.wid])
             self._loop = None
@@ -73,7 +75,6 @@ class HandOver:
         self._last = total
         self.moved = sum(self._steps)
         self.loads.set(self.wid, self.served, self.moved)
-        self._tick = self._loop.call_later(placement.MOVED_PERIOD_S, self._measure)
 
     def _take(self) -> None:
         for fd in placement.take_fds(self.boxes.recv[self.wid]):
@@ -84,7 +85,9 @@ class HandOver:
                 log.warning("worker %d: a handed-over socket on port %s; closing it", self.wid, port)
                 sock.close()
                 continue
-            asyncio.ensure_future(self._adopt(srv, sock))
+            task = self._loop.create_task(self._adopt(srv, sock))
+            self._adopting.add(task)
+            task.add_done_callback(self._adopting.discard)
 
     async def _adopt(self, srv: RemotingServer, sock: socket.socket) -> None:
         try:

@@ -133,7 +133,7 @@ class Worker:
         if self.acl_watch is not None:
             await self.acl_watch.stop()
         if self.hand_over is not None:
-            self.hand_over.stop()  # siblings send no more sockets here
+            await self.hand_over.stop()  # siblings send no more sockets here
         for srv in self.servers:  # stop accepting; keep the open connections for now
             if srv._server is not None:
                 srv._server.close()
